@@ -1,0 +1,12 @@
+"""im2win: fast, memory-lean 2-D convolution by the im2win (image to window) method.
+
+``im2win.conv2d(x, w, ...)`` convolves NumPy arrays on the CPU and CuPy arrays on the GPU;
+``im2win.reference`` is the exact NumPy specification every path is tested against. Importing
+this package never needs CuPy or a GPU.
+"""
+
+from im2win.api import conv2d
+from im2win.problem import Problem, make_problem
+
+__all__ = ["conv2d", "Problem", "make_problem"]
+__version__ = "0.1.0"

@@ -1,0 +1,105 @@
+"""The CPU path: the window tensor contracted with BLAS, a block of output rows at a time.
+
+For each image and each block of output rows, build that block's window tensor (the reference
+`image_to_window` on the few input rows it needs), gather each output pixel's runs into a
+(G, pixels, (C/G)*S*R) matrix in the filter's window order, and multiply by the filter with one
+batched ``matmul`` (float32 accumulation for float16). Extra memory is bounded by the block,
+never the whole batch; blocks never span two images, so an image's result does not depend on
+which other images share the call (``conv2d(x)[a:b]`` equals ``conv2d(x[a:b])`` bit for bit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from im2win.problem import Problem
+from im2win.reference import image_to_window
+
+# Bytes of the gathered (G, pixels, (C/G)*S*R) matrix per block. Small enough to bound the extra
+# memory at a few blocks of this size, large enough for the GEMM to run at BLAS speed
+# (docs/performance.md, "CPU path").
+BLOCK_BYTES = 16 << 20
+
+
+def accumulator(dtype) -> np.dtype:
+    """float32 accumulation for float16 and float32, float64 for float64."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def rows_per_block(prob: Problem) -> int:
+    """Output rows of one image per block, so that the gathered matrix fits in BLOCK_BYTES."""
+    row_bytes = prob.Q * prob.C * prob.R * prob.S * accumulator(prob.dtype).itemsize
+    return max(1, min(prob.P, BLOCK_BYTES // max(row_bytes, 1)))
+
+
+def filter_matrix(prob: Problem, w: np.ndarray) -> np.ndarray:
+    """w as (G, (C/G)*S*R, K/G) in the window order of `prob.layout`, accumulator dtype."""
+    if prob.layout == "NCHW":
+        w_win = w.transpose(0, 1, 3, 2)                    # (K, C/G, S, R)
+    else:
+        w_win = w.transpose(0, 2, 1, 3)                    # (K, S, R, C/G)
+    w_mat = w_win.reshape(prob.G, prob.Kg, prob.reduction).transpose(0, 2, 1)
+    return np.ascontiguousarray(w_mat, dtype=accumulator(prob.dtype))
+
+
+def window_block(prob: Problem, x_image: np.ndarray, p0: int, p1: int) -> np.ndarray:
+    """The window tensor of output rows p0 <= p < p1 of one image (a 1-image batch)."""
+    first = p0 * prob.sh - prob.pt                   # input rows first..last (unpadded coords)
+    last = (p1 - 1) * prob.sh + prob.dh * (prob.R - 1) - prob.pt
+    lo = max(first, 0)                               # rows lo..hi lie inside x (maybe none)
+    hi = max(min(last, prob.H - 1), lo - 1)
+    pad = [(0, 0)] * 4
+    if prob.layout == "NCHW":
+        x_rows, pad[2] = x_image[:, :, lo:hi + 1, :], (lo - first, last - hi)
+    else:
+        x_rows, pad[1] = x_image[:, lo:hi + 1, :, :], (lo - first, last - hi)
+    # The vertical padding goes in first, so a block lying wholly in the padding still works.
+    return image_to_window(np.pad(x_rows, pad), prob.R, stride=prob.sh, dilation=prob.dh,
+                           padding=((0, 0), (prob.pl, prob.pr)), layout=prob.layout)
+
+
+def gather_runs(prob: Problem, x_win: np.ndarray) -> np.ndarray:
+    """Each output pixel's reduction runs as rows of a (G, pixels, (C/G)*S*R) matrix."""
+    G, Cg, R, S, Q = prob.G, prob.Cg, prob.R, prob.S, prob.Q
+    span = prob.dw * (S - 1) + 1
+    if prob.layout == "NCHW":
+        rows = x_win.shape[2]
+        cols = x_win.reshape(G, Cg, rows, prob.Wp, R)
+        # Window columns m = q*sw + s*dw: (G, Cg, rows, Q, R, S), a view.
+        runs = sliding_window_view(cols, span, axis=3)[:, :, :, ::prob.sw, :, ::prob.dw]
+        runs = runs[:, :, :, :Q].transpose(0, 2, 3, 1, 5, 4)     # (G, rows, Q, Cg, S, R)
+    else:
+        rows = x_win.shape[1]
+        cols = x_win.reshape(rows, prob.Wp, R, G, Cg)
+        runs = sliding_window_view(cols, span, axis=1)[:, ::prob.sw, :, :, :, ::prob.dw]
+        runs = runs[:, :Q].transpose(3, 0, 1, 5, 2, 4)           # (G, rows, Q, S, R, Cg)
+    out = np.empty((G, rows * Q, prob.reduction), accumulator(prob.dtype))
+    out.reshape(runs.shape)[...] = runs
+    return out
+
+
+def conv2d(prob: Problem, x: np.ndarray, w: np.ndarray, bias, y: np.ndarray) -> np.ndarray:
+    """Write the convolution of x with w (+ bias) into y, block by block; return y.
+
+    Args:
+        prob: the checked problem.
+        x, w, bias: NumPy arrays of `prob`'s shapes and dtype.
+        y: output, ``prob.y_shape``, written entirely.
+    """
+    w_mat = filter_matrix(prob, w)                                 # (G, reduction, K/G)
+    b = None if bias is None else bias.astype(w_mat.dtype).reshape(prob.G, 1, prob.Kg)
+    block = rows_per_block(prob)
+    for n in range(prob.N):
+        for p0 in range(0, prob.P, block):
+            p1 = min(prob.P, p0 + block)
+            x_win = window_block(prob, x[n:n + 1], p0, p1)
+            y_block = np.matmul(gather_runs(prob, x_win), w_mat)   # (G, rows*Q, K/G)
+            if b is not None:
+                y_block += b
+            y_block = y_block.reshape(prob.G, p1 - p0, prob.Q, prob.Kg)
+            if prob.layout == "NCHW":
+                y[n, :, p0:p1, :] = y_block.transpose(0, 3, 1, 2).reshape(prob.K, p1 - p0, prob.Q)
+            else:
+                y[n, p0:p1, :, :] = y_block.transpose(1, 2, 0, 3).reshape(p1 - p0, prob.Q, prob.K)
+    return y

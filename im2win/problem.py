@@ -1,0 +1,298 @@
+"""Validate and normalise convolution arguments into a frozen `Problem`.
+
+This is the first step of every call (validate -> plan -> launch) and the lowest layer of the
+package: it reads only ``.shape`` and ``.dtype``, so NumPy and CuPy arrays go through the same
+checks, before any allocation or kernel launch. Letters follow ``spec/im2win.md``: x (N, C, H, W),
+w (K, C/G, R, S), y (N, K, P, Q); stride (sh, sw), dilation (dh, dw), padding (pt, pb, pl, pr).
+Checks run in the order of INPUTS.md: groups, padding, stride, dilation, ranks, group
+divisibility, channel match, bias shape, kernel against padded input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+
+import numpy as np
+
+LAYOUTS = ("NCHW", "NHWC")
+DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+_X_LETTERS = {"NCHW": "(N, C, H, W)", "NHWC": "(N, H, W, C)"}
+_W_LETTERS = {"NCHW": "(K, C/G, R, S)", "NHWC": "(K, R, S, C/G)"}
+_PADDING_FORMS = ("an int, a pair (ph, pw), a pair of pairs ((top, bottom), (left, right)), "
+                  "'valid' or 'same'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One convolution, fully normalised: extents, hyper-parameters, dtype and layout."""
+
+    layout: str
+    dtype: np.dtype
+    N: int
+    C: int
+    H: int
+    W: int
+    K: int
+    R: int
+    S: int
+    G: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pb: int
+    pl: int
+    pr: int
+    has_bias: bool
+
+    @property
+    def Hp(self) -> int:
+        return self.H + self.pt + self.pb
+
+    @property
+    def Wp(self) -> int:
+        return self.W + self.pl + self.pr
+
+    @property
+    def P(self) -> int:
+        return (self.Hp - self.dh * (self.R - 1) - 1) // self.sh + 1
+
+    @property
+    def Q(self) -> int:
+        return (self.Wp - self.dw * (self.S - 1) - 1) // self.sw + 1
+
+    @property
+    def Cg(self) -> int:
+        """Channels per group, C/G."""
+        return self.C // self.G
+
+    @property
+    def Kg(self) -> int:
+        """Filters per group, K/G."""
+        return self.K // self.G
+
+    @property
+    def reduction(self) -> int:
+        """Length of one output's dot product, (C/G)*R*S."""
+        return self.Cg * self.R * self.S
+
+    @property
+    def flops(self) -> int:
+        """2*N*K*P*Q*(C/G)*R*S: the convolution's own work, whatever the algorithm does."""
+        return 2 * self.N * self.K * self.P * self.Q * self.reduction
+
+    @property
+    def x_shape(self) -> tuple[int, ...]:
+        return self._in_layout(self.N, self.C, self.H, self.W)
+
+    @property
+    def w_shape(self) -> tuple[int, ...]:
+        return self._in_layout(self.K, self.Cg, self.R, self.S)
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return self._in_layout(self.N, self.K, self.P, self.Q)
+
+    @property
+    def x_win_shape(self) -> tuple[int, ...]:
+        """(N, C, P, Wp*R) for NCHW, (N, P, Wp*R, C) for NHWC."""
+        return self._in_layout(self.N, self.C, self.P, self.Wp * self.R)
+
+    @property
+    def w_win_shape(self) -> tuple[int, ...]:
+        """(K, C/G, S*R) for NCHW, (K, S*R, C/G) for NHWC."""
+        if self.layout == "NCHW":
+            return (self.K, self.Cg, self.S * self.R)
+        return (self.K, self.S * self.R, self.Cg)
+
+    def _in_layout(self, a: int, b: int, c: int, d: int) -> tuple[int, ...]:
+        """Order the NCHW-lettered extents (a, b, c, d) as the layout stores them."""
+        return (a, b, c, d) if self.layout == "NCHW" else (a, c, d, b)
+
+
+def check_layout(layout) -> str:
+    """Return `layout` if it is "NCHW" or "NHWC"; raise otherwise."""
+    if not isinstance(layout, str):
+        raise TypeError(f"layout must be 'NCHW' or 'NHWC', got {layout!r} of type "
+                        f"{type(layout).__name__}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    return layout
+
+
+def check_int(name: str, value) -> int:
+    """Return `value` as an int; bool, float and str raise TypeError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
+    return int(value)
+
+
+def check_pair(name: str, value) -> tuple[int, int]:
+    """Normalise an int or a length-2 sequence of ints to a pair (vertical, horizontal)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"{name} must be an int or a pair of ints, got {value!r} "
+                             f"of length {len(value)}")
+        return check_int(name, value[0]), check_int(name, value[1])
+    value = check_int(name, value)
+    return value, value
+
+
+def check_groups(groups) -> int:
+    groups = check_int("groups", groups)
+    if groups <= 0:
+        raise ValueError(f"non-positive groups is not supported, got groups={groups}")
+    return groups
+
+
+def check_padding_form(padding) -> str | tuple[int, int, int, int]:
+    """Return "same", or (pt, pb, pl, pr) for every other accepted form of `padding`."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0, 0, 0)
+        if padding == "same":
+            return "same"
+        raise ValueError(f"padding string must be 'valid' or 'same', got {padding!r}")
+    if isinstance(padding, (tuple, list)):
+        if len(padding) != 2:
+            raise ValueError(f"padding must be {_PADDING_FORMS}; got {padding!r} "
+                             f"of length {len(padding)}")
+        nested = [isinstance(p, (tuple, list)) for p in padding]
+        if nested == [True, True]:
+            (pt, pb), (pl, pr) = (check_pair("padding", p) for p in padding)
+        elif nested == [False, False]:
+            (pt, pl) = check_pair("padding", padding)
+            pb, pr = pt, pl
+        else:
+            raise ValueError(f"padding must be {_PADDING_FORMS}; got {padding!r}")
+    else:
+        pt = pb = pl = pr = check_int("padding", padding)
+    if min(pt, pb, pl, pr) < 0:
+        raise ValueError(f"negative padding is not supported, got padding={padding!r}")
+    return (pt, pb, pl, pr)
+
+
+def check_stride(stride) -> tuple[int, int]:
+    sh, sw = check_pair("stride", stride)
+    if sh <= 0 or sw <= 0:
+        raise ValueError(f"non-positive stride is not supported, got stride={stride!r}")
+    return sh, sw
+
+
+def check_dilation(dilation) -> tuple[int, int]:
+    dh, dw = check_pair("dilation", dilation)
+    if dh <= 0 or dw <= 0:
+        raise ValueError(f"dilation should be greater than zero, got dilation={dilation!r}")
+    return dh, dw
+
+
+def check_dtype(name: str, dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype not in DTYPES:
+        raise TypeError(f"{name} has dtype {dtype}; supported dtypes are float16, float32 "
+                        f"and float64")
+    return dtype
+
+
+def check_input_shape(shape, layout: str) -> tuple[int, int, int, int]:
+    """Check x is 4-D with non-empty H and W; return (N, C, H, W) whatever the layout."""
+    if len(shape) != 4:
+        raise ValueError(f"expected 4-D input {_X_LETTERS[layout]} for layout {layout!r}, "
+                         f"got input of shape {tuple(shape)}")
+    N, C, H, W = shape if layout == "NCHW" else (shape[0], shape[3], shape[1], shape[2])
+    if H == 0 or W == 0:
+        raise ValueError(f"expected non-zero H and W in input {_X_LETTERS[layout]}, "
+                         f"got input of shape {tuple(shape)}")
+    return N, C, H, W
+
+
+def check_fits(Hp: int, Wp: int, R: int, S: int, dh: int, dw: int) -> None:
+    """Raise unless the dilated R x S kernel fits in the padded Hp x Wp input."""
+    eff_r, eff_s = dh * (R - 1) + 1, dw * (S - 1) + 1
+    if eff_r > Hp or eff_s > Wp:
+        raise ValueError(f"padded input size per channel is ({Hp} x {Wp}) but the dilated "
+                         f"kernel size is ({eff_r} x {eff_s}); the kernel can't be greater "
+                         f"than the padded input")
+
+
+def same_padding(R: int, S: int, dh: int, dw: int) -> tuple[int, int, int, int]:
+    """'same' padding: total d*(k-1) per axis, the odd extra at the bottom/right (as PyTorch)."""
+    th, tw = dh * (R - 1), dw * (S - 1)
+    return (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+
+
+def make_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
+                 layout="NCHW") -> Problem:
+    """Check the arguments of a convolution and return its `Problem`.
+
+    Args:
+        x: anything with ``.shape`` and ``.dtype``: (N, C, H, W) or (N, H, W, C) by `layout`.
+        w: filter, (K, C/G, R, S) or (K, R, S, C/G) by `layout`.
+        bias: None or (K,).
+        stride, padding, dilation, groups, layout: as in `im2win.conv2d`.
+
+    Returns:
+        The frozen `Problem`.
+
+    Raises:
+        TypeError: a hyper-parameter that is not an int, or an unsupported or mismatched dtype.
+        ValueError: a bad value or shape (the message names the argument, what it got and what
+            it expected).
+    """
+    layout = check_layout(layout)
+    G = check_groups(groups)
+    pad = check_padding_form(padding)
+    sh, sw = check_stride(stride)
+    if pad == "same" and (sh, sw) != (1, 1):
+        raise ValueError(f"padding='same' is not supported for strided convolutions, got "
+                         f"stride={stride!r}")
+    dh, dw = check_dilation(dilation)
+
+    N, C, H, W = check_input_shape(x.shape, layout)
+    if len(w.shape) != 4:
+        raise ValueError(f"expected 4-D weight {_W_LETTERS[layout]} for layout {layout!r}, "
+                         f"got weight of shape {tuple(w.shape)}")
+    dtype = check_dtype("input", x.dtype)
+    if np.dtype(w.dtype) != dtype:
+        raise TypeError(f"input and weight must have the same dtype, got input {dtype} and "
+                        f"weight {np.dtype(w.dtype)}")
+    K, Cg, R, S = w.shape if layout == "NCHW" else (w.shape[0], w.shape[3], w.shape[1],
+                                                    w.shape[2])
+    if K % G != 0 or G > K:
+        raise ValueError(f"out_channels K must be divisible by groups and at least groups, got "
+                         f"K={K} (weight of shape {tuple(w.shape)}) and groups={G}")
+    if Cg * G != C:
+        raise ValueError(f"given groups={G} and weight of shape {tuple(w.shape)}, expected "
+                         f"input of shape {tuple(x.shape)} to have {Cg * G} channels, but got "
+                         f"{C} channels instead")
+    if R == 0 or S == 0:
+        raise ValueError(f"expected a non-empty kernel, got weight of shape {tuple(w.shape)}")
+    if bias is not None:
+        if tuple(bias.shape) != (K,):
+            raise ValueError(f"expected bias of shape ({K},), got bias of shape "
+                             f"{tuple(bias.shape)}")
+        if np.dtype(bias.dtype) != dtype:
+            raise TypeError(f"input and bias must have the same dtype, got input {dtype} and "
+                            f"bias {np.dtype(bias.dtype)}")
+
+    pt, pb, pl, pr = same_padding(R, S, dh, dw) if pad == "same" else pad
+    check_fits(H + pt + pb, W + pl + pr, R, S, dh, dw)
+    return Problem(layout=layout, dtype=dtype, N=N, C=C, H=H, W=W, K=K, R=R, S=S, G=G,
+                   sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pb=pb, pl=pl, pr=pr,
+                   has_bias=bias is not None)
+
+
+def allowed_error(dtype, reduction: int) -> float:
+    """Largest accepted ``max|y - ref| / max|ref|`` against the float64 reference.
+
+    One rounding of the output to `dtype`, plus the accumulation error of a `reduction`-long sum
+    in the accumulator (float32 for float16 and float32, float64 for float64), which grows like
+    sqrt(reduction) for random data.
+    """
+    dtype = np.dtype(dtype)
+    acc = np.float64 if dtype == np.float64 else np.float32
+    return float(np.finfo(dtype).eps + 8 * np.finfo(acc).eps * math.sqrt(max(reduction, 1)))
