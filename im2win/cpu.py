@@ -2,9 +2,8 @@
 
 For each image and each block of output rows, build that block's window tensor (the reference
 `image_to_window` on the few input rows it needs), gather each output pixel's runs into a
-(G, pixels, (C/G)*S*R) matrix in the filter's window order, and multiply by the filter with one
-batched ``matmul`` (float32 accumulation for float16). Extra memory is bounded by the block,
-never the whole batch; blocks never span two images, so an image's result does not depend on
+matrix, and multiply it by the filter with one batched ``matmul`` (float32 accumulation for
+float16). Extra memory is bounded by the block, never the whole batch; blocks never span two images, so an image's result does not depend on
 which other images share the call (``conv2d(x)[a:b]`` equals ``conv2d(x[a:b])`` bit for bit).
 """
 
@@ -16,7 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from im2win.problem import Problem
 from im2win.reference import image_to_window
 
-# Bytes of the gathered (G, pixels, (C/G)*S*R) matrix per block. Small enough to bound the extra
+# Bytes of the gathered runs matrix per block. Small enough to bound the extra
 # memory at a few blocks of this size, large enough for the GEMM to run at BLAS speed
 # (docs/performance.md, "CPU path").
 BLOCK_BYTES = 16 << 20
@@ -34,13 +33,8 @@ def rows_per_block(prob: Problem) -> int:
 
 
 def filter_matrix(prob: Problem, w: np.ndarray) -> np.ndarray:
-    """w as (G, (C/G)*S*R, K/G) in the window order of `prob.layout`, accumulator dtype."""
-    if prob.layout == "NCHW":
-        w_win = w.transpose(0, 1, 3, 2)                    # (K, C/G, S, R)
-    else:
-        w_win = w.transpose(0, 2, 1, 3)                    # (K, S, R, C/G)
-    w_mat = w_win.reshape(prob.G, prob.Kg, prob.reduction).transpose(0, 2, 1)
-    return np.ascontiguousarray(w_mat, dtype=accumulator(prob.dtype))
+    """w as (G, K/G, (C/G)*R*S) in its own order, a view unless a cast is needed."""
+    return w.reshape(prob.G, prob.Kg, prob.reduction).astype(accumulator(prob.dtype), copy=False)
 
 
 def window_block(prob: Problem, x_image: np.ndarray, p0: int, p1: int) -> np.ndarray:
@@ -60,23 +54,29 @@ def window_block(prob: Problem, x_image: np.ndarray, p0: int, p1: int) -> np.nda
 
 
 def gather_runs(prob: Problem, x_win: np.ndarray) -> np.ndarray:
-    """Each output pixel's reduction runs as rows of a (G, pixels, (C/G)*S*R) matrix."""
+    """Gather each output pixel's window runs into a matrix for one GEMM with the filter.
+
+    Returns (G, (C/G)*R*S, pixels) for NCHW, so that the GEMM yields (K/G, pixels) rows of y
+    and the copy runs along output columns; (G, pixels, R*S*(C/G)) for NHWC, whose runs end
+    in contiguous channels. The reduction is in w's own order, so w needs no reordered copy.
+    """
     G, Cg, R, S, Q = prob.G, prob.Cg, prob.R, prob.S, prob.Q
     span = prob.dw * (S - 1) + 1
+    acc = accumulator(prob.dtype)
     if prob.layout == "NCHW":
         rows = x_win.shape[2]
         cols = x_win.reshape(G, Cg, rows, prob.Wp, R)
         # Window columns m = q*sw + s*dw: (G, Cg, rows, Q, R, S), a view.
         runs = sliding_window_view(cols, span, axis=3)[:, :, :, ::prob.sw, :, ::prob.dw]
-        runs = runs[:, :, :, :Q].transpose(0, 2, 3, 1, 5, 4)     # (G, rows, Q, Cg, S, R)
-    else:
-        rows = x_win.shape[1]
-        cols = x_win.reshape(rows, prob.Wp, R, G, Cg)
-        runs = sliding_window_view(cols, span, axis=1)[:, ::prob.sw, :, :, :, ::prob.dw]
-        runs = runs[:, :Q].transpose(3, 0, 1, 5, 2, 4)           # (G, rows, Q, S, R, Cg)
-    out = np.empty((G, rows * Q, prob.reduction), accumulator(prob.dtype))
-    out.reshape(runs.shape)[...] = runs
-    return out
+        out = np.empty((G, Cg, R, S, rows, Q), acc)
+        out[...] = runs.transpose(0, 1, 4, 5, 2, 3)
+        return out.reshape(G, prob.reduction, rows * Q)
+    rows = x_win.shape[1]
+    cols = x_win.reshape(rows, prob.Wp, R, G, Cg)
+    runs = sliding_window_view(cols, span, axis=1)[:, ::prob.sw, :, :, :, ::prob.dw]
+    out = np.empty((G, rows, Q, R, S, Cg), acc)                 # runs: (rows, Q, R, G, Cg, S)
+    out[...] = runs.transpose(3, 0, 1, 2, 5, 4)
+    return out.reshape(G, rows * Q, prob.reduction)
 
 
 def conv2d(prob: Problem, x: np.ndarray, w: np.ndarray, bias, y: np.ndarray) -> np.ndarray:
@@ -87,19 +87,23 @@ def conv2d(prob: Problem, x: np.ndarray, w: np.ndarray, bias, y: np.ndarray) -> 
         x, w, bias: NumPy arrays of `prob`'s shapes and dtype.
         y: output, ``prob.y_shape``, written entirely.
     """
-    w_mat = filter_matrix(prob, w)                                 # (G, reduction, K/G)
-    b = None if bias is None else bias.astype(w_mat.dtype).reshape(prob.G, 1, prob.Kg)
+    w_mat = filter_matrix(prob, w)                                 # (G, K/G, reduction)
+    b = None if bias is None else bias.astype(w_mat.dtype)
     block = rows_per_block(prob)
     for n in range(prob.N):
         for p0 in range(0, prob.P, block):
             p1 = min(prob.P, p0 + block)
-            x_win = window_block(prob, x[n:n + 1], p0, p1)
-            y_block = np.matmul(gather_runs(prob, x_win), w_mat)   # (G, rows*Q, K/G)
-            if b is not None:
-                y_block += b
-            y_block = y_block.reshape(prob.G, p1 - p0, prob.Q, prob.Kg)
+            runs = gather_runs(prob, window_block(prob, x[n:n + 1], p0, p1))
             if prob.layout == "NCHW":
-                y[n, :, p0:p1, :] = y_block.transpose(0, 3, 1, 2).reshape(prob.K, p1 - p0, prob.Q)
+                y_block = np.matmul(w_mat, runs)                     # (G, K/G, pixels)
+                y_block = y_block.reshape(prob.K, p1 - p0, prob.Q)
+                if b is not None:
+                    y_block += b[:, None, None]
+                y[n, :, p0:p1, :] = y_block
             else:
-                y[n, p0:p1, :, :] = y_block.transpose(1, 2, 0, 3).reshape(p1 - p0, prob.Q, prob.K)
+                y_block = np.matmul(runs, w_mat.transpose(0, 2, 1))  # (G, pixels, K/G)
+                y_block = y_block.transpose(1, 0, 2).reshape(p1 - p0, prob.Q, prob.K)
+                if b is not None:
+                    y_block += b
+                y[n, p0:p1, :, :] = y_block
     return y

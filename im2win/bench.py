@@ -1,0 +1,256 @@
+"""The main job: time im2win on the twelve benchmark layers, check every result, print a table.
+
+``python -m im2win [bench] [--layers cv1,cv5] [--batch N] [--dtype float32] [--layout NCHW]
+[--device auto|cpu|gpu] [--compare] [--json PATH]``
+
+Every row times what a user pays for (the window transform, padding, layout copies, allocation)
+after a warm-up call, as the median of repeated runs, and counts FLOPs as 2*N*K*P*Q*(C/G)*R*S
+whatever the algorithm does. Extra memory is the peak allocated during one call, less the output.
+Each result is compared, on a sample of images, with the float64 reference on the same inputs;
+the exit status is 1 if any is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+import im2win
+from im2win import baselines, cuda, reference
+from im2win.layers import LAYERS, Layer
+from im2win.problem import allowed_error, make_problem
+
+# Default CPU batch: the twelve layers then take about a minute on 2 cores, checks included
+# (docs/performance.md, "CPU path").
+CPU_BATCH = 2
+GPU_BATCH = 128
+
+
+class CPU:
+    """Host timing (perf_counter) and host memory (tracemalloc, which NumPy reports to)."""
+
+    name = "cpu"
+
+    @staticmethod
+    def asarray(a):
+        return a
+
+    @staticmethod
+    def to_host(a):
+        return a
+
+    @staticmethod
+    def time(fn, min_runs=3, max_runs=20, min_seconds=0.5) -> float:
+        """Median seconds of `fn()` after one warm-up call."""
+        fn()
+        runs, start = [], time.perf_counter()
+        while len(runs) < min_runs or (len(runs) < max_runs
+                                       and time.perf_counter() - start < min_seconds):
+            t0 = time.perf_counter()
+            fn()
+            runs.append(time.perf_counter() - t0)
+        return statistics.median(runs)
+
+    @staticmethod
+    def extra_memory(fn) -> int:
+        """Peak bytes allocated during `fn()` beyond what it returns."""
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            y = fn()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        return max(0, peak - before - y.nbytes)
+
+
+def select_device(name: str):
+    """Return the device object for "cpu", "gpu" or "auto" (the best one available)."""
+    if name == "gpu" or (name == "auto" and cuda.is_available()):
+        raise NotImplementedError("the GPU path of im2win is not implemented yet; use --device "
+                                  "cpu" + (" (a GPU is visible)" if cuda.is_available() else ""))
+    return CPU
+
+
+def implementations(device, compare: bool) -> dict:
+    """The callables to time, by name: im2win, then the baselines on the same device."""
+    impls = {"im2win": im2win.conv2d}
+    if compare:
+        impls["im2col+gemm"] = baselines.im2col_gemm
+    return impls
+
+
+def make_inputs(layer: Layer, batch: int, dtype: str, layout: str, seed: int = 0):
+    """Random x, w of `layer` (uniform in [-1, 1), never zeros) on the host, in `dtype`."""
+    rng = np.random.default_rng(seed)
+    x_shape, w_shape = layer.shapes(batch, layout)
+    x = rng.uniform(-1, 1, x_shape).astype(dtype)
+    w = rng.uniform(-1, 1, w_shape).astype(dtype)
+    return x, w
+
+
+@dataclasses.dataclass
+class Row:
+    """One measured (layer, implementation)."""
+
+    layer: str
+    impl: str
+    x_shape: tuple
+    w_shape: tuple
+    stride: int
+    gflop: float
+    time_ms: float
+    tflops: float
+    extra_bytes: int
+    rel_error: float
+    allowed_error: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rel_error <= self.allowed_error     # False for NaN too
+
+
+def relative_error(y, ref) -> float:
+    """max|y - ref| / max|ref| in float64 (NaN if y has a NaN or Inf where ref has none)."""
+    y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
+    scale = max(float(np.max(np.abs(ref), initial=0.0)), np.finfo(np.float64).tiny)
+    return float(np.max(np.abs(y - ref), initial=0.0)) / scale
+
+
+def sample_images(batch: int) -> list[int]:
+    """Images whose outputs are checked: the first and the last."""
+    return sorted({0, batch - 1})
+
+
+def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compare: bool):
+    """Measure every implementation on one layer; return its rows."""
+    x_host, w_host = make_inputs(layer, batch, dtype, layout)
+    x, w = device.asarray(x_host), device.asarray(w_host)
+    prob = make_problem(x, w, stride=layer.stride, layout=layout)
+    sample = sample_images(batch)
+    ref = reference.conv2d(x_host[sample].astype(np.float64), w_host.astype(np.float64),
+                           stride=layer.stride, layout=layout)
+    rows = []
+    for impl, fn in implementations(device, compare).items():
+        def call():
+            return fn(x, w, stride=layer.stride, layout=layout)
+        y = device.to_host(call())[sample]
+        seconds = device.time(call)
+        rows.append(Row(
+            layer=layer.name, impl=impl, x_shape=tuple(x.shape), w_shape=tuple(w.shape),
+            stride=layer.stride, gflop=prob.flops / 1e9, time_ms=seconds * 1e3,
+            tflops=prob.flops / seconds / 1e12, extra_bytes=device.extra_memory(call),
+            rel_error=relative_error(y, ref), allowed_error=allowed_error(dtype, prob.reduction)))
+    return rows
+
+
+def progress(done: int, total: int, label: str) -> None:
+    """Draw a progress bar on stderr when it is a terminal."""
+    if not sys.stderr.isatty():
+        return
+    width = 30
+    filled = width * done // total
+    end = "\n" if done == total else ""
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<8}{end}")
+    sys.stderr.flush()
+
+
+def format_table(rows: list[Row]) -> str:
+    """Rows as an aligned text table, then the geometric-mean TFLOPS of each implementation."""
+    head = ("layer", "impl", "x", "w", "s", "GFLOP", "ms", "TFLOPS", "extra MiB", "rel err",
+            "ok")
+    body = [(r.layer, r.impl, "x".join(map(str, r.x_shape)), "x".join(map(str, r.w_shape)),
+             str(r.stride), f"{r.gflop:.2f}", f"{r.time_ms:.3f}", f"{r.tflops:.4f}",
+             f"{r.extra_bytes / 2**20:.1f}", f"{r.rel_error:.1e}", "yes" if r.ok else "NO")
+            for r in rows]
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(cell.rjust(wd) for cell, wd in zip(line, widths)) for line in [head, *body]]
+    lines.insert(1, "  ".join("-" * wd for wd in widths))
+    for impl in dict.fromkeys(r.impl for r in rows):
+        tflops = [r.tflops for r in rows if r.impl == impl]
+        geomean = math.exp(sum(map(math.log, tflops)) / len(tflops))
+        lines.append(f"geometric mean, {impl}: {geomean:.4f} TFLOPS over {len(tflops)} layers")
+    return "\n".join(lines)
+
+
+def machine_info(device) -> dict:
+    info = {"device": device.name, "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "im2win": im2win.__version__}
+    return info
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m im2win",
+        description="Time im2win on the twelve benchmark layers, check each result against "
+                    "the float64 reference, and print a table.")
+    parser.add_argument("command", nargs="?", default="bench", choices=["bench"],
+                        help="what to run (only 'bench', the default)")
+    parser.add_argument("--layers", default=",".join(LAYERS),
+                        help="comma-separated layer names (default: all twelve)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help=f"images per call (default: {GPU_BATCH} on the GPU, {CPU_BATCH} on "
+                             f"the CPU)")
+    parser.add_argument("--dtype", default="float32", choices=["float16", "float32", "float64"])
+    parser.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
+                        help="where to run (default: the GPU when CuPy sees one, else the CPU)")
+    parser.add_argument("--compare", action="store_true",
+                        help="also time the baselines on the same device (im2col+GEMM; cuDNN "
+                             "through PyTorch on the GPU when available)")
+    parser.add_argument("--json", metavar="PATH", help="also write every number to this file")
+    args = parser.parse_args(argv)
+    names = [name.strip() for name in args.layers.split(",") if name.strip()]
+    unknown = [name for name in names if name not in LAYERS]
+    if unknown or not names:
+        parser.error(f"unknown layer(s) {unknown}; choose from {', '.join(LAYERS)}")
+    args.layers = names
+    if args.batch is not None and args.batch <= 0:
+        parser.error("--batch must be positive")
+    return args
+
+
+def main(argv=None) -> int:
+    """Run the benchmark; return 0 if every result is correct, 1 otherwise."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        device = select_device(args.device)
+    except NotImplementedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    batch = args.batch or (GPU_BATCH if device.name == "gpu" else CPU_BATCH)
+    print(f"im2win {im2win.__version__} on {device.name}: batch {batch}, {args.dtype}, "
+          f"{args.layout}; median time after warm-up, everything a call allocates included")
+    rows = []
+    for i, name in enumerate(args.layers):
+        progress(i, len(args.layers), name)
+        rows += bench_layer(LAYERS[name], batch, args.dtype, args.layout, device, args.compare)
+    progress(len(args.layers), len(args.layers), "done")
+    print(format_table(rows))
+    wrong = [f"{r.layer}/{r.impl}" for r in rows if not r.ok]
+    print(f"{len(rows) - len(wrong)} of {len(rows)} results correct"
+          + (f"; WRONG: {', '.join(wrong)}" if wrong else ""))
+    if args.json:
+        record = {"command": "python -m im2win " + " ".join(sys.argv[1:] if argv is None
+                                                            else argv),
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "batch": batch, "dtype": args.dtype, "layout": args.layout,
+                  "machine": machine_info(device),
+                  "rows": [dict(dataclasses.asdict(r), ok=r.ok) for r in rows]}
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+    return 1 if wrong else 0
