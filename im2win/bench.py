@@ -29,11 +29,12 @@ import numpy as np
 import im2win
 from im2win import baselines, cuda, reference
 from im2win.layers import LAYERS, Layer
-from im2win.problem import allowed_error, make_problem
+from im2win.problem import make_problem
+from im2win.testing import allowed_error, relative_error
 
 # Default CPU batch: the twelve layers then take about a minute on 2 cores, checks included
 # (docs/performance.md, "CPU path").
-CPU_BATCH = 2
+CPU_BATCH = 8
 GPU_BATCH = 128
 
 
@@ -120,13 +121,6 @@ class Row:
     @property
     def ok(self) -> bool:
         return self.rel_error <= self.allowed_error     # False for NaN too
-
-
-def relative_error(y, ref) -> float:
-    """max|y - ref| / max|ref| in float64 (NaN if y has a NaN or Inf where ref has none)."""
-    y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
-    scale = max(float(np.max(np.abs(ref), initial=0.0)), np.finfo(np.float64).tiny)
-    return float(np.max(np.abs(y - ref), initial=0.0)) / scale
 
 
 def sample_images(batch: int) -> list[int]:

@@ -11,7 +11,6 @@ divisibility, channel match, bias shape, kernel against padded input.
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 
 import numpy as np
@@ -284,15 +283,3 @@ def make_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
     return Problem(layout=layout, dtype=dtype, N=N, C=C, H=H, W=W, K=K, R=R, S=S, G=G,
                    sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pb=pb, pl=pl, pr=pr,
                    has_bias=bias is not None)
-
-
-def allowed_error(dtype, reduction: int) -> float:
-    """Largest accepted ``max|y - ref| / max|ref|`` against the float64 reference.
-
-    One rounding of the output to `dtype`, plus the accumulation error of a `reduction`-long sum
-    in the accumulator (float32 for float16 and float32, float64 for float64), which grows like
-    sqrt(reduction) for random data.
-    """
-    dtype = np.dtype(dtype)
-    acc = np.float64 if dtype == np.float64 else np.float32
-    return float(np.finfo(dtype).eps + 8 * np.finfo(acc).eps * math.sqrt(max(reduction, 1)))

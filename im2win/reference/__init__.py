@@ -141,18 +141,25 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     w_win = filter_to_window(w.astype(np.float64), layout=layout)
     # Window column under output column q and filter column s.
     m = np.arange(Q)[:, None] * prob.sw + np.arange(S)[None, :] * prob.dw            # (Q, S)
+    # Image by image, so that an image's result never depends on the rest of the batch.
     if layout == "NCHW":
-        runs = x_win.reshape(N, G, Cg, P, prob.Wp, R)[:, :, :, :, m, :]            # (N,G,Cg,P,Q,S,R)
+        runs = x_win.reshape(N, G, Cg, P, prob.Wp, R)[:, :, :, :, m, :]          # (N,G,Cg,P,Q,S,R)
         runs = runs.reshape(N, G, Cg, P, Q, S * R)
-        y = np.einsum("ngcpqt,gkct->ngkpq", runs, w_win.reshape(G, Kg, Cg, S * R),
-                      optimize=True).reshape(N, G * Kg, P, Q)
+        w_win = w_win.reshape(G, Kg, Cg, S * R)
+        y = np.empty((N, G * Kg, P, Q))
+        for n in range(N):
+            y[n] = np.einsum("gcpqt,gkct->gkpq", runs[n], w_win,
+                             optimize=True).reshape(G * Kg, P, Q)
         if bias is not None:
             y += bias.astype(np.float64)[:, None, None]
     else:
-        runs = x_win.reshape(N, P, prob.Wp, R, G, Cg)[:, :, m]                     # (N,P,Q,S,R,G,Cg)
+        runs = x_win.reshape(N, P, prob.Wp, R, G, Cg)[:, :, m]                   # (N,P,Q,S,R,G,Cg)
         runs = runs.reshape(N, P, Q, S * R, G, Cg)
-        y = np.einsum("npqtgc,gktc->npqgk", runs, w_win.reshape(G, Kg, S * R, Cg),
-                      optimize=True).reshape(N, P, Q, G * Kg)
+        w_win = w_win.reshape(G, Kg, S * R, Cg)
+        y = np.empty((N, P, Q, G * Kg))
+        for n in range(N):
+            y[n] = np.einsum("pqtgc,gktc->pqgk", runs[n], w_win,
+                             optimize=True).reshape(P, Q, G * Kg)
         if bias is not None:
             y += bias.astype(np.float64)
     return y.astype(prob.dtype)

@@ -1,0 +1,41 @@
+"""Helpers shared by the tests: layout conversion and random problems."""
+
+import numpy as np
+from hypothesis import strategies as st
+
+
+def to_layout(layout, x, w):
+    """NCHW-lettered x (N, C, H, W) and w (K, C/G, R, S) as arrays of `layout`."""
+    if layout == "NCHW":
+        return x, w
+    return x.transpose(0, 2, 3, 1), w.transpose(0, 2, 3, 1)
+
+
+def from_layout(layout, y):
+    """y of `layout` as NCHW (N, K, P, Q)."""
+    return y if layout == "NCHW" else y.transpose(0, 3, 1, 2)
+
+
+def random_arrays(rng, x_shape, w_shape, K, dtype=np.float64, bias=True):
+    """Uniform x, w (and bias) in [-1, 1), rounded to `dtype`."""
+    x = rng.uniform(-1, 1, x_shape).astype(dtype)
+    w = rng.uniform(-1, 1, w_shape).astype(dtype)
+    b = rng.uniform(-1, 1, K).astype(dtype) if bias else None
+    return x, w, b
+
+
+@st.composite
+def problems(draw, max_n=3):
+    """A random valid problem, NCHW-lettered: (x_shape, w_shape, kwargs)."""
+    G = draw(st.integers(1, 3))
+    Cg, Kg = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    R, S = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    pt, pb, pl, pr = (draw(st.integers(0, 2)) for _ in range(4))
+    H = draw(st.integers(max(1, dh * (R - 1) + 1 - pt - pb), 9))
+    W = draw(st.integers(max(1, dw * (S - 1) + 1 - pl - pr), 9))
+    N = draw(st.integers(0, max_n))
+    kwargs = dict(stride=(sh, sw), dilation=(dh, dw), groups=G,
+                  padding=((pt, pb), (pl, pr)))
+    return (N, G * Cg, H, W), (G * Kg, Cg, R, S), kwargs
