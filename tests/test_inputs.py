@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import im2win
 from im2win import baselines, reference
+from helpers import problems, to_layout
 from im2win.problem import make_problem
 
 ENTRY_POINTS = [im2win.conv2d, reference.conv2d, reference.conv2d_direct,
@@ -95,11 +97,12 @@ def test_row10_wrong_sequence_length(conv, name, value):
         call(conv, groups=2, **{name: value})
 
 
-@pytest.mark.parametrize("name", ["stride", "padding", "dilation"])
-@pytest.mark.parametrize("value", [1.5, "2", True, (1, 1.0), None, np.float32(1)])
+# A padding string is row 12's case instead (ValueError unless "valid" or "same").
+@pytest.mark.parametrize("name, value", [
+    (name, value) for name in ("stride", "padding", "dilation")
+    for value in (1.5, "2", True, (1, 1.0), None, np.float32(1))
+    if not (name == "padding" and isinstance(value, str))])
 def test_row11_non_integer_hyper_parameter(conv, name, value):
-    if name == "padding" and isinstance(value, str):
-        pytest.skip("a padding string is row 12's case: ValueError unless 'valid' or 'same'")
     with pytest.raises(TypeError, match=name):
         call(conv, groups=2, **{name: value})
 
@@ -216,3 +219,34 @@ def test_same_padding_puts_the_odd_extra_at_the_bottom_right():
                         dilation=(1, 3))
     assert (prob.pt, prob.pb, prob.pl, prob.pr) == (1, 2, 1, 2)
     assert (prob.P, prob.Q) == (9, 9)
+
+
+# One corruption of an otherwise valid call, and the error it must raise.
+CORRUPTIONS = [
+    (dict(groups=0), ValueError), (dict(groups=1.0), TypeError),
+    (dict(stride=-1), ValueError), (dict(stride=(1, 2, 3)), ValueError),
+    (dict(stride="1"), TypeError), (dict(padding=-3), ValueError),
+    (dict(padding="zero"), ValueError), (dict(padding=0.5), TypeError),
+    (dict(dilation=0), ValueError), (dict(dilation=(1, False)), TypeError),
+    (dict(layout="HWCN"), ValueError), (dict(x_rank=3), ValueError), (dict(w_rank=5), ValueError),
+    (dict(x_channels=1), ValueError), (dict(bias_len=1), ValueError),
+    (dict(w_dtype=np.float16), TypeError), (dict(dtype=np.int16), TypeError),
+]
+
+
+@given(problem=problems(), layout=st.sampled_from(["NCHW", "NHWC"]),
+       corruption=st.sampled_from(CORRUPTIONS), conv=st.sampled_from(ENTRY_POINTS))
+def test_every_invalid_case_raises_the_right_error(problem, layout, corruption, conv):
+    x_shape, w_shape, kwargs = problem
+    bad, error = corruption
+    dtype = bad.get("dtype", np.float32)
+    x = np.ones(x_shape[:1] + (x_shape[1] + bad.get("x_channels", 0),) + x_shape[2:], dtype)
+    x, w = to_layout(layout, x, np.ones(w_shape, bad.get("w_dtype", dtype)))
+    x = np.ones(x.shape[1:], x.dtype) if "x_rank" in bad else x
+    w = w[None] if "w_rank" in bad else w
+    bias = np.ones(w_shape[0] + bad.get("bias_len", 0), dtype)
+    kwargs = kwargs | {k: v for k, v in bad.items() if k in ("groups", "stride", "padding",
+                                                              "dilation", "layout")}
+    kwargs.setdefault("layout", layout)
+    with pytest.raises(error):
+        conv(x, w, bias, **kwargs)
