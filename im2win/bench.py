@@ -42,6 +42,11 @@ class CPU:
     """Host timing (perf_counter) and host memory (tracemalloc, which NumPy reports to)."""
 
     name = "cpu"
+    batch = CPU_BATCH
+
+    @staticmethod
+    def sync():
+        """Wait for queued work (none on the CPU)."""
 
     @staticmethod
     def asarray(a):
@@ -128,11 +133,16 @@ def sample_images(batch: int) -> list[int]:
     return sorted({0, batch - 1})
 
 
-def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compare: bool):
-    """Measure every implementation on one layer; return its rows."""
+def prepare(layer: Layer, batch: int, dtype: str, layout: str, device):
+    """Random inputs of `layer` on `device`; return (problem, host x, host w, device x, device w)."""
     x_host, w_host = make_inputs(layer, batch, dtype, layout)
     x, w = device.asarray(x_host), device.asarray(w_host)
-    prob = make_problem(x, w, stride=layer.stride, layout=layout)
+    return make_problem(x, w, stride=layer.stride, layout=layout), x_host, w_host, x, w
+
+
+def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compare: bool):
+    """Measure every implementation on one layer; return its rows."""
+    prob, x_host, w_host, x, w = prepare(layer, batch, dtype, layout, device)
     sample = sample_images(batch)
     ref = reference.conv2d(x_host[sample].astype(np.float64), w_host.astype(np.float64),
                            stride=layer.stride, layout=layout)
@@ -226,7 +236,7 @@ def main(argv=None) -> int:
     except NotImplementedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    batch = args.batch or (GPU_BATCH if device.name == "gpu" else CPU_BATCH)
+    batch = args.batch or device.batch
     print(f"im2win {im2win.__version__} on {device.name}: batch {batch}, {args.dtype}, "
           f"{args.layout}; median time after warm-up, everything a call allocates included")
     rows = []

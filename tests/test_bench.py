@@ -1,0 +1,96 @@
+"""The benchmark command and the asv suite: they run, check results, and report failures."""
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from im2win import bench, cuda
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_bench_prints_a_checked_table_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    status = bench.main(["--layers", "cv12,cv7", "--batch", "2", "--device", "cpu",
+                         "--compare", "--layout", "NHWC", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "4 of 4 results correct" in out and "geometric mean, im2col+gemm" in out
+    record = json.loads(path.read_text())
+    assert record["batch"] == 2 and record["layout"] == "NHWC"
+    assert [(r["layer"], r["impl"]) for r in record["rows"]] == [
+        ("cv12", "im2win"), ("cv12", "im2col+gemm"), ("cv7", "im2win"), ("cv7", "im2col+gemm")]
+    for row in record["rows"]:
+        assert row["ok"] and row["rel_error"] <= row["allowed_error"]
+        assert row["tflops"] == pytest.approx(row["gflop"] / row["time_ms"], rel=1e-9)
+        assert row["extra_bytes"] >= 0
+
+
+def test_bench_fails_on_a_wrong_result(monkeypatch, capsys):
+    def off_by_a_little(x, w, **kwargs):
+        y = bench.im2win.conv2d(x, w, **kwargs)
+        y[0, 0, 0, 0] += 1e-3 * np.abs(y).max()
+        return y
+    monkeypatch.setattr(bench, "implementations",
+                        lambda device, compare: {"im2win": off_by_a_little})
+    assert bench.main(["--layers", "cv12", "--batch", "1", "--device", "cpu"]) == 1
+    assert "WRONG: cv12/im2win" in capsys.readouterr().out
+
+
+def test_cpu_extra_memory_counts_temporaries_not_the_result():
+    assert bench.CPU.extra_memory(lambda: np.ones(1 << 20)) < 4096
+    def temporary():
+        np.ones(1 << 20).sum()
+        return np.ones(8)
+    assert bench.CPU.extra_memory(temporary) >= 8 << 20
+
+
+@pytest.mark.parametrize("argv", [["--layers", "cv13"], ["--batch", "0"], ["--dtype", "int8"],
+                                  ["--device", "tpu"], ["run"]])
+def test_bench_rejects_bad_options(argv):
+    with pytest.raises(SystemExit) as err:
+        bench.main(argv)
+    assert err.value.code == 2
+
+
+@pytest.mark.skipif(cuda.is_available(), reason="checks the message shown without a GPU path")
+def test_bench_gpu_request_is_refused_clearly(capsys):
+    assert bench.main(["--device", "gpu"]) == 2
+    assert "GPU path of im2win is not implemented" in capsys.readouterr().err
+
+
+def test_module_entry_point_runs():
+    result = subprocess.run([sys.executable, "-m", "im2win", "--help"], capture_output=True,
+                            text=True, check=True)
+    assert "--compare" in result.stdout
+
+
+def load_asv_suite():
+    path = ROOT / "asv_benchmarks" / "benchmarks" / "conv2d.py"
+    spec = importlib.util.spec_from_file_location("asv_conv2d", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_asv_config_uses_the_existing_environment():
+    text = (ROOT / "asv_benchmarks" / "asv.conf.json").read_text()
+    assert '"environment_type": "existing"' in text
+
+
+def test_asv_suite_runs_a_cpu_case_and_skips_gpu_without_one():
+    suite = load_asv_suite().Conv2dLayers()
+    args = ("cv12", "float16", "NHWC", "cpu")
+    suite.setup(*args)
+    suite.time_conv2d(*args)
+    assert suite.track_tflops(*args) > 0
+    assert suite.track_extra_memory(*args) >= 0
+    assert suite.track_tflops.unit == "TFLOPS" and suite.track_extra_memory.unit == "bytes"
+    if not cuda.is_available():
+        with pytest.raises(NotImplementedError):
+            suite.setup("cv12", "float32", "NCHW", "gpu")
