@@ -157,6 +157,7 @@ def test_zero_channels_give_bias(layout):
     np.testing.assert_array_equal(y, np.broadcast_to(b[:, None, None], y.shape))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_nan_and_inf_propagate_as_in_reference(rng, layout):
     """INPUTS.md row 27."""
