@@ -21,8 +21,10 @@ the float64 reference (first and last image of the batch).
 """
 
 CPU_NOTES = """
-The CPU path builds the window tensor a block of output rows at a time and multiplies it by the
-filter with BLAS, so its extra memory stays at a few blocks (`im2win.cpu.BLOCK_BYTES`, 16 MiB of
+The CPU path builds the window tensor a block of output rows at a time, gathers each output
+pixel's runs from it into a matrix (an im2col of the block: BLAS needs a plain matrix, and the
+window makes that gather a copy of contiguous runs), and multiplies it by the filter with BLAS.
+So its extra memory stays at a few blocks (`im2win.cpu.BLOCK_BYTES`, 16 MiB of
 gathered runs) whatever the batch, while im2col+GEMM unrolls the whole batch, so its extra
 memory grows linearly with the batch. Where im2win is slower (the 7x7 to 14x14 images), each image's GEMM is small: blocks never span two images, by design, so that an image's
 result is bit-for-bit independent of the batch it is in (`conv2d(x)[a:b] == conv2d(x[a:b])`).
@@ -58,10 +60,28 @@ def cpu_section(record):
     return "\n".join(lines)
 
 
+def block_section(record):
+    """The BLOCK_BYTES sweep: time and extra memory per block size, by layer."""
+    sizes = sorted({r["block_mib"] for r in record["rows"]})
+    lines = ["### Block size (`im2win.cpu.BLOCK_BYTES`)", "",
+             f"`{record['command']}` on {record['date'][:10]}, float32 NCHW, batch "
+             f"{record['batch']}: milliseconds / extra MiB per call.", "",
+             "| layer | " + " | ".join(f"{s} MiB" for s in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+    for layer in dict.fromkeys(r["layer"] for r in record["rows"]):
+        cells = {r["block_mib"]: r for r in record["rows"] if r["layer"] == layer}
+        lines.append(f"| {layer} | " + " | ".join(
+            f"{cells[s]['time_ms']:.1f} / {cells[s]['extra_bytes'] / 2**20:.1f}"
+            for s in sizes) + " |")
+    return "\n".join(lines)
+
+
 def main():
-    records = [json.loads(p.read_text()) for p in sorted((DOCS / "data").glob("cpu-*.json"))]
+    data = DOCS / "data"
+    records = [json.loads(p.read_text()) for p in sorted(data.glob("cpu-float*.json"))]
     page = [INTRO, "## CPU path (NumPy + BLAS) against NumPy im2col+GEMM", CPU_NOTES]
     page += [cpu_section(r) + "\n" for r in records]
+    page.append(block_section(json.loads((data / "cpu-block-bytes.json").read_text())) + "\n")
     page.append("## GPU\n\nThe GPU path is not implemented yet; its numbers will be recorded "
                 "here by the GPU issues.\n")
     (DOCS / "performance.md").write_text("\n".join(page))

@@ -6,7 +6,7 @@ this package never needs CuPy or a GPU.
 """
 
 from im2win.api import conv2d
-from im2win.problem import Problem, make_problem
+from im2win.problem import Problem
 
-__all__ = ["conv2d", "Problem", "make_problem"]
+__all__ = ["conv2d", "Problem"]
 __version__ = "0.1.0"

@@ -6,8 +6,11 @@ import sys
 
 import numpy as np
 
-from im2win import cpu
+from im2win import baselines, cpu
+from im2win.cuda.plan import check_algorithm, check_options, check_workspace_limit
 from im2win.problem import make_problem
+
+CPU_ALGORITHMS = ("auto", "im2win", "im2col_gemm")
 
 
 def _on_gpu(a) -> bool:
@@ -30,7 +33,14 @@ def _same_device(x, w, bias, out) -> bool:
     return bool(gpu)
 
 
+def _native(a) -> np.ndarray:
+    """a as a NumPy array in native byte order (a copy only if it was byte-swapped)."""
+    a = np.asarray(a)
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
 def _check_out(out, prob, xp, inputs):
+    """Check `out` against the problem and the inputs (x, w, bias); raise if unusable."""
     if not isinstance(out, xp.ndarray):
         raise TypeError(f"out must be a {xp.__name__}.ndarray like the inputs, got "
                         f"{type(out).__name__}")
@@ -39,13 +49,33 @@ def _check_out(out, prob, xp, inputs):
     if out.dtype != prob.dtype:
         raise TypeError(f"out has dtype {out.dtype}, expected {prob.dtype} (the input's dtype)")
     if xp is np and not out.flags.writeable:
-        raise ValueError("out is read-only")
-    if any(a is not None and xp.may_share_memory(out, a) for a in inputs):
-        raise ValueError("out must not overlap x, w or bias")
+        raise ValueError("out is read-only; expected a writeable array")
+    for name, a in zip(("x", "w", "bias"), inputs):
+        if a is not None and xp.may_share_memory(out, a):
+            raise ValueError(f"out overlaps {name}; out must not share memory with an input")
+
+
+def checked_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
+                    layout="NCHW", gpu_only=False):
+    """Check a call's arrays and arguments; return (problem, x, w, bias) ready for a path.
+
+    Array-likes become NumPy arrays unless an argument is a CuPy array, in which case all must
+    be, on one device (`gpu_only` requires that).
+    """
+    on_gpu = _same_device(x, w, bias, None)
+    if gpu_only and not on_gpu:
+        raise TypeError("expected CuPy arrays (this function runs on the GPU), got NumPy "
+                        "arrays or array-likes")
+    if not on_gpu:
+        x, w = _native(x), _native(w)
+        bias = None if bias is None else _native(bias)
+    prob = make_problem(x, w, bias, stride=stride, padding=padding, dilation=dilation,
+                        groups=groups, layout=layout)
+    return prob, x, w, bias
 
 
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
-           out=None):
+           out=None, algorithm="auto", options=None, workspace_limit=None):
     """Convolve (cross-correlate, as deep-learning frameworks do) a batch of images with filters.
 
     ``y[n,k,p,q] = bias[k] + sum_{c<C/G, r<R, s<S} xp[n, g*C/G + c, p*sh + r*dh, q*sw + s*dw] *
@@ -63,6 +93,13 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         groups: G; C and K must be multiples of it.
         layout: "NCHW" or "NHWC", for x, w and y alike.
         out: optional array of y's shape, dtype and device to write the result into.
+        algorithm: "auto" (the planner's choice, or `im2win.cuda.autotune`'s winner),
+            "im2win_fused" (window tiles built in shared memory from x, no extra memory),
+            "im2win" (the window tensor materialised, then convolved), "direct" or
+            "im2col_gemm". On the CPU: "auto" or "im2win" (the window path) or "im2col_gemm".
+        options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
+        workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
+            processed in chunks of whole images to respect it); None for the whole batch.
 
     Returns:
         y: (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC", with x's dtype (float16, float32
@@ -71,8 +108,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     Raises:
         TypeError: non-integer hyper-parameters, unsupported or mismatched dtypes, arrays on
             different devices, a bad `out` type or dtype.
-        ValueError: bad values or shapes (see INPUTS.md for the full list).
-        NotImplementedError: CuPy arrays, until the GPU path lands.
+        ValueError: bad values or shapes (see INPUTS.md for the full list), an unknown
+            algorithm, or an option the chosen device does not take.
 
     Example:
         >>> import numpy as np, im2win
@@ -83,19 +120,33 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         (2, 6, 6, 4)
     """
     on_gpu = _same_device(x, w, bias, out)
-    if not on_gpu:
-        x, w = np.asarray(x), np.asarray(w)
-        bias = None if bias is None else np.asarray(bias)
-    prob = make_problem(x, w, bias, stride=stride, padding=padding, dilation=dilation,
-                        groups=groups, layout=layout)
+    prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
+                                       dilation=dilation, groups=groups, layout=layout)
+    algorithm = check_algorithm(algorithm)
+    options = None if options is None else check_options(options)
+    workspace_limit = check_workspace_limit(workspace_limit)
     if on_gpu:
         import cupy
+        from im2win import cuda
         if out is not None:
             _check_out(out, prob, cupy, (x, w, bias))
-        raise NotImplementedError("the GPU path of im2win.conv2d is not implemented yet; "
-                                  "pass NumPy arrays to run on the CPU")
+        return cuda.conv2d(prob, x, w, bias, out, algorithm=algorithm, options=options,
+                           workspace_limit=workspace_limit)
+    if algorithm not in CPU_ALGORITHMS:
+        raise ValueError(f"algorithm {algorithm!r} runs on the GPU only; with NumPy arrays use "
+                         f"one of {', '.join(map(repr, CPU_ALGORITHMS))}")
+    if options is not None or workspace_limit is not None:
+        raise ValueError("options and workspace_limit apply to the GPU kernels only; pass "
+                         "CuPy arrays to use them")
     if out is not None:
         _check_out(out, prob, np, (x, w, bias))
+    if algorithm == "im2col_gemm":
+        y = baselines.im2col_gemm(x, w, bias, stride=stride, padding=padding,
+                                  dilation=dilation, groups=groups, layout=layout)
+        if out is None:
+            return y
+        out[...] = y
+        return out
     y = np.empty(prob.y_shape, prob.dtype) if out is None else out
     if prob.N == 0:
         return y

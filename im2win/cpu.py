@@ -15,9 +15,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from im2win.problem import Problem
 from im2win.reference import image_to_window
 
-# Bytes of the gathered runs matrix per block. Small enough to bound the extra
-# memory at a few blocks of this size, large enough for the GEMM to run at BLAS speed
-# (docs/performance.md, "CPU path").
+# Bytes of the gathered runs matrix per block: the fastest of 1, 4, 16 and 64 MiB on the layers
+# measured, with extra memory a few blocks (docs/performance.md, "Block size").
 BLOCK_BYTES = 16 << 20
 
 
@@ -41,13 +40,16 @@ def window_block(prob: Problem, x_image: np.ndarray, p0: int, p1: int) -> np.nda
     """The window tensor of output rows p0 <= p < p1 of one image (a 1-image batch)."""
     first = p0 * prob.sh - prob.pt                   # input rows first..last (unpadded coords)
     last = (p1 - 1) * prob.sh + prob.dh * (prob.R - 1) - prob.pt
-    lo = max(first, 0)                               # rows lo..hi lie inside x (maybe none)
-    hi = max(min(last, prob.H - 1), lo - 1)
+    lo, hi = max(first, 0), min(last, prob.H - 1)    # the rows inside x, if any
+    if lo > hi:                                      # the block lies wholly in the padding
+        lo, hi, top, bottom = 0, -1, last - first + 1, 0
+    else:
+        top, bottom = lo - first, last - hi
     pad = [(0, 0)] * 4
     if prob.layout == "NCHW":
-        x_rows, pad[2] = x_image[:, :, lo:hi + 1, :], (lo - first, last - hi)
+        x_rows, pad[2] = x_image[:, :, lo:hi + 1, :], (top, bottom)
     else:
-        x_rows, pad[1] = x_image[:, lo:hi + 1, :, :], (lo - first, last - hi)
+        x_rows, pad[1] = x_image[:, lo:hi + 1, :, :], (top, bottom)
     # The vertical padding goes in first, so a block lying wholly in the padding still works.
     return image_to_window(np.pad(x_rows, pad), prob.R, stride=prob.sh, dilation=prob.dh,
                            padding=((0, 0), (prob.pl, prob.pr)), layout=prob.layout)

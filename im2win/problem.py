@@ -142,6 +142,7 @@ def check_pair(name: str, value) -> tuple[int, int]:
 
 
 def check_groups(groups) -> int:
+    """Return groups as a positive int; raise otherwise."""
     groups = check_int("groups", groups)
     if groups <= 0:
         raise ValueError(f"non-positive groups is not supported, got groups={groups}")
@@ -176,6 +177,7 @@ def check_padding_form(padding) -> str | tuple[int, int, int, int]:
 
 
 def check_stride(stride) -> tuple[int, int]:
+    """Return stride as a pair (sh, sw) of positive ints; raise otherwise."""
     sh, sw = check_pair("stride", stride)
     if sh <= 0 or sw <= 0:
         raise ValueError(f"non-positive stride is not supported, got stride={stride!r}")
@@ -183,6 +185,7 @@ def check_stride(stride) -> tuple[int, int]:
 
 
 def check_dilation(dilation) -> tuple[int, int]:
+    """Return dilation as a pair (dh, dw) of positive ints; raise otherwise."""
     dh, dw = check_pair("dilation", dilation)
     if dh <= 0 or dw <= 0:
         raise ValueError(f"dilation should be greater than zero, got dilation={dilation!r}")
@@ -190,6 +193,7 @@ def check_dilation(dilation) -> tuple[int, int]:
 
 
 def check_dtype(name: str, dtype) -> np.dtype:
+    """Return `dtype` if float16, float32 or float64 (native byte order); raise TypeError otherwise."""
     dtype = np.dtype(dtype)
     if dtype not in DTYPES:
         raise TypeError(f"{name} has dtype {dtype}; supported dtypes are float16, float32 "

@@ -63,6 +63,23 @@ def test_small_blocks_cover_every_row(rng, monkeypatch, layout):
                  prob.reduction)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", [
+    ((1, 1, 1, 1), (1, 1, 1, 1), dict(stride=(3, 1), padding=((2, 0), (0, 0)))),
+    ((1, 3, 2, 5), (2, 3, 3, 3), dict(padding=4)),
+    ((2, 2, 3, 4), (2, 2, 2, 2), dict(padding=((6, 5), (1, 1)), stride=(2, 1), dilation=2)),
+])
+def test_blocks_wholly_inside_the_padding(rng, monkeypatch, layout, x_shape, w_shape, kwargs):
+    """One row per block, some blocks reading only padding rows above or below x."""
+    monkeypatch.setattr(cpu, "BLOCK_BYTES", 1)
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], np.float64)
+    x, w = to_layout(layout, x, w)
+    prob = make_problem(x, w, b, layout=layout, **kwargs)
+    y = im2win.conv2d(x, w, b, layout=layout, out=poisoned_out(prob), **kwargs)
+    assert_close(y, reference.conv2d_direct(x, w, b, layout=layout, **kwargs), np.float64,
+                 prob.reduction)
+
+
 @given(problem=problems(), layout=st.sampled_from(["NCHW", "NHWC"]),
        dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**32 - 1))
 def test_random_problems_match_reference(problem, layout, dtype, seed):
@@ -138,6 +155,24 @@ def test_non_contiguous_inputs(rng, layout):
     channels_last_view = np.ascontiguousarray(x_big.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
     assert_close(im2win.conv2d(channels_last_view, w_big), reference.conv2d(x_big, w_big),
                  np.float32, 8 * 4 * 3)
+    fortran = np.asfortranarray(x_big)
+    assert_close(im2win.conv2d(fortran, np.asfortranarray(w_big)),
+                 reference.conv2d(x_big, w_big), np.float32, 8 * 4 * 3)
+
+
+def test_misaligned_and_byte_swapped_inputs(rng):
+    """A base pointer 2 bytes off float32 alignment, and big-endian data: same answer."""
+    x, w, b = random_arrays(rng, (2, 3, 9, 7), (4, 3, 3, 2), 4, np.float32)
+    raw = np.zeros(x.nbytes + 2, np.uint8)
+    misaligned = np.ndarray(x.shape, np.float32, buffer=raw, offset=2)
+    misaligned[...] = x
+    assert misaligned.ctypes.data % 4 == 2
+    expected = reference.conv2d(x, w, b)
+    assert_close(im2win.conv2d(misaligned, w, b), expected, np.float32, 18)
+    swapped = [a.astype(a.dtype.newbyteorder(">")) for a in (x, w, b)]
+    y = im2win.conv2d(*swapped)
+    assert y.dtype == np.float32 and y.dtype.isnative
+    assert_close(y, expected, np.float32, 18)
 
 
 def test_empty_batch_gives_empty_result():

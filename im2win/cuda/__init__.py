@@ -1,8 +1,19 @@
-"""The GPU side of im2win (CuPy). Importing it never imports CuPy or touches a GPU."""
+"""The GPU side of im2win (CuPy): planning, kernels and autotuning.
+
+Importing this package never imports CuPy or touches a GPU; `conv2d` and `autotune` do, on first
+use. `Options` switches each optimisation of the im2win kernels (for the ablation study).
+"""
 
 from __future__ import annotations
 
 import functools
+
+from im2win.cuda.tuning import ALGORITHMS, TILES, Options
+
+__all__ = ["ALGORITHMS", "TILES", "Options", "autotune", "conv2d", "is_available"]
+
+# Winners of `autotune`, by problem and input strides: {(Problem, strides): (algorithm, tile)}.
+_tuned: dict = {}
 
 
 @functools.cache
@@ -13,3 +24,98 @@ def is_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # no CuPy, no driver, or no device: all mean "no GPU here"
         return False
+
+
+def _prepare(prob, x, w, bias, algorithm, options, workspace_limit, tile=None):
+    """Make w and bias contiguous (w 16-byte aligned where possible); return them and the plan."""
+    import cupy
+    from im2win.cuda import launch, plan as planning
+
+    w = cupy.ascontiguousarray(w)
+    bias = None if bias is None else cupy.ascontiguousarray(bias)
+    x_strides = launch.element_strides(x, prob.layout)
+    if algorithm == "auto" and tile is None and (prob, x_strides) in _tuned:
+        algorithm, tile = _tuned[(prob, x_strides)]
+    sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    plan = planning.make_plan(prob, x_strides=x_strides, w_aligned=w.data.ptr % 16 == 0,
+                              algorithm=algorithm, options=options,
+                              workspace_limit=workspace_limit, tile=tile, sm_count=sm_count)
+    return w, bias, plan
+
+
+def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
+           workspace_limit=None, tile=None):
+    """Run the checked problem `prob` on CuPy arrays; the GPU half of `im2win.conv2d`.
+
+    Args:
+        prob: the `Problem` of x, w, bias (already validated).
+        x, w, bias: CuPy arrays of prob's shapes and dtype, any strides.
+        out: None or a CuPy array of prob.y_shape (checked by the caller).
+        algorithm, options, workspace_limit: as `im2win.conv2d`.
+        tile: force a tile of `TILES` by name (autotuning and tests).
+
+    Returns:
+        y, a new contiguous array or `out`.
+    """
+    import cupy
+    from im2win.cuda import launch
+
+    w, bias, plan = _prepare(prob, x, w, bias, algorithm, options, workspace_limit, tile)
+    contiguous_out = out is not None and out.flags.c_contiguous
+    y = out if contiguous_out else cupy.empty(prob.y_shape, prob.dtype)
+    if prob.N > 0:
+        launch.conv2d(prob, plan, x, w, bias, y)
+    if out is not None and not contiguous_out:
+        out[...] = y
+        return out
+    return y
+
+
+def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
+             algorithms=("im2win_fused", "im2win"), tiles=None, repeat=10):
+    """Time the candidate algorithms and tiles on these arrays; remember the fastest.
+
+    Later `im2win.conv2d` calls with algorithm="auto" on the same problem (shapes, dtype,
+    hyper-parameters, layout and input strides) use the winner. Nothing is tuned implicitly.
+
+    Args:
+        x, w, bias, stride, padding, dilation, groups, layout: as `im2win.conv2d` (CuPy).
+        algorithms: candidates among "im2win_fused", "im2win", "direct", "im2col_gemm".
+        tiles: tile names to try for the im2win algorithms (default: every tile with a
+            register micro-kernel).
+        repeat: timed calls per candidate (after one warm-up call), median taken.
+
+    Returns:
+        A list of (algorithm, tile, milliseconds), fastest first.
+
+    Example:
+        >>> im2win.cuda.autotune(x, w, stride=2)[0]
+        ('im2win_fused', '64x128', 1.93)
+    """
+    import cupy
+    from im2win.api import checked_problem
+    from im2win.cuda import launch
+    from im2win.cuda.tuning import NO_MICRO_KERNEL
+
+    prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
+                                       dilation=dilation, groups=groups, layout=layout,
+                                       gpu_only=True)
+    tiles = tiles or [name for name in TILES if name != NO_MICRO_KERNEL]
+    results = []
+    for algorithm in algorithms:
+        for tile in (tiles if algorithm.startswith("im2win") else [None]):
+            def call():
+                return conv2d(prob, x, w, bias, algorithm=algorithm, tile=tile)
+            call()
+            times = []
+            for _ in range(repeat):
+                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record()
+                call()
+                stop.record()
+                stop.synchronize()
+                times.append(cupy.cuda.get_elapsed_time(start, stop))
+            results.append((algorithm, tile, sorted(times)[len(times) // 2]))
+    results.sort(key=lambda r: r[2])
+    _tuned[(prob, launch.element_strides(x, prob.layout))] = results[0][:2]
+    return results

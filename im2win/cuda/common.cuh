@@ -1,0 +1,35 @@
+// common.cuh: element types and conversions shared by every im2win kernel.
+//
+// No CUDA headers are included, so the same text compiles under CuPy's NVRTC and under nvcc
+// (CI compiles it for sm_80 and sm_90 without a GPU). float16 is carried as its raw 16 bits
+// (CuPy passes a float16 array as a plain pointer) and converted with one PTX instruction.
+// Python concatenates this file in front of each .cu file, because CuPy's kernel cache does not
+// see headers pulled in with #include.
+
+typedef long long i64;
+
+struct half_t {
+  unsigned short bits;
+};
+
+// Accumulator-side view of an element: every kernel loads into Acc and stores from Acc.
+__device__ __forceinline__ float to_acc(float v, float) { return v; }
+__device__ __forceinline__ double to_acc(double v, double) { return v; }
+__device__ __forceinline__ float to_acc(half_t v, float) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+
+template <typename T> __device__ __forceinline__ T from_acc(float v);
+template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
+template <> __device__ __forceinline__ half_t from_acc<half_t>(float v) {
+  half_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+  return h;
+}
+template <typename T> __device__ __forceinline__ T from_acc(double v);
+template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
+
+template <typename A, typename B> struct same_type { static constexpr bool value = false; };
+template <typename A> struct same_type<A, A> { static constexpr bool value = true; };

@@ -1,0 +1,241 @@
+"""Plan a GPU convolution: algorithm, tile, kernel name, launch geometry. Pure: no CuPy here.
+
+`make_plan` turns a checked `Problem` (plus the input's element strides and whether the filter is
+16-byte aligned) into a frozen `Plan` that `im2win.cuda.launch` executes without further
+decisions. Offsets follow spec/im2win.md: an operand address is a pixel term (64-bit, once per
+thread) plus a reduction term (from the __constant__ tables when they fit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from im2win.cuda.tuning import (ALGORITHMS, MAX_TABLE, NO_MICRO_KERNEL, TILES, Options, Tile,
+                                choose_tile)
+from im2win.problem import Problem
+
+CUDA_TYPES = {"float16": ("half_t", "float"), "float32": ("float", "float"),
+              "float64": ("double", "double")}
+INT32_MAX = 2**31 - 1
+MAX_GRID_YZ = 65535
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Everything a launch needs, decided once.
+
+    Attributes:
+        algorithm: "direct", "im2win" (materialised windows), "im2win_fused" or "im2col_gemm".
+        tile: the im2win kernels' tile (None for the others).
+        options: the optimisation switches in force.
+        kernel: the template instantiation to compile (CuPy name expression), or None.
+        chunk: images per launch ("im2win": the window tensor is built for this many at once).
+        geometry: the kernel's Geometry fields for one launch of `chunk` images.
+        tables: whether the reduction offsets go to __constant__ memory.
+        workspace_bytes: extra device memory the plan allocates (the window chunk).
+    """
+
+    algorithm: str
+    tile: Tile | None
+    options: Options
+    kernel: str | None
+    chunk: int
+    geometry: dict
+    tables: bool
+    workspace_bytes: int
+
+    @property
+    def block(self) -> int:
+        return self.tile.threads if self.tile else 256
+
+    def grid(self, images: int, G: int) -> tuple[int, int, int]:
+        """Blocks for `images` images: (pixel tiles, filter tiles, groups)."""
+        pixels = images * self.geometry["PQ"]
+        return (-(-pixels // self.tile.BN), -(-self.geometry["Kg"] // self.tile.BM), G)
+
+
+def check_algorithm(algorithm) -> str:
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm must be a string, got {algorithm!r}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got "
+                         f"{algorithm!r}")
+    return algorithm
+
+
+def check_workspace_limit(limit) -> int | None:
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)):
+        raise TypeError(f"workspace_limit must be an int (bytes) or None, got {limit!r}")
+    if limit < 0:
+        raise ValueError(f"workspace_limit must be non-negative, got {limit}")
+    return int(limit)
+
+
+def check_options(options) -> Options:
+    if options is None:
+        return Options()
+    if not isinstance(options, Options):
+        raise TypeError(f"options must be an im2win.cuda.Options, got {type(options).__name__}")
+    return options
+
+
+def window_bytes(prob: Problem, images: int) -> int:
+    """Bytes of the window tensor of `images` images: images*C*P*Wp*R elements."""
+    return images * prob.C * prob.P * prob.Wp * prob.R * prob.dtype.itemsize
+
+
+def geometry(prob: Problem, fused: bool, images: int, x_strides) -> dict:
+    """The kernel's Geometry for one launch over `images` images.
+
+    Args:
+        fused: read x itself (through `x_strides`, elements, NCHW-lettered (n, c, h, w));
+            otherwise the contiguous window tensor of `images` images.
+    """
+    geo = dict(npix=images * prob.P * prob.Q, K=prob.K, Kg=prob.Kg, red=prob.reduction,
+               PQ=prob.P * prob.Q, Q=prob.Q, sh=prob.sh, sw=prob.sw, pt=prob.pt, pl=prob.pl,
+               H=prob.H, W=prob.W, Cg=prob.Cg, R=prob.R, S=prob.S, dh=prob.dh, dw=prob.dw)
+    if fused:
+        xn, xc, xh, xw = x_strides
+        geo.update(sn=xn, sc=xc, sp=prob.sh * xh, sq=prob.sw * xw, sr=prob.dh * xh,
+                   ss=prob.dw * xw, base0=-(prob.pt * xh + prob.pl * xw))
+    else:
+        WpR = prob.Wp * prob.R
+        if prob.layout == "NCHW":                                 # (N, C, P, Wp*R)
+            geo.update(sn=prob.C * prob.P * WpR, sc=prob.P * WpR, sp=WpR, sq=prob.sw * prob.R,
+                       sr=1, ss=prob.dw * prob.R, base0=0)
+        else:                                                     # (N, P, Wp*R, C)
+            geo.update(sn=prob.P * WpR * prob.C, sc=1, sp=WpR * prob.C,
+                       sq=prob.sw * prob.R * prob.C, sr=prob.C, ss=prob.dw * prob.R * prob.C,
+                       base0=0)
+    geo["sg"] = prob.Cg * geo["sc"]
+    return geo
+
+
+def reduction_taps(prob: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(c, r, s) of every reduction index t, in w's own order (see im2win_conv.cu)."""
+    if prob.layout == "NCHW":
+        c, r, s = np.unravel_index(np.arange(prob.reduction), (prob.Cg, prob.R, prob.S))
+    else:
+        r, s, c = np.unravel_index(np.arange(prob.reduction), (prob.R, prob.S, prob.Cg))
+    return c, r, s
+
+
+def reduction_tables(prob: Problem, geo: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """The __constant__ tables (off(t), (r*dh) << 16 | s*dw), or None when they do not fit."""
+    if prob.reduction > MAX_TABLE:
+        return None
+    c, r, s = reduction_taps(prob)
+    off = c * geo["sc"] + r * geo["sr"] + s * geo["ss"]
+    dr, ds = r * prob.dh, s * prob.dw
+    if np.abs(off).max(initial=0) > INT32_MAX or dr.max(initial=0) > 32767 or \
+            ds.max(initial=0) > 65535:
+        return None
+    return off.astype(np.int32), ((dr << 16) | ds).astype(np.int32)
+
+
+def kernel_name(prob: Problem, fused: bool, tile: Tile, options: Options, tables: bool,
+                vector_filter: bool) -> str:
+    """The CuPy name expression of one im2win_conv instantiation."""
+    T, Acc = CUDA_TYPES[prob.dtype.name]
+    flags = [prob.layout == "NHWC", fused]
+    switches = [options.smem, tables, options.double_buffer,
+                options.vector_loads and vector_filter, options.vector_loads,
+                options.conflict_free]
+    text = ", ".join(str(f).lower() for f in flags + [tile.BM, tile.BN, tile.BK, tile.TM,
+                                                      tile.TN] + switches)
+    return f"im2win_conv<{T}, {Acc}, {text}>"
+
+
+def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
+              options: Options | None = None, workspace_limit: int | None = None,
+              tile: str | None = None, sm_count: int = 132) -> Plan:
+    """Decide how to run `prob` on the GPU.
+
+    Args:
+        prob: the checked problem.
+        x_strides: x's element strides, NCHW-lettered (n, c, h, w).
+        w_aligned: whether the (contiguous) filter starts on a 16-byte boundary.
+        algorithm: one of ALGORITHMS; "auto" lets the planner choose.
+        options: optimisation switches (im2win kernels only).
+        workspace_limit: bytes the materialised window may use; None for the whole batch.
+        tile: force a tile by name (autotuning and tests); None lets the planner choose.
+        sm_count: multiprocessors of the device, for the tile choice.
+
+    Raises:
+        ValueError: a forced choice that cannot run this problem (the message says why).
+    """
+    algorithm = check_algorithm(algorithm)
+    options = check_options(options)
+    workspace_limit = check_workspace_limit(workspace_limit)
+    if tile is not None and tile not in TILES:
+        raise ValueError(f"tile must be one of {', '.join(TILES)}, got {tile!r}")
+    if prob.P * prob.Q > INT32_MAX or prob.reduction > INT32_MAX:
+        raise ValueError(f"P*Q = {prob.P * prob.Q} and (C/G)*R*S = {prob.reduction} must each "
+                         f"stay below 2**31")
+
+    per_image = window_bytes(prob, 1)
+    if algorithm == "auto":
+        algorithm = "im2win_fused"
+    if algorithm in ("direct", "im2col_gemm"):
+        return Plan(algorithm, None, options, None, max(prob.N, 1), {}, False, 0)
+
+    fused = algorithm == "im2win_fused"
+    chunk = max(prob.N, 1)
+    if not fused and workspace_limit is not None:
+        chunk = min(chunk, workspace_limit // max(per_image, 1))
+        if chunk == 0:
+            raise ValueError(f"workspace_limit={workspace_limit} bytes is smaller than one "
+                             f"image's window tensor ({per_image} bytes); raise it or use "
+                             f"algorithm='im2win_fused'")
+    if not options.micro_kernel:
+        tile = NO_MICRO_KERNEL
+    chosen = TILES[tile or choose_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.dtype.name,
+                                       sm_count)]
+    if -(-prob.Kg // chosen.BM) > MAX_GRID_YZ:
+        raise ValueError(f"K/G = {prob.Kg} filters per group need more than {MAX_GRID_YZ} "
+                         f"tiles of {chosen.BM}")
+    geo = geometry(prob, fused, chunk, x_strides)
+    tables = options.index_tables and reduction_tables(prob, geo) is not None
+    vector_filter = prob.reduction % 4 == 0 and w_aligned
+    name = kernel_name(prob, fused, chosen, options, tables, vector_filter)
+    workspace = 0 if fused else window_bytes(prob, chunk)
+    return Plan(algorithm, chosen, options, name, chunk, geo, tables, workspace)
+
+
+def specializations() -> list[tuple[str, str]]:
+    """Every (file, name expression) the planner and the GPU tests instantiate.
+
+    CI compiles each of them with nvcc for sm_80 and sm_90, so no specialisation reaches a GPU
+    untested by the compiler: each tile with the full optimisation set (with and without 16-byte
+    filter loads, which depend on alignment, and without tables, the fallback for long
+    reductions), and each optimisation off alone, for every dtype, layout and window mode.
+    """
+    from im2win.cuda.tuning import TILES, choose_tile
+    out = set()
+    for dtype in CUDA_TYPES:
+        for layout in ("NCHW", "NHWC"):
+            prob = Problem(layout=layout, dtype=np.dtype(dtype), N=1, C=1, H=1, W=1, K=1, R=1,
+                           S=1, G=1, sh=1, sw=1, dh=1, dw=1, pt=0, pb=0, pl=0, pr=0,
+                           has_bias=False)
+            T = CUDA_TYPES[dtype][0]
+            out.add(("direct", f"direct_conv<{T}, {CUDA_TYPES[dtype][1]}, "
+                               f"{str(layout == 'NHWC').lower()}>"))
+            out.add(("window", f"image_to_window<{T}, {str(layout == 'NHWC').lower()}>"))
+            for fused in (False, True):
+                tiles = TILES if dtype == "float32" else {choose_tile(64, 1, dtype): None}
+                for tile in tiles:
+                    for vector_filter in (True, False):
+                        for tables in (True, False):
+                            out.add(("im2win_conv", kernel_name(prob, fused, TILES[tile],
+                                                                Options(), tables,
+                                                                vector_filter)))
+                for name, options in Options.ablations().items():
+                    tile = NO_MICRO_KERNEL if not options.micro_kernel else \
+                        choose_tile(64, 1, dtype)
+                    out.add(("im2win_conv", kernel_name(prob, fused, TILES[tile], options,
+                                                        options.index_tables, True)))
+    return sorted(out)

@@ -1,0 +1,96 @@
+"""The one tuning table: tile shapes, optimisation switches, and the planner's choices.
+
+Pure data and pure functions; nothing here imports CuPy. Every entry is exercised by the GPU
+tests, and every kernel specialisation it can produce is compiled by CI for sm_80 and sm_90.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """A block's BM x BN output tile (filters x pixels), its BK reduction slice, and each
+    thread's TM x TN register micro-tile; (BM/TM)*(BN/TN) threads."""
+
+    name: str
+    BM: int
+    BN: int
+    BK: int
+    TM: int
+    TN: int
+
+    @property
+    def threads(self) -> int:
+        return (self.BM // self.TM) * (self.BN // self.TN)
+
+
+TILES = {tile.name: tile for tile in (
+    Tile("128x128", 128, 128, 8, 8, 8),
+    Tile("128x64", 128, 64, 8, 8, 4),
+    Tile("64x128", 64, 128, 16, 4, 8),
+    Tile("32x128", 32, 128, 32, 4, 4),
+    Tile("64x64", 64, 64, 8, 4, 4),
+    Tile("16x16", 16, 16, 8, 1, 1),      # no register micro-kernel: one output per thread
+)}
+NO_MICRO_KERNEL = "16x16"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Optimisations of the im2win kernels, each on by default and switchable alone.
+
+    Attributes:
+        smem: shared-memory tiling of both operands (off: straight from global memory).
+        micro_kernel: each thread computes a TM x TN register tile (off: the 16x16 tile, one
+            output per thread).
+        index_tables: reduction offsets in __constant__ memory (off: div/mod per element).
+        double_buffer: prefetch the next tile while computing this one, two shared buffers.
+        vector_loads: 16-byte (float4) filter loads and shared-memory reads.
+        conflict_free: padded, interleaved shared-memory access free of bank conflicts.
+    """
+
+    smem: bool = True
+    micro_kernel: bool = True
+    index_tables: bool = True
+    double_buffer: bool = True
+    vector_loads: bool = True
+    conflict_free: bool = True
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if not isinstance(getattr(self, field.name), bool):
+                raise TypeError(f"Options.{field.name} must be a bool, got "
+                                f"{getattr(self, field.name)!r}")
+
+    @classmethod
+    def ablations(cls) -> dict[str, "Options"]:
+        """The full set, then each optimisation switched off alone, by name."""
+        full = cls()
+        return {"full": full} | {f"no_{f.name}": dataclasses.replace(full, **{f.name: False})
+                                 for f in dataclasses.fields(cls)}
+
+
+ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm")
+
+# Reduction entries that fit the __constant__ tables (two int32 tables of this length).
+MAX_TABLE = 6144
+
+
+def choose_tile(Kg: int, pixels: int, dtype_name: str, sm_count: int = 132) -> str:
+    """Pick a tile for K/G filters per group and N*P*Q pixels (the planner's default).
+
+    Filters per group decide the tile height: the smallest of 32, 64, 128 rows that wastes
+    little of a tile on the K tail; when the grid would leave SMs idle, narrower pixel tiles
+    give more blocks. float64 uses the 64x64 tile (a 128x128 tile of doubles spills).
+    """
+    if dtype_name == "float64":
+        return "64x64"
+    if Kg <= 32:
+        return "32x128"
+    if Kg <= 64:
+        return "64x128"
+    if pixels <= 2 * sm_count * 128:
+        return "128x64"
+    return "128x128"
