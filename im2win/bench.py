@@ -82,12 +82,113 @@ class CPU:
         return max(0, peak - before - y.nbytes)
 
 
+class GPU:
+    """CUDA-event timing on the current stream and device-memory high-water marks (CuPy's pool
+    through a memory hook, PyTorch's allocator through its peak statistics)."""
+
+    name = "gpu"
+    batch = GPU_BATCH
+
+    def __init__(self):
+        import cupy
+        self.cupy = cupy
+
+    def sync(self):
+        self.cupy.cuda.get_current_stream().synchronize()
+
+    def asarray(self, a):
+        return self.cupy.asarray(a)
+
+    def to_host(self, a):
+        return self.cupy.asnumpy(a)
+
+    def time(self, fn, min_runs=10, max_runs=100, min_seconds=0.3) -> float:
+        """Median seconds of `fn()` between CUDA events, after one warm-up call."""
+        cupy = self.cupy
+        fn()
+        runs, start = [], time.perf_counter()
+        while len(runs) < min_runs or (len(runs) < max_runs
+                                       and time.perf_counter() - start < min_seconds):
+            begin, end = cupy.cuda.Event(), cupy.cuda.Event()
+            begin.record()
+            fn()
+            end.record()
+            end.synchronize()
+            runs.append(cupy.cuda.get_elapsed_time(begin, end) / 1e3)
+        return statistics.median(runs)
+
+    def extra_memory(self, fn) -> int:
+        """Peak device bytes allocated during `fn()` beyond what it returns."""
+        torch = sys.modules.get("torch")
+        hook = _PeakHook(self.cupy)
+        if torch is not None:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            torch_before = torch.cuda.memory_allocated()
+        with hook:
+            y = fn()
+            self.sync()
+        extra = hook.peak
+        if torch is not None:
+            extra += torch.cuda.max_memory_allocated() - torch_before
+        return max(0, extra - y.nbytes)
+
+
+def _PeakHook(cupy):
+    """A CuPy memory hook that keeps the high-water mark of bytes allocated while it is on."""
+    class PeakHook(cupy.cuda.MemoryHook):
+        name = "im2win_peak"
+
+        def __init__(self):
+            self.current = self.peak = 0
+
+        def malloc_postprocess(self, device_id, size, mem_size, mem_ptr, pmem_id):
+            self.current += mem_size
+            self.peak = max(self.peak, self.current)
+
+        def free_postprocess(self, device_id, mem_size, mem_ptr, pmem_id):
+            self.current -= mem_size
+    return PeakHook()
+
+
 def select_device(name: str):
-    """Return the device object for "cpu", "gpu" or "auto" (the best one available)."""
+    """Return the device object for "cpu", "gpu" or "auto" (the GPU when CuPy sees one)."""
+    if name == "gpu" and not cuda.is_available():
+        raise NotImplementedError("no GPU is visible (CuPy missing, or no CUDA device); use "
+                                  "--device cpu")
     if name == "gpu" or (name == "auto" and cuda.is_available()):
-        raise NotImplementedError("the GPU path of im2win is not implemented yet; use --device "
-                                  "cpu" + (" (a GPU is visible)" if cuda.is_available() else ""))
+        return GPU()
     return CPU
+
+
+def cudnn(x, w, stride, layout):
+    """PyTorch's conv2d (cuDNN, best algorithm, TF32 off) on the same CuPy arrays, zero-copy.
+
+    NHWC arrays become channels-last NCHW tensors, cuDNN's NHWC path; the result comes back
+    as a CuPy array of the layout's shape.
+    """
+    import cupy
+    import torch
+    tx, tw = torch.from_dlpack(x), torch.from_dlpack(w)
+    if layout == "NHWC":
+        tx, tw = tx.permute(0, 3, 1, 2), tw.permute(0, 3, 1, 2)
+    ty = torch.nn.functional.conv2d(tx, tw, stride=stride)
+    if layout == "NHWC":
+        ty = ty.permute(0, 2, 3, 1)
+    return cupy.from_dlpack(ty)
+
+
+def torch_cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    if not torch.cuda.is_available():
+        return False
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return True
 
 
 def implementations(device, compare: bool) -> dict:
@@ -95,6 +196,8 @@ def implementations(device, compare: bool) -> dict:
     impls = {"im2win": im2win.conv2d}
     if compare:
         impls["im2col+gemm"] = baselines.im2col_gemm
+        if device.name == "gpu" and torch_cuda_available():
+            impls["cudnn"] = cudnn
     return impls
 
 

@@ -1,26 +1,268 @@
-"""im2win.conv2d on CuPy arrays. Skipped, with the reason, where no GPU is visible."""
+"""im2win.conv2d on CuPy arrays against the float64 reference. Skipped without a visible GPU."""
 
 import numpy as np
 import pytest
 
 import im2win
+from helpers import random_arrays, to_layout
+from im2win import reference
+from im2win.cuda import TILES, Options
+from im2win.problem import make_problem
+from im2win.testing import assert_close
 
 pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy") if im2win.cuda.is_available() else None
+
+AWKWARD = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments
+    ((3, 5, 13, 17), (7, 5, 3, 3), dict(padding=1)),
+    ((2, 6, 19, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 1), dilation=(1, 2),
+                                         padding=((2, 0), (1, 3)))),
+    ((1, 3, 23, 23), (131, 3, 5, 5), dict(stride=4)),                 # K tail, stride > 1
+    ((5, 8, 7, 5), (9, 8, 7, 5), dict()),                             # P = Q = 1
+    ((2, 4, 9, 9), (4, 1, 3, 3), dict(groups=4, padding="same")),     # depthwise
+    ((2, 3, 10, 2), (6, 3, 1, 1), dict(stride=2)),                    # 1x1, W < a vector
+    ((1, 2, 17, 9), (3, 2, 5, 1), dict(stride=(3, 2), padding=(0, 4))),  # R > sh >= S
+]
+LAYOUTS = ["NCHW", "NHWC"]
+WINDOWS = ["im2win", "im2win_fused"]
 
 
-def test_cupy_input_is_refused_until_the_gpu_path_lands():
-    import cupy
+def run(x, w, b, layout, kwargs, dtype=np.float32, **gpu_kwargs):
+    """im2win.conv2d on the GPU into a NaN-poisoned out; assert it matches the reference."""
+    x, w = to_layout(layout, x.astype(dtype), w.astype(dtype))
+    b = None if b is None else b.astype(dtype)
+    prob = make_problem(x, w, b, layout=layout, **kwargs)
+    out = cupy.full(prob.y_shape, np.nan, dtype)
+    y = im2win.conv2d(cupy.asarray(x), cupy.asarray(w), None if b is None else cupy.asarray(b),
+                      layout=layout, out=out, **kwargs, **gpu_kwargs)
+    assert y is out
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                           None if b is None else b.astype(np.float64), layout=layout, **kwargs)
+    assert_close(cupy.asnumpy(y), ref, dtype, prob.reduction)
+    return y
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", AWKWARD[:3])
+def test_window_transform_is_the_reference_bit_for_bit(rng, layout, dtype, x_shape, w_shape,
+                                                       kwargs):
+    from im2win.cuda import launch
+    x, w, _ = random_arrays(rng, x_shape, w_shape, w_shape[0], dtype)
+    x, w = to_layout(layout, x, w)
+    prob = make_problem(x, w, layout=layout, **kwargs)
+    x_gpu = cupy.asarray(x)[:, ::-1][:, ::-1]                     # a strided view, same values
+    x_win = launch.image_to_window(prob, x_gpu)
+    expected = reference.image_to_window(x, prob.R, stride=prob.sh, dilation=prob.dh,
+                                         padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
+                                         layout=layout)
+    np.testing.assert_array_equal(cupy.asnumpy(x_win), expected)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", ["direct", "im2col_gemm"] + WINDOWS)
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", AWKWARD)
+def test_every_algorithm_matches_reference(rng, layout, algorithm, x_shape, w_shape, kwargs):
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    run(x, w, b, layout, kwargs, algorithm=algorithm)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", WINDOWS)
+@pytest.mark.parametrize("tile", list(TILES))
+def test_every_tile_matches_reference(rng, layout, algorithm, tile):
+    from im2win import cuda
+    for x_shape, w_shape, kwargs in AWKWARD[:3]:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], np.float32)
+        x_t, w_t = to_layout(layout, x, w)
+        prob = make_problem(x_t, w_t, b, layout=layout, **kwargs)
+        y = cuda.conv2d(prob, cupy.asarray(x_t), cupy.asarray(w_t), cupy.asarray(b),
+                        algorithm=algorithm, tile=tile)
+        assert_close(cupy.asnumpy(y), reference.conv2d(x_t, w_t, b, layout=layout, **kwargs),
+                     np.float32, prob.reduction)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", WINDOWS)
+@pytest.mark.parametrize("switch", list(Options.ablations()))
+def test_every_optimisation_switch_matches_reference(rng, layout, algorithm, switch):
+    for x_shape, w_shape, kwargs in AWKWARD:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        run(x, w, b, layout, kwargs, algorithm=algorithm, options=Options.ablations()[switch])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", WINDOWS + ["direct"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_other_dtypes_match_reference(rng, layout, algorithm, dtype):
+    for x_shape, w_shape, kwargs in AWKWARD[:4]:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        y = run(x, w, b, layout, kwargs, dtype=dtype, algorithm=algorithm)
+        assert y.dtype == dtype
+
+
+def test_long_reductions_skip_the_constant_tables(rng):
+    """(C/G)*R*S above the __constant__ table size falls back to computed offsets."""
+    x, w, b = random_arrays(rng, (2, 700, 6, 6), (5, 700, 3, 3), 5)
+    for layout in LAYOUTS:
+        run(x, w, b, layout, dict(padding=1), algorithm="im2win_fused")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", WINDOWS + ["direct"])
+def test_determinism_and_chunk_invariance(rng, layout, algorithm):
+    """INPUTS.md row 30: bit-for-bit the same twice, for any batch slice and any chunking."""
+    x, w, b = random_arrays(rng, (7, 6, 15, 13), (8, 6, 3, 3), 8, np.float32)
+    x, w = to_layout(layout, x, w)
+    x, w, b = cupy.asarray(x), cupy.asarray(w), cupy.asarray(b)
+    y = im2win.conv2d(x, w, b, layout=layout, padding=1, algorithm=algorithm)
+    cupy.testing.assert_array_equal(y, im2win.conv2d(x, w, b, layout=layout, padding=1,
+                                                     algorithm=algorithm))
+    cupy.testing.assert_array_equal(y[2:5], im2win.conv2d(x[2:5], w, b, layout=layout,
+                                                          padding=1, algorithm=algorithm))
+    if algorithm == "im2win":
+        per_image = 6 * 15 * 15 * 3 * 4                             # C*P*Wp*R float32
+        chunked = im2win.conv2d(x, w, b, layout=layout, padding=1, algorithm="im2win",
+                                workspace_limit=2 * per_image + 5)
+        cupy.testing.assert_array_equal(y, chunked)
+
+
+def test_workspace_limit_below_one_image_is_refused():
+    x, w = cupy.ones((2, 3, 8, 8), cupy.float32), cupy.ones((4, 3, 3, 3), cupy.float32)
+    with pytest.raises(ValueError, match="workspace_limit=10 bytes is smaller than one image"):
+        im2win.conv2d(x, w, algorithm="im2win", workspace_limit=10)
+
+
+def test_non_contiguous_and_misaligned_inputs(rng):
+    """INPUTS.md row 26: views, negative strides, a base pointer off 16-byte alignment."""
+    x, w, b = random_arrays(rng, (3, 8, 21, 17), (6, 4, 3, 4), 6, np.float32)
+    x_gpu = cupy.asarray(x)[::2, 1::2, ::-1, 2:]
+    flat = cupy.zeros(w.size + 1, cupy.float32)
+    flat[1:] = cupy.asarray(w).ravel()
+    w_gpu = flat[1:].reshape(w.shape)                       # 4 bytes past an aligned start
+    assert w_gpu.data.ptr % 16 != 0
+    for algorithm in WINDOWS + ["direct"]:
+        y = im2win.conv2d(x_gpu, w_gpu[:, ::2], cupy.asarray(b), algorithm=algorithm)
+        ref = reference.conv2d(cupy.asnumpy(x_gpu), w[:, ::2], b)
+        assert_close(cupy.asnumpy(y), ref, np.float32, 2 * 3 * 4)
+
+
+def test_channels_last_view_of_nchw_is_read_in_place(rng):
+    x, w, b = random_arrays(rng, (2, 16, 9, 9), (8, 16, 3, 3), 8, np.float32)
+    x_view = cupy.asarray(np.ascontiguousarray(x.transpose(0, 2, 3, 1))).transpose(0, 3, 1, 2)
+    y = im2win.conv2d(x_view, cupy.asarray(w), cupy.asarray(b), algorithm="im2win_fused")
+    assert_close(cupy.asnumpy(y), reference.conv2d(x, w, b), np.float32, 16 * 9)
+
+
+def test_non_contiguous_out_is_written():
+    x, w = cupy.ones((2, 3, 6, 6), cupy.float32), cupy.ones((4, 3, 3, 3), cupy.float32)
+    base = cupy.full((2, 4, 4, 8), np.nan, cupy.float32)
+    out = base[..., ::2]
+    assert im2win.conv2d(x, w, out=out) is out
+    cupy.testing.assert_array_equal(out, cupy.full((2, 4, 4, 4), 27, cupy.float32))
+    assert bool(cupy.isnan(base[..., 1::2]).all())
+
+
+def test_empty_batch_and_zero_channels():
+    y = im2win.conv2d(cupy.zeros((0, 3, 8, 8), cupy.float16), cupy.ones((4, 3, 3, 3),
+                                                                        cupy.float16))
+    assert y.shape == (0, 4, 6, 6) and y.dtype == cupy.float16
+    b = cupy.asarray([1.0, -2.0], cupy.float32)
+    y = im2win.conv2d(cupy.zeros((2, 0, 5, 5), cupy.float32), cupy.zeros((2, 0, 2, 2),
+                                                                         cupy.float32), b)
+    cupy.testing.assert_array_equal(y, cupy.broadcast_to(b[:, None, None], (2, 2, 4, 4)))
+
+
+def test_nan_inf_and_float16_range():
+    """INPUTS.md row 27: NaN/Inf propagate; float16 partial sums above 65504 do not overflow."""
+    x = cupy.asarray([40000.0, 40000.0, -40000.0], cupy.float16).reshape(1, 3, 1, 1)
+    for algorithm in WINDOWS + ["direct"]:
+        y = im2win.conv2d(x, cupy.ones((1, 3, 1, 1), cupy.float16), algorithm=algorithm)
+        assert float(y[0, 0, 0, 0]) == 40000.0
+    x = cupy.ones((1, 2, 5, 5), cupy.float32)
+    x[0, 0, 2, 2] = cupy.nan
+    x[0, 1, 0, 0] = cupy.inf
+    ref = reference.conv2d(cupy.asnumpy(x), np.ones((1, 2, 3, 3), np.float32))
+    for algorithm in WINDOWS + ["direct"]:
+        y = cupy.asnumpy(im2win.conv2d(x, cupy.ones((1, 2, 3, 3), cupy.float32),
+                                       algorithm=algorithm))
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+        np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
+
+
+def test_more_groups_than_one_grid_axis_holds(rng):
+    """INPUTS.md row 29: 70000 groups, more than a grid's y/z extent."""
+    G = 70000
+    x, w, b = random_arrays(rng, (1, G, 3, 3), (G, 1, 2, 2), G, np.float32)
+    for algorithm in WINDOWS:
+        run(x, w, b, "NCHW", dict(groups=G), algorithm=algorithm)
+
+
+def test_buffers_past_two_to_the_31_elements(rng):
+    """INPUTS.md row 28: x of 2.2e9 float16 elements and a window of 6.7e9: 64-bit offsets."""
+    N, C, H, W = 700, 2, 1250, 1250
+    x = cupy.empty((N, C, H, W), cupy.float16)
+    assert x.size > 2**31
+    x[...] = 0.5
+    x_last = cupy.asarray(rng.uniform(-1, 1, (1, C, H, W)), cupy.float16)
+    x[-1:] = x_last
+    w_host = rng.uniform(-1, 1, (3, C, 3, 3)).astype(np.float16)
+    ref = reference.conv2d(cupy.asnumpy(x_last).astype(np.float64), w_host.astype(np.float64))
+    for algorithm in WINDOWS:
+        y = im2win.conv2d(x, cupy.asarray(w_host), algorithm=algorithm)
+        assert_close(cupy.asnumpy(y[-1:]), ref, np.float16, C * 9)
+        del y
+
+
+def test_autotune_times_candidates_and_remembers_the_winner(rng):
+    from im2win import cuda
+    x, w, b = random_arrays(rng, (4, 16, 20, 20), (32, 16, 3, 3), 32, np.float32)
+    x, w, b = cupy.asarray(x), cupy.asarray(w), cupy.asarray(b)
+    results = cuda.autotune(x, w, b, padding=1, tiles=["64x128", "32x128"], repeat=3)
+    assert len(results) == 4 and [r[2] for r in results] == sorted(r[2] for r in results)
+    prob = make_problem(x, w, b, padding=1)
+    _, _, plan = cuda._prepare(prob, x, w, b, "auto", None, None)
+    assert (plan.algorithm, plan.tile.name) == results[0][:2]
+    run(*(cupy.asnumpy(a) for a in (x, w, b)), "NCHW", dict(padding=1))
+
+
+def test_constant_tables_are_safe_across_streams(rng):
+    """Two problems sharing one kernel (one __constant__ bank), interleaved on two streams."""
+    cases = [random_arrays(rng, (4, 8, 30, 30), (16, 8, 3, 3), 16, np.float32),
+             random_arrays(rng, (4, 8, 30, 30), (16, 8, 3, 3), 16, np.float32)]
+    kwargs = [dict(padding=1), dict(padding=2, dilation=2)]
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    results = [[], []]
+    for _ in range(5):
+        for i in range(2):
+            with streams[i]:
+                x, w, b = (cupy.asarray(a) for a in cases[i])
+                results[i].append(im2win.conv2d(x, w, b, algorithm="im2win_fused",
+                                                 **kwargs[i]))
+    for s in streams:
+        s.synchronize()
+    for i in range(2):
+        ref = reference.conv2d(*cases[i], **kwargs[i])
+        for y in results[i]:
+            assert_close(cupy.asnumpy(y), ref, np.float32, 8 * 9)
+
+
+def test_bad_gpu_arguments_are_refused_before_launch():
     x, w = cupy.ones((1, 2, 5, 5), cupy.float32), cupy.ones((3, 2, 3, 3), cupy.float32)
-    with pytest.raises(NotImplementedError, match="GPU path"):
-        im2win.conv2d(x, w)
-    with pytest.raises(ValueError, match="non-positive stride"):     # still checked first
+    with pytest.raises(ValueError, match="non-positive stride"):
         im2win.conv2d(x, w, stride=0)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        im2win.conv2d(x, w, algorithm="winograd")
+    with pytest.raises(TypeError, match="options must be an im2win.cuda.Options"):
+        im2win.conv2d(x, w, options={"smem": False})
+    with pytest.raises(TypeError, match="out has dtype float16"):
+        im2win.conv2d(x, w, out=cupy.empty((1, 3, 3, 3), cupy.float16))
 
 
 def test_numpy_and_cupy_arrays_cannot_be_mixed():
-    import cupy
     with pytest.raises(TypeError, match="all arrays must be on one device"):
         im2win.conv2d(np.ones((1, 2, 5, 5), np.float32), cupy.ones((3, 2, 3, 3), cupy.float32))
     with pytest.raises(TypeError, match="all arrays must be on one device"):
         im2win.conv2d(cupy.ones((1, 2, 5, 5), cupy.float32), cupy.ones((3, 2, 3, 3),
                       cupy.float32), out=np.empty((1, 3, 3, 3), np.float32))
+

@@ -8,17 +8,15 @@ on first use, with NVRTC for the device's own architecture.
 from __future__ import annotations
 
 import functools
-import pathlib
 import threading
 
 import cupy
 import numpy as np
 
 from im2win import baselines
-from im2win.cuda.plan import CUDA_TYPES, Plan, reduction_tables
+from im2win.cuda.plan import CUDA_TYPES, Plan, reduction_tables, source
 from im2win.problem import Problem
 
-HERE = pathlib.Path(__file__).resolve().parent
 OPTIONS = ("-std=c++17",)
 
 # numpy twin of `struct Geometry` in im2win_conv.cu (64-bit fields first, no inner padding).
@@ -27,11 +25,6 @@ GEOMETRY = np.dtype([(name, np.int64) for name in
                     [(name, np.int32) for name in
                      ("K", "Kg", "red", "PQ", "Q", "sh", "sw", "pt", "pl", "H", "W", "Cg", "R",
                       "S", "dh", "dw")], align=True)
-
-
-def source(name: str) -> str:
-    """common.cuh followed by `name`.cu: the exact text NVRTC and CI's nvcc compile."""
-    return (HERE / "common.cuh").read_text() + "\n" + (HERE / f"{name}.cu").read_text()
 
 
 class Kernel:

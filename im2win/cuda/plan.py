@@ -9,6 +9,7 @@ thread) plus a reduction term (from the __constant__ tables when they fit).
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from im2win.cuda.tuning import (ALGORITHMS, MAX_TABLE, NO_MICRO_KERNEL, TILES, O
                                 choose_tile)
 from im2win.problem import Problem
 
+KERNEL_DIR = pathlib.Path(__file__).resolve().parent
 CUDA_TYPES = {"float16": ("half_t", "float"), "float32": ("float", "float"),
               "float64": ("double", "double")}
 INT32_MAX = 2**31 - 1
@@ -239,3 +241,9 @@ def specializations() -> list[tuple[str, str]]:
                     out.add(("im2win_conv", kernel_name(prob, fused, TILES[tile], options,
                                                         options.index_tables, True)))
     return sorted(out)
+
+
+def source(file: str) -> str:
+    """common.cuh followed by `file`.cu: the exact text NVRTC (at run time) and nvcc (in CI)
+    compile. Concatenated rather than #included, since CuPy's cache key ignores includes."""
+    return (KERNEL_DIR / "common.cuh").read_text() + "\n" + (KERNEL_DIR / f"{file}.cu").read_text()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: GPU tests, compute-sanitizer, the benchmark; short table last.
+#   bash tools/gpu_run.sh [test|sanitize|bench|all] [pytest -k expression]
+# Writes logs and JSON under $OUT and CuPy's compiled kernels to $OUT/cupy_cache.tgz, which
+# the next call can carry back as .cache/cupy (see docs/gpu.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
+OUT=${OUT:-/tmp/im2win-out}
+mkdir -p "$CUPY_CACHE_DIR" "$OUT"
+step=${1:-all}
+filter=${2:-}
+status=0
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,utilization.gpu --format=csv
+
+if [[ $step == test || $step == all ]]; then
+  python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_bench.py \
+    ${filter:+-k "$filter"} 2>&1 | tee "$OUT/pytest.log" | tail -n 30
+  status=$((status | PIPESTATUS[0]))
+fi
+if [[ $step == sanitize || $step == all ]]; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_cases.py \
+      > "$OUT/sanitizer-$tool.log" 2>&1
+    rc=$?
+    echo "compute-sanitizer $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
+      "$OUT/sanitizer-$tool.log" | tail -n 1)"
+    status=$((status | rc))
+  done
+fi
+if [[ $step == bench || $step == all ]]; then
+  for layout in NCHW NHWC; do
+    python3 -m im2win --compare --layout $layout --json "$OUT/gpu-float32-$layout.json" \
+      > "$OUT/bench-$layout.log" 2>&1
+    status=$((status | $?))
+    tail -n 45 "$OUT/bench-$layout.log"
+  done
+fi
+tar -czf "$OUT/cupy_cache.tgz" -C "$PWD/.cache" cupy
+exit $status
