@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: GPU tests, compute-sanitizer, the benchmark; short table last.
-#   bash tools/gpu_run.sh [test|sanitize|bench|all] [pytest -k expression]
+#   bash tools/gpu_run.sh [test|sanitize|bench|sweep|all] [pytest -k expression]
 # Writes logs and JSON under $OUT and CuPy's compiled kernels to $OUT/cupy_cache.tgz, which
 # the next call can carry back as .cache/cupy (see docs/gpu.md).
 set -uo pipefail
@@ -27,6 +27,10 @@ if [[ $step == sanitize || $step == all ]]; then
       "$OUT/sanitizer-$tool.log" | tail -n 1)"
     status=$((status | rc))
   done
+fi
+if [[ $step == sweep ]]; then
+  python3 tools/tile_sweep.py "$OUT/tile-sweep-float32.json" 2>&1 | tail -n 30
+  status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == bench || $step == all ]]; then
   for layout in NCHW NHWC; do

@@ -3,16 +3,23 @@
 // As a GEMM per group g (spec/im2win.md, "The convolution on windows"):
 //   y[pixel, k] = bias[k] + sum_{t < red} w[k, t] * B[t, pixel]
 //   M = K/G filters, N_gemm = N*P*Q output pixels, red = (C/G)*R*S,
-// with t enumerating (c, r, s) in w's own memory order: t = (c*R + r)*S + s for NCHW,
-// t = (r*S + s)*(C/G) + c for NHWC, so w is read as a plain (K, red) row-major matrix.
-// B[t, pixel] is read from `src` at  base(pixel) + off(t):
-//   materialised (kFused = false): src is x_win (N, C, P, Wp*R) or (N, P, Wp*R, C); the window
-//     holds the padding zeros, so only the tails are masked;
-//   fused (kFused = true): src is x itself, read through its strides; the B tile in shared
+// with w read as a plain (K, red) row-major matrix and B[t, pixel] read from `src` at
+// base(pixel) + off(t):
+//   materialised (kFused = false): src is x_win (N, C, P, Wp*R) or (N, P, Wp*R, C) and t runs in
+//     window order, t = (c*S + s)*R + r (NCHW) or (s*R + r)*(C/G) + c (NHWC), with w given as
+//     w_win: each output pixel's reduction is then the window tensor's contiguous run (one run
+//     per channel in NCHW, one run of S*R*C/G in NHWC, with dw = 1); the window holds the
+//     padding zeros, so only the tails are masked;
+//   fused (kFused = true): src is x itself, read through its strides, and t runs in w's own
+//     order, t = (c*R + r)*S + s (NCHW) or (r*S + s)*(C/G) + c (NHWC); the B tile in shared
 //     memory is the window tile, built straight from x, padding by predication
 //     (0 <= h0 + r*dh < H, 0 <= w0 + s*dw < W).
 // base(pixel) is 64-bit and computed once per thread; off(t), r*dh and s*dw come from tables in
 // __constant__ memory (kTable), read uniformly by each warp, so the inner loop has no div/mod.
+//
+// Loads of B follow memory's contiguous direction: along the reduction (each thread loads
+// B_PER consecutive t of one pixel) where runs are contiguous (NHWC, and NCHW windows), along
+// pixels (each thread one pixel, consecutive threads consecutive output columns) for NCHW x.
 //
 // Thread mapping: a block computes a BM x BN tile (filters x pixels) of one group with
 // NT = (BM/TM)*(BN/TN) threads; thread (ty, tx) owns a TM x TN register micro-tile: rows
@@ -72,7 +79,7 @@ struct Tap {
   int dr, ds;
 };
 
-template <bool kNHWC, bool kTable>
+template <bool kNHWC, bool kWindowOrder, bool kTable>
 __device__ __forceinline__ Tap tap_at(int t, const Geometry& geo) {
   Tap tap;
   if (kTable) {
@@ -81,7 +88,7 @@ __device__ __forceinline__ Tap tap_at(int t, const Geometry& geo) {
     tap.dr = hw >> 16;
     tap.ds = hw & 0xffff;
   } else {
-    int c, rs;
+    int c, rs, r, s;
     if (kNHWC) {
       rs = t / geo.Cg;
       c = t - rs * geo.Cg;
@@ -89,7 +96,13 @@ __device__ __forceinline__ Tap tap_at(int t, const Geometry& geo) {
       c = t / (geo.R * geo.S);
       rs = t - c * geo.R * geo.S;
     }
-    const int r = rs / geo.S, s = rs - r * geo.S;
+    if (kWindowOrder) {  // rs = s*R + r
+      s = rs / geo.R;
+      r = rs - s * geo.R;
+    } else {             // rs = r*S + s
+      r = rs / geo.S;
+      s = rs - r * geo.S;
+    }
     tap.off = c * geo.sc + r * geo.sr + s * geo.ss;
     tap.dr = r * geo.dh;
     tap.ds = s * geo.dw;
@@ -101,7 +114,7 @@ template <typename T, typename Acc, bool kNHWC, bool kFused, bool kTable>
 __device__ __forceinline__ Acc load_b(const T* __restrict__ src, const Pixel& px, int t,
                                       const Geometry& geo) {
   if (!px.valid || t >= geo.red) return Acc(0);
-  const Tap tap = tap_at<kNHWC, kTable>(t, geo);
+  const Tap tap = tap_at<kNHWC, !kFused, kTable>(t, geo);
   if (kFused && ((unsigned)(px.h0 + tap.dr) >= (unsigned)geo.H ||
                  (unsigned)(px.w0 + tap.ds) >= (unsigned)geo.W))
     return Acc(0);
@@ -126,6 +139,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr bool kVecOk = kVecA && kFloat;          // float4 filter loads
   constexpr bool kVecSOk = kVecS && same_type<Acc, float>::value;  // float4 fragment reads
   constexpr int PADA = kSwizzle ? 4 : 0;
+  constexpr int PADB = kSwizzle ? 4 : 0;
 
   const int tid = threadIdx.x;
   const int tx = tid % TX, ty = tid / TX;
@@ -161,15 +175,19 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   } else {
     constexpr int NBUF = kDouble ? 2 : 1;
     __shared__ __align__(16) Acc As[NBUF][BK][BM + PADA];
-    __shared__ __align__(16) Acc Bs[NBUF][BK][BN];
+    __shared__ __align__(16) Acc Bs[NBUF][BK][BN + PADB];
     constexpr int A_ELEMS = BM * BK, A_VECS = A_ELEMS / 4;
     constexpr int A_PER = kVecOk ? (A_VECS + NT - 1) / NT : (A_ELEMS + NT - 1) / NT;
     constexpr int A_REGS = kVecOk ? 4 * A_PER : A_PER;
-    constexpr int B_ROWS = NT / BN;        // reduction rows one pass of the block loads
-    constexpr int B_PER = (BK + B_ROWS - 1) / B_ROWS;
+    // B mapping: along t (kAlongT: B_PER consecutive rows of pixel tid / (BK / B_PER)) or
+    // along pixels (rows b_row + i * B_ROWS of pixel tid % BN).
+    constexpr bool kAlongT = (kNHWC || !kFused) && (BK * BN) % NT == 0 && BK * BN >= NT;
+    constexpr int B_ROWS = NT / BN;
+    constexpr int B_PER = kAlongT ? BK * BN / NT : (BK + B_ROWS - 1) / B_ROWS;
     Acc a_st[A_REGS], b_st[B_PER];
-    const Pixel px = pixel_at(j0 + tid % BN, g, geo);
-    const int b_row = tid / BN;
+    const int b_col = kAlongT ? tid / (BK / B_PER) : tid % BN;
+    const int b_row = kAlongT ? (tid % (BK / B_PER)) * B_PER : tid / BN;
+    const Pixel px = pixel_at(j0 + b_col, g, geo);
 
     auto load_tiles = [&](int k0) {
       if constexpr (kVecOk) {
@@ -193,7 +211,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
       }
 #pragma unroll
       for (int i = 0; i < B_PER; ++i) {
-        const int row = b_row + i * B_ROWS;
+        const int row = kAlongT ? b_row + i : b_row + i * B_ROWS;
         b_st[i] = row < BK ? load_b<T, Acc, kNHWC, kFused, kTable>(src, px, k0 + row, geo)
                            : Acc(0);
       }
@@ -218,8 +236,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
       }
 #pragma unroll
       for (int i = 0; i < B_PER; ++i) {
-        const int row = b_row + i * B_ROWS;
-        if (row < BK) Bs[buf][row][tid % BN] = b_st[i];
+        const int row = kAlongT ? b_row + i : b_row + i * B_ROWS;
+        if (row < BK) Bs[buf][row][b_col] = b_st[i];
       }
     };
     auto compute = [&](int buf) {

@@ -76,8 +76,8 @@ def kernel(file: str, expression: str) -> Kernel:
 
 @functools.lru_cache(maxsize=64)
 def _device_tables(device: int, key) -> tuple:
-    prob, geo_items = key
-    off, hw = reduction_tables(prob, dict(geo_items))
+    prob, geo_items, window_order = key
+    off, hw = reduction_tables(prob, dict(geo_items), window_order)
     return key, cupy.asarray(off), cupy.asarray(hw)
 
 
@@ -135,12 +135,17 @@ def direct(prob: Problem, x, w, bias, y):
 def im2win(prob: Problem, plan: Plan, x, w, bias, y):
     """The im2win kernels into the contiguous y, `plan.chunk` images per launch."""
     conv = kernel("im2win_conv", plan.kernel)
+    materialised = plan.algorithm == "im2win"
     tables = None
     if plan.tables:
-        key = (prob, tuple(sorted(plan.geometry.items())))
+        key = (prob, tuple(sorted(plan.geometry.items())), materialised)
         tables = _device_tables(cupy.cuda.Device().id, key)
-    x_win = cupy.empty((plan.chunk,) + prob.x_win_shape[1:], prob.dtype) \
-        if plan.algorithm == "im2win" else None
+    x_win = None
+    if materialised:
+        x_win = cupy.empty((plan.chunk,) + prob.x_win_shape[1:], prob.dtype)
+        # The filter in window order, so that each pixel's reduction is the window's run.
+        order = (0, 1, 3, 2) if prob.layout == "NCHW" else (0, 2, 1, 3)
+        w = cupy.ascontiguousarray(w.transpose(order))
     for g0 in range(0, prob.G, 65535):
         groups = min(65535, prob.G - g0)
         for n0 in range(0, prob.N, plan.chunk):

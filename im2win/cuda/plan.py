@@ -117,20 +117,26 @@ def geometry(prob: Problem, fused: bool, images: int, x_strides) -> dict:
     return geo
 
 
-def reduction_taps(prob: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(c, r, s) of every reduction index t, in w's own order (see im2win_conv.cu)."""
-    if prob.layout == "NCHW":
-        c, r, s = np.unravel_index(np.arange(prob.reduction), (prob.Cg, prob.R, prob.S))
+def reduction_taps(prob: Problem, window_order: bool) -> tuple[np.ndarray, ...]:
+    """(c, r, s) of every reduction index t (see im2win_conv.cu), in window order
+    (filter_to_window's; materialised windows) or in w's own order (fused)."""
+    t, Cg, R, S = np.arange(prob.reduction), prob.Cg, prob.R, prob.S
+    if prob.layout == "NCHW" and window_order:
+        c, s, r = np.unravel_index(t, (Cg, S, R))
+    elif prob.layout == "NCHW":
+        c, r, s = np.unravel_index(t, (Cg, R, S))
+    elif window_order:
+        s, r, c = np.unravel_index(t, (S, R, Cg))
     else:
-        r, s, c = np.unravel_index(np.arange(prob.reduction), (prob.R, prob.S, prob.Cg))
+        r, s, c = np.unravel_index(t, (R, S, Cg))
     return c, r, s
 
 
-def reduction_tables(prob: Problem, geo: dict) -> tuple[np.ndarray, np.ndarray] | None:
+def reduction_tables(prob: Problem, geo: dict, window_order: bool):
     """The __constant__ tables (off(t), (r*dh) << 16 | s*dw), or None when they do not fit."""
     if prob.reduction > MAX_TABLE:
         return None
-    c, r, s = reduction_taps(prob)
+    c, r, s = reduction_taps(prob, window_order)
     off = c * geo["sc"] + r * geo["sr"] + s * geo["ss"]
     dr, ds = r * prob.dh, s * prob.dw
     if np.abs(off).max(initial=0) > INT32_MAX or dr.max(initial=0) > 32767 or \
@@ -201,7 +207,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         raise ValueError(f"K/G = {prob.Kg} filters per group need more than {MAX_GRID_YZ} "
                          f"tiles of {chosen.BM}")
     geo = geometry(prob, fused, chunk, x_strides)
-    tables = options.index_tables and reduction_tables(prob, geo) is not None
+    tables = options.index_tables and reduction_tables(prob, geo, not fused) is not None
     vector_filter = prob.reduction % 4 == 0 and w_aligned
     name = kernel_name(prob, fused, chosen, options, tables, vector_filter)
     workspace = 0 if fused else window_bytes(prob, chunk)
