@@ -32,6 +32,14 @@ With C = 3 in NHWC (cv3, cv7) the gathered runs have only 3 contiguous channels,
 gather costs as much as the GEMM.
 """
 
+GPU_NOTES = """`python -m im2win --compare` on the GPU: im2win with the planner's default (fused windows,
+no extra memory), cuDNN through PyTorch (`cudnn.benchmark = True`, TF32 off, channels-last tensors
+for NHWC) and im2col+cuBLAS (CuPy: the whole batch unrolled, one batched GEMM), on the same CuPy
+arrays, batch 128, median of CUDA-event timings after warm-up. cuDNN may choose Winograd or FFT,
+which do fewer multiplications than the FLOPs counted, so its "effective" TFLOPS can exceed the
+67 TFLOPS FP32 peak (cv5). Extra memory is the device high-water mark of one call minus its output.
+"""
+
 
 def cpu_section(record):
     machine = record["machine"]
@@ -76,14 +84,86 @@ def block_section(record):
     return "\n".join(lines)
 
 
+FP32_PEAK = 67.0   # TFLOPS, H200 CUDA cores (shared/GPU.md); the bar where cuDNN's Winograd/FFT
+                   # beats the peak is 60% of it (issue 3)
+
+
+def geomean(values):
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def gpu_section(record):
+    """Per-layer TFLOPS against cuDNN and im2col+cuBLAS, extra memory, and the targets."""
+    machine = record["machine"]
+    rows = {}
+    for row in record["rows"]:
+        rows.setdefault(row["layer"], {})[row["impl"]] = row
+    lines = [f"### {record['dtype']}, {record['layout']}, batch {record['batch']}", "",
+             f"`{record['command']}` on {record['date'][:10]}: {machine.get('gpu', 'GPU')}, "
+             f"CuPy {machine.get('cupy', '?')}, PyTorch {machine.get('torch', '?')} "
+             f"(cuDNN {machine.get('cudnn', '?')}).", "",
+             "| layer | GFLOP | im2win ms | im2win TFLOPS | cuDNN TFLOPS | im2col+cuBLAS TFLOPS "
+             "| vs cuDNN | vs im2col | extra MiB: im2win / cuDNN / im2col |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    vs_cudnn, vs_im2col, short = [], [], []
+    for layer, impls in rows.items():
+        ours, dnn, col = impls["im2win"], impls["cudnn"], impls["im2col+gemm"]
+        vs_cudnn.append(ours["tflops"] / dnn["tflops"])
+        vs_im2col.append(ours["tflops"] / col["tflops"])
+        bar = 0.6 * FP32_PEAK if dnn["tflops"] > FP32_PEAK else 0.5 * dnn["tflops"]
+        if ours["tflops"] < bar and record["dtype"] == "float32":
+            short.append(f"{layer} ({ours['tflops']:.1f} < {bar:.1f} TFLOPS)")
+        mib = "/".join(f"{impls[k]['extra_bytes'] / 2**20:.0f}"
+                       for k in ("im2win", "cudnn", "im2col+gemm"))
+        lines.append(f"| {layer} | {ours['gflop']:.1f} | {ours['time_ms']:.3f} | "
+                     f"{ours['tflops']:.1f} | {dnn['tflops']:.1f} | {col['tflops']:.1f} | "
+                     f"{vs_cudnn[-1]:.2f}x | {vs_im2col[-1]:.2f}x | {mib} |")
+    means = {k: geomean([impls[k]["tflops"] for impls in rows.values()])
+             for k in ("im2win", "cudnn", "im2col+gemm")}
+    lines += ["", f"Geometric means: im2win {means['im2win']:.1f} TFLOPS, cuDNN "
+                  f"{means['cudnn']:.1f}, im2col+cuBLAS {means['im2col+gemm']:.1f}; im2win is "
+                  f"{geomean(vs_cudnn):.2f}x cuDNN (target 1.0x) and {geomean(vs_im2col):.2f}x "
+                  f"im2col+cuBLAS (target 3x).",
+              "Layers under the per-layer bar (0.5x cuDNN, or 60% of the 67 TFLOPS peak where "
+              f"cuDNN exceeds the peak): {', '.join(short) if short else 'none'}."]
+    return "\n".join(lines)
+
+
+def sweep_section(record):
+    """The best algorithm and tile per layer, and how close the planner's choice comes."""
+    from im2win.cuda.tuning import choose_tile
+    from im2win.layers import LAYERS
+    lines = ["### Tiles (`tools/tile_sweep.py`)", "",
+             f"`{record['command']}`: every window algorithm and tile, median of 5 after "
+             "warm-up; the planner's default (`im2win/cuda/tuning.py`, `choose_tile`) against "
+             "the fastest.", "",
+             "| layout | layer | fastest | TFLOPS | planner's tile (fused) | its time / fastest |",
+             "|---|---|---|---|---|---|"]
+    for layout in ("NCHW", "NHWC"):
+        for name, layer in LAYERS.items():
+            rows = [r for r in record["rows"] if r["layer"] == name and r["layout"] == layout]
+            best = min(rows, key=lambda r: r["ms"])
+            P = (layer.H - layer.R) // layer.stride + 1
+            Q = (layer.W - layer.S) // layer.stride + 1
+            tile = choose_tile(layer.K, 128 * P * Q, record["dtype"])
+            mine = [r for r in rows if r["tile"] == tile and r["algorithm"] == "im2win_fused"]
+            ratio = f"{mine[0]['ms'] / best['ms']:.2f}" if mine else "not swept"
+            lines.append(f"| {layout} | {name} | {best['algorithm']} {best['tile']} | "
+                         f"{best['tflops']:.1f} | {tile} | {ratio} |")
+    return "\n".join(lines)
+
+
 def main():
     data = DOCS / "data"
     records = [json.loads(p.read_text()) for p in sorted(data.glob("cpu-float*.json"))]
     page = [INTRO, "## CPU path (NumPy + BLAS) against NumPy im2col+GEMM", CPU_NOTES]
     page += [cpu_section(r) + "\n" for r in records]
     page.append(block_section(json.loads((data / "cpu-block-bytes.json").read_text())) + "\n")
-    page.append("## GPU\n\nThe GPU path is not implemented yet; its numbers will be recorded "
-                "here by the GPU issues.\n")
+    gpu = [json.loads(p.read_text()) for p in sorted(data.glob("gpu-float*.json"))]
+    page.append("## GPU (H200): im2win against cuDNN and im2col+cuBLAS\n\n" + GPU_NOTES)
+    page += [gpu_section(r) + "\n" for r in gpu]
+    for path in sorted(data.glob("gpu-tile-sweep-*.json")):
+        page.append(sweep_section(json.loads(path.read_text())) + "\n")
     (DOCS / "performance.md").write_text("\n".join(page))
 
 

@@ -293,10 +293,19 @@ def format_table(rows: list[Row]) -> str:
 
 
 def machine_info(device) -> dict:
+    """What the numbers were measured on: host, library versions, and the GPU if used."""
     info = {"device": device.name, "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "numpy": np.__version__,
             "im2win": im2win.__version__}
+    if device.name == "gpu":
+        cupy = device.cupy
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        info |= {"gpu": props["name"].decode(), "cupy": cupy.__version__,
+                 "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion()}
+        if torch_cuda_available():
+            import torch
+            info |= {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
     return info
 
 

@@ -36,10 +36,9 @@ def _prepare(prob, x, w, bias, algorithm, options, workspace_limit, tile=None):
     x_strides = launch.element_strides(x, prob.layout)
     if algorithm == "auto" and tile is None and (prob, x_strides) in _tuned:
         algorithm, tile = _tuned[(prob, x_strides)]
-    sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
     plan = planning.make_plan(prob, x_strides=x_strides, w_aligned=w.data.ptr % 16 == 0,
                               algorithm=algorithm, options=options,
-                              workspace_limit=workspace_limit, tile=tile, sm_count=sm_count)
+                              workspace_limit=workspace_limit, tile=tile)
     return w, bias, plan
 
 
@@ -82,7 +81,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
         x, w, bias, stride, padding, dilation, groups, layout: as `im2win.conv2d` (CuPy).
         algorithms: candidates among "im2win_fused", "im2win", "direct", "im2col_gemm".
         tiles: tile names to try for the im2win algorithms (default: every tile with a
-            register micro-kernel).
+            register micro-kernel whose shared memory fits the dtype).
         repeat: timed calls per candidate (after one warm-up call), median taken.
 
     Returns:
@@ -95,12 +94,14 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     import cupy
     from im2win.api import checked_problem
     from im2win.cuda import launch
+    from im2win.cuda.plan import accumulator_bytes
     from im2win.cuda.tuning import NO_MICRO_KERNEL
 
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
                                        gpu_only=True)
-    tiles = tiles or [name for name in TILES if name != NO_MICRO_KERNEL]
+    tiles = tiles or [name for name, tile in TILES.items()
+                      if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))]
     results = []
     for algorithm in algorithms:
         for tile in (tiles if algorithm.startswith("im2win") else [None]):

@@ -85,6 +85,11 @@ def check_options(options) -> Options:
     return options
 
 
+def accumulator_bytes(prob: Problem) -> int:
+    """Bytes of one accumulator element (what the shared-memory tiles hold)."""
+    return 8 if prob.dtype == np.float64 else 4
+
+
 def window_bytes(prob: Problem, images: int) -> int:
     """Bytes of the window tensor of `images` images: images*C*P*Wp*R elements."""
     return images * prob.C * prob.P * prob.Wp * prob.R * prob.dtype.itemsize
@@ -160,7 +165,7 @@ def kernel_name(prob: Problem, fused: bool, tile: Tile, options: Options, tables
 
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
               options: Options | None = None, workspace_limit: int | None = None,
-              tile: str | None = None, sm_count: int = 132) -> Plan:
+              tile: str | None = None) -> Plan:
     """Decide how to run `prob` on the GPU.
 
     Args:
@@ -171,7 +176,6 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         options: optimisation switches (im2win kernels only).
         workspace_limit: bytes the materialised window may use; None for the whole batch.
         tile: force a tile by name (autotuning and tests); None lets the planner choose.
-        sm_count: multiprocessors of the device, for the tile choice.
 
     Raises:
         ValueError: a forced choice that cannot run this problem (the message says why).
@@ -201,8 +205,10 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                              f"algorithm='im2win_fused'")
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
-    chosen = TILES[tile or choose_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.dtype.name,
-                                       sm_count)]
+    chosen = TILES[tile or choose_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.dtype.name)]
+    if not chosen.fits(accumulator_bytes(prob)):
+        raise ValueError(f"tile {chosen.name} needs more than 48 KB of shared memory for "
+                         f"{prob.dtype.name}")
     if -(-prob.Kg // chosen.BM) > MAX_GRID_YZ:
         raise ValueError(f"K/G = {prob.Kg} filters per group need more than {MAX_GRID_YZ} "
                          f"tiles of {chosen.BM}")
@@ -215,37 +221,36 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
 
 
 def specializations() -> list[tuple[str, str]]:
-    """Every (file, name expression) the planner and the GPU tests instantiate.
+    """Every (file, name expression) the planner can instantiate.
 
     CI compiles each of them with nvcc for sm_80 and sm_90, so no specialisation reaches a GPU
-    untested by the compiler: each tile with the full optimisation set (with and without 16-byte
-    filter loads, which depend on alignment, and without tables, the fallback for long
-    reductions), and each optimisation off alone, for every dtype, layout and window mode.
+    untested by the compiler: for every dtype, layout and window mode, every tile the planner
+    picks under every optimisation set (full, and each optimisation off alone), with and
+    without 16-byte filter loads (they depend on alignment) and __constant__ tables (they
+    depend on the reduction length); and every other tile (autotuning) with the full set.
     """
     from im2win.cuda.tuning import TILES, choose_tile
     out = set()
-    for dtype in CUDA_TYPES:
+    for dtype, (T, Acc) in CUDA_TYPES.items():
+        planned = {choose_tile(Kg, pixels, dtype) for Kg in (32, 64, 96, 128)
+                   for pixels in (1, 1 << 21)}
         for layout in ("NCHW", "NHWC"):
             prob = Problem(layout=layout, dtype=np.dtype(dtype), N=1, C=1, H=1, W=1, K=1, R=1,
                            S=1, G=1, sh=1, sw=1, dh=1, dw=1, pt=0, pb=0, pl=0, pr=0,
                            has_bias=False)
-            T = CUDA_TYPES[dtype][0]
-            out.add(("direct", f"direct_conv<{T}, {CUDA_TYPES[dtype][1]}, "
-                               f"{str(layout == 'NHWC').lower()}>"))
-            out.add(("window", f"image_to_window<{T}, {str(layout == 'NHWC').lower()}>"))
+            nhwc = str(layout == "NHWC").lower()
+            out.add(("direct", f"direct_conv<{T}, {Acc}, {nhwc}>"))
+            out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             for fused in (False, True):
-                tiles = TILES if dtype == "float32" else {choose_tile(64, 1, dtype): None}
-                for tile in tiles:
-                    for vector_filter in (True, False):
-                        for tables in (True, False):
-                            out.add(("im2win_conv", kernel_name(prob, fused, TILES[tile],
-                                                                Options(), tables,
-                                                                vector_filter)))
-                for name, options in Options.ablations().items():
-                    tile = NO_MICRO_KERNEL if not options.micro_kernel else \
-                        choose_tile(64, 1, dtype)
-                    out.add(("im2win_conv", kernel_name(prob, fused, TILES[tile], options,
-                                                        options.index_tables, True)))
+                for options in Options.ablations().values():
+                    tiles = planned if options.micro_kernel else {NO_MICRO_KERNEL}
+                    if options == Options():
+                        tiles = [t for t in TILES if TILES[t].fits(accumulator_bytes(prob))]
+                    for tile in tiles:
+                        for vector_filter in (True, False):
+                            for tables in {True, False} & {options.index_tables, False}:
+                                out.add(("im2win_conv", kernel_name(
+                                    prob, fused, TILES[tile], options, tables, vector_filter)))
     return sorted(out)
 
 

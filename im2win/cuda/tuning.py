@@ -25,6 +25,13 @@ class Tile:
     def threads(self) -> int:
         return (self.BM // self.TM) * (self.BN // self.TN)
 
+    def fits(self, acc_bytes: int) -> bool:
+        """Whether the double-buffered, padded A and B tiles of `acc_bytes`-wide accumulator
+        elements fit the 48 KB of static shared memory a block may declare."""
+        return 2 * self.BK * (self.BM + 4 + self.BN + 4) * acc_bytes <= SMEM_LIMIT
+
+
+SMEM_LIMIT = 48 * 1024
 
 TILES = {tile.name: tile for tile in (
     Tile("128x128", 128, 128, 8, 8, 8),
@@ -32,6 +39,9 @@ TILES = {tile.name: tile for tile in (
     Tile("64x128", 64, 128, 16, 4, 8),
     Tile("32x128", 32, 128, 32, 4, 4),
     Tile("64x64", 64, 64, 8, 4, 4),
+    Tile("128x128k16", 128, 128, 16, 8, 8),
+    Tile("128x64k16", 128, 64, 16, 8, 4),
+    Tile("64x64k16", 64, 64, 16, 4, 4),
     Tile("16x16", 16, 16, 8, 1, 1),      # no register micro-kernel: one output per thread
 )}
 NO_MICRO_KERNEL = "16x16"
@@ -78,19 +88,21 @@ ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm")
 MAX_TABLE = 6144
 
 
-def choose_tile(Kg: int, pixels: int, dtype_name: str, sm_count: int = 132) -> str:
+def choose_tile(Kg: int, pixels: int, dtype_name: str) -> str:
     """Pick a tile for K/G filters per group and N*P*Q pixels (the planner's default).
 
-    Filters per group decide the tile height: the smallest of 32, 64, 128 rows that wastes
-    little of a tile on the K tail; when the grid would leave SMs idle, narrower pixel tiles
-    give more blocks. float64 uses the 64x64 tile (a 128x128 tile of doubles spills).
+    Read off the tile sweep on the H200 (docs/data/gpu-tile-sweep-float32.json, made by
+    tools/tile_sweep.py; summarised in docs/performance.md): 96 filters want 32-row tiles (no
+    rows wasted), 64 filters the 64x64 tile, more filters 128 rows, with 128 pixel columns only
+    above a million pixels (below that, 64 columns give more blocks). float64 uses the 64x64
+    tile (a 128x128 tile of doubles needs too many registers).
     """
     if dtype_name == "float64":
         return "64x64"
-    if Kg <= 32:
+    if Kg % 64:
         return "32x128"
-    if Kg <= 64:
-        return "64x128"
-    if pixels <= 2 * sm_count * 128:
-        return "128x64"
-    return "128x128"
+    if Kg == 64:
+        return "64x64"
+    if pixels >= 1 << 20:
+        return "128x128"
+    return "128x64"

@@ -1,0 +1,136 @@
+"""The GPU planner is pure: its choices, offsets and errors are tested here without a GPU."""
+
+import numpy as np
+import pytest
+
+from im2win import reference
+from im2win.cuda import TILES, Options
+from im2win.cuda.plan import (geometry, make_plan, reduction_taps, reduction_tables,
+                              specializations, window_bytes)
+from im2win.cuda.tuning import NO_MICRO_KERNEL, choose_tile
+from im2win.layers import LAYERS
+from im2win.problem import make_problem
+
+
+def problem(x_shape, w_shape, dtype=np.float32, **kwargs):
+    return make_problem(np.empty(x_shape, dtype), np.empty(w_shape, dtype), **kwargs)
+
+
+def contiguous_strides(prob):
+    N, C, H, W = prob.N, prob.C, prob.H, prob.W
+    return (C * H * W, H * W, W, 1) if prob.layout == "NCHW" else (H * W * C, 1, W * C, C)
+
+
+def plan_for(prob, **kwargs):
+    return make_plan(prob, x_strides=contiguous_strides(prob), w_aligned=True, **kwargs)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("window_order", [False, True])
+def test_offsets_address_the_operand_exactly(rng, layout, window_order):
+    """base(pixel) + off(t) picks B[t, pixel] out of x (fused) or x_win (materialised)."""
+    x = rng.standard_normal((2, 6, 9, 8))
+    w = np.zeros((4, 3, 3, 2))
+    kwargs = dict(groups=2, stride=(2, 1), dilation=(1, 2), padding=((1, 2), (2, 0)))
+    if layout == "NHWC":
+        x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
+    prob = make_problem(x, w, layout=layout, **kwargs)
+    fused = not window_order
+    geo = geometry(prob, fused, prob.N, contiguous_strides(prob))
+    c, r, s = reduction_taps(prob, window_order)
+    off = c * geo["sc"] + r * geo["sr"] + s * geo["ss"]
+    x_win = reference.image_to_window(x, prob.R, stride=prob.sh, dilation=prob.dh,
+                                      padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
+                                      layout=layout)
+    xp = np.pad(x if layout == "NCHW" else x.transpose(0, 3, 1, 2),
+                ((0, 0), (0, 0), (prob.pt, prob.pb), (prob.pl, prob.pr)))
+    src = (x if fused else x_win).ravel()
+    for n, g, p, q in np.ndindex(prob.N, prob.G, prob.P, prob.Q):
+        base = (n * geo["sn"] + g * geo["sg"] + p * geo["sp"] + q * geo["sq"] + geo["base0"])
+        h, col = p * prob.sh - prob.pt + r * prob.dh, q * prob.sw - prob.pl + s * prob.dw
+        inside = (h >= 0) & (h < prob.H) & (col >= 0) & (col < prob.W)
+        expected = xp[n, g * prob.Cg + c, p * prob.sh + r * prob.dh, q * prob.sw + s * prob.dw]
+        got = src[np.where(inside | (not fused), base + off, 0)] * (inside | (not fused))
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_tables_hold_the_offsets_and_taps():
+    prob = problem((1, 4, 9, 9), (2, 4, 3, 2), dilation=(2, 3))
+    geo = geometry(prob, True, 1, contiguous_strides(prob))
+    off, hw = reduction_tables(prob, geo, window_order=False)
+    c, r, s = reduction_taps(prob, False)
+    np.testing.assert_array_equal(off, c * 81 + r * 2 * 9 + s * 3)
+    np.testing.assert_array_equal(hw >> 16, r * 2)
+    np.testing.assert_array_equal(hw & 0xFFFF, s * 3)
+
+
+def test_long_reductions_fall_back_to_computed_offsets():
+    prob = problem((1, 700, 6, 6), (5, 700, 3, 3))
+    assert plan_for(prob).tables is False
+    assert plan_for(problem((1, 600, 6, 6), (5, 600, 3, 3))).tables is True
+    assert plan_for(problem((1, 6, 6, 6), (5, 6, 3, 3)),
+                    options=Options(index_tables=False)).tables is False
+
+
+def test_planner_tile_choices_follow_the_table():
+    assert choose_tile(96, 10**6, "float32") == "32x128"
+    assert choose_tile(64, 10**6, "float32") == "64x64"
+    assert choose_tile(128, 2 * 10**6, "float32") == "128x128"
+    assert choose_tile(512, 3200, "float32") == "128x64"
+    assert choose_tile(512, 3200, "float64") == "64x64"
+
+
+def test_every_tile_the_planner_picks_for_the_layers_is_compiled_in_ci():
+    compiled = {expr for _, expr in specializations()}
+    for layer in LAYERS.values():
+        for layout in ("NCHW", "NHWC"):
+            for dtype in (np.float16, np.float32, np.float64):
+                x_shape, w_shape = layer.shapes(128, layout)
+                prob = problem(x_shape, w_shape, dtype, stride=layer.stride, layout=layout)
+                for algorithm in ("im2win", "im2win_fused"):
+                    for options in Options.ablations().values():
+                        assert plan_for(prob, algorithm=algorithm,
+                                        options=options).kernel in compiled
+
+
+def test_workspace_limit_chunks_whole_images():
+    prob = problem((10, 3, 20, 20), (4, 3, 3, 3), padding=1)
+    per_image = window_bytes(prob, 1)
+    assert per_image == 3 * 20 * 22 * 3 * 4
+    assert plan_for(prob, algorithm="im2win").chunk == 10
+    plan = plan_for(prob, algorithm="im2win", workspace_limit=3 * per_image + 1)
+    assert plan.chunk == 3 and plan.workspace_bytes == 3 * per_image
+    assert plan_for(prob, algorithm="im2win_fused", workspace_limit=0).workspace_bytes == 0
+    with pytest.raises(ValueError, match="smaller than one image's window tensor"):
+        plan_for(prob, algorithm="im2win", workspace_limit=per_image - 1)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(algorithm="fft"), ValueError, "algorithm must be one of"),
+    (dict(algorithm=3), TypeError, "algorithm must be a string"),
+    (dict(workspace_limit=-1), ValueError, "non-negative"),
+    (dict(workspace_limit=1.5), TypeError, "workspace_limit must be an int"),
+    (dict(options="fast"), TypeError, "options must be an im2win.cuda.Options"),
+    (dict(tile="256x256"), ValueError, "tile must be one of"),
+])
+def test_bad_plan_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        plan_for(problem((1, 3, 8, 8), (4, 3, 3, 3)), **kwargs)
+
+
+def test_tiles_that_overflow_shared_memory_are_refused():
+    prob = problem((1, 3, 8, 8), (4, 3, 3, 3), np.float64)
+    with pytest.raises(ValueError, match="more than 48 KB of shared memory"):
+        plan_for(prob, tile="32x128")
+    assert plan_for(prob).tile.fits(8)
+
+
+def test_options_validate_themselves():
+    with pytest.raises(TypeError, match="Options.smem must be a bool"):
+        Options(smem=1)
+    ablations = Options.ablations()
+    assert ablations["full"] == Options() and len(ablations) == 7
+    assert not ablations["no_double_buffer"].double_buffer
+    assert plan_for(problem((1, 3, 8, 8), (4, 3, 3, 3)),
+                    options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
+    assert {t.threads for t in TILES.values()} == {256}
