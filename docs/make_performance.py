@@ -102,22 +102,26 @@ def gpu_section(record):
              f"`{record['command']}` on {record['date'][:10]}: {machine.get('gpu', 'GPU')}, "
              f"CuPy {machine.get('cupy', '?')}, PyTorch {machine.get('torch', '?')} "
              f"(cuDNN {machine.get('cudnn', '?')}).", "",
-             "| layer | GFLOP | im2win ms | im2win TFLOPS | cuDNN TFLOPS | im2col+cuBLAS TFLOPS "
-             "| vs cuDNN | vs im2col | extra MiB: im2win / cuDNN / im2col |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| layer | GFLOP | im2win ms | im2win TFLOPS | materialised TFLOPS | cuDNN TFLOPS "
+             "| im2col+cuBLAS TFLOPS | vs cuDNN | vs im2col | extra MiB: im2win / materialised "
+             "(its window) / cuDNN / im2col |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     vs_cudnn, vs_im2col, short = [], [], []
     for layer, impls in rows.items():
         ours, dnn, col = impls["im2win"], impls["cudnn"], impls["im2col+gemm"]
+        mat = impls["im2win-materialised"]
         vs_cudnn.append(ours["tflops"] / dnn["tflops"])
         vs_im2col.append(ours["tflops"] / col["tflops"])
         bar = 0.6 * FP32_PEAK if dnn["tflops"] > FP32_PEAK else 0.5 * dnn["tflops"]
         if ours["tflops"] < bar and record["dtype"] == "float32":
             short.append(f"{layer} ({ours['tflops']:.1f} < {bar:.1f} TFLOPS)")
-        mib = "/".join(f"{impls[k]['extra_bytes'] / 2**20:.0f}"
-                       for k in ("im2win", "cudnn", "im2col+gemm"))
+        mib = lambda k: f"{impls[k]['extra_bytes'] / 2**20:.0f}"  # noqa: E731
+        window = window_mib(layer, record)
         lines.append(f"| {layer} | {ours['gflop']:.1f} | {ours['time_ms']:.3f} | "
-                     f"{ours['tflops']:.1f} | {dnn['tflops']:.1f} | {col['tflops']:.1f} | "
-                     f"{vs_cudnn[-1]:.2f}x | {vs_im2col[-1]:.2f}x | {mib} |")
+                     f"{ours['tflops']:.1f} | {mat['tflops']:.1f} | {dnn['tflops']:.1f} | "
+                     f"{col['tflops']:.1f} | {vs_cudnn[-1]:.2f}x | {vs_im2col[-1]:.2f}x | "
+                     f"{mib('im2win')} / {mib('im2win-materialised')} ({window:.0f}) / "
+                     f"{mib('cudnn')} / {mib('im2col+gemm')} |")
     means = {k: geomean([impls[k]["tflops"] for impls in rows.values()])
              for k in ("im2win", "cudnn", "im2col+gemm")}
     lines += ["", f"Geometric means: im2win {means['im2win']:.1f} TFLOPS, cuDNN "
@@ -127,6 +131,15 @@ def gpu_section(record):
               "Layers under the per-layer bar (0.5x cuDNN, or 60% of the 67 TFLOPS peak where "
               f"cuDNN exceeds the peak): {', '.join(short) if short else 'none'}."]
     return "\n".join(lines)
+
+
+def window_mib(name, record):
+    """MiB of the layer's whole-batch window tensor, N*C*P*Wp*R elements (spec/im2win.md)."""
+    from im2win.layers import LAYERS
+    layer = LAYERS[name]
+    P = (layer.H - layer.R) // layer.stride + 1
+    itemsize = {"float16": 2, "float32": 4, "float64": 8}[record["dtype"]]
+    return record["batch"] * layer.C * P * layer.W * layer.R * itemsize / 2**20
 
 
 def sweep_section(record):
@@ -145,7 +158,8 @@ def sweep_section(record):
             best = min(rows, key=lambda r: r["ms"])
             P = (layer.H - layer.R) // layer.stride + 1
             Q = (layer.W - layer.S) // layer.stride + 1
-            tile = choose_tile(layer.K, 128 * P * Q, record["dtype"])
+            tile = choose_tile(layer.K, 128 * P * Q, layer.C * layer.R * layer.S, layout,
+                               record["dtype"])
             mine = [r for r in rows if r["tile"] == tile and r["algorithm"] == "im2win_fused"]
             ratio = f"{mine[0]['ms'] / best['ms']:.2f}" if mine else "not swept"
             lines.append(f"| {layout} | {name} | {best['algorithm']} {best['tile']} | "

@@ -191,10 +191,18 @@ def torch_cuda_available() -> bool:
     return True
 
 
+def materialised(x, w, **kwargs):
+    """im2win with the window tensor materialised (transform, then convolve) on the GPU."""
+    return im2win.conv2d(x, w, algorithm="im2win", **kwargs)
+
+
 def implementations(device, compare: bool) -> dict:
-    """The callables to time, by name: im2win, then the baselines on the same device."""
+    """The callables to time, by name: im2win (the planner's default), then on the GPU its
+    materialised mode, then the baselines on the same device."""
     impls = {"im2win": im2win.conv2d}
     if compare:
+        if device.name == "gpu":
+            impls["im2win-materialised"] = materialised
         impls["im2col+gemm"] = baselines.im2col_gemm
         if device.name == "gpu" and torch_cuda_available():
             impls["cudnn"] = cudnn
@@ -326,8 +334,9 @@ def parse_args(argv):
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
                         help="where to run (default: the GPU when CuPy sees one, else the CPU)")
     parser.add_argument("--compare", action="store_true",
-                        help="also time the baselines on the same device (im2col+GEMM; cuDNN "
-                             "through PyTorch on the GPU when available)")
+                        help="also time the baselines on the same device (im2col+GEMM; on the "
+                             "GPU also im2win with materialised windows, and cuDNN through "
+                             "PyTorch when available)")
     parser.add_argument("--json", metavar="PATH", help="also write every number to this file")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.layers.split(",") if name.strip()]

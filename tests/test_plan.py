@@ -73,11 +73,15 @@ def test_long_reductions_fall_back_to_computed_offsets():
 
 
 def test_planner_tile_choices_follow_the_table():
-    assert choose_tile(96, 10**6, "float32") == "32x128"
-    assert choose_tile(64, 10**6, "float32") == "64x64"
-    assert choose_tile(128, 2 * 10**6, "float32") == "128x128"
-    assert choose_tile(512, 3200, "float32") == "128x64"
-    assert choose_tile(512, 3200, "float64") == "64x64"
+    assert choose_tile(16, 10**6, 300, "NCHW", "float32") == "32x128"
+    assert choose_tile(96, 10**6, 363, "NCHW", "float32") == "128x64k16"
+    assert choose_tile(64, 10**6, 147, "NHWC", "float32") == "64x64"
+    assert choose_tile(64, 10**6, 1568, "NCHW", "float32") == "64x64k16"
+    assert choose_tile(128, 2 * 10**6, 576, "NCHW", "float32") == "128x128"
+    assert choose_tile(128, 2 * 10**6, 576, "NHWC", "float32") == "128x128k16"
+    assert choose_tile(512, 3200, 4608, "NCHW", "float32") == "128x64k16"
+    assert choose_tile(512, 12800, 2304, "NCHW", "float32") == "128x64"
+    assert choose_tile(512, 3200, 4608, "NCHW", "float64") == "64x64"
 
 
 def test_every_tile_the_planner_picks_for_the_layers_is_compiled_in_ci():

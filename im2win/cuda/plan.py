@@ -205,7 +205,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                              f"algorithm='im2win_fused'")
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
-    chosen = TILES[tile or choose_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.dtype.name)]
+    chosen = TILES[tile or choose_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.reduction,
+                                       prob.layout, prob.dtype.name)]
     if not chosen.fits(accumulator_bytes(prob)):
         raise ValueError(f"tile {chosen.name} needs more than 48 KB of shared memory for "
                          f"{prob.dtype.name}")
@@ -232,9 +233,10 @@ def specializations() -> list[tuple[str, str]]:
     from im2win.cuda.tuning import TILES, choose_tile
     out = set()
     for dtype, (T, Acc) in CUDA_TYPES.items():
-        planned = {choose_tile(Kg, pixels, dtype) for Kg in (32, 64, 96, 128)
-                   for pixels in (1, 1 << 21)}
         for layout in ("NCHW", "NHWC"):
+            planned = {choose_tile(Kg, pixels, reduction, layout, dtype)
+                       for Kg in (32, 64, 96, 128) for pixels in (1, 1 << 21)
+                       for reduction in (27, 300, 5000)}
             prob = Problem(layout=layout, dtype=np.dtype(dtype), N=1, C=1, H=1, W=1, K=1, R=1,
                            S=1, G=1, sh=1, sw=1, dh=1, dw=1, pt=0, pb=0, pl=0, pr=0,
                            has_bias=False)

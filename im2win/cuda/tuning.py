@@ -88,21 +88,26 @@ ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm")
 MAX_TABLE = 6144
 
 
-def choose_tile(Kg: int, pixels: int, dtype_name: str) -> str:
-    """Pick a tile for K/G filters per group and N*P*Q pixels (the planner's default).
+def choose_tile(Kg: int, pixels: int, reduction: int, layout: str, dtype_name: str) -> str:
+    """Pick a tile for K/G filters per group, N*P*Q pixels and a (C/G)*R*S reduction.
 
     Read off the tile sweep on the H200 (docs/data/gpu-tile-sweep-float32.json, made by
-    tools/tile_sweep.py; summarised in docs/performance.md): 96 filters want 32-row tiles (no
-    rows wasted), 64 filters the 64x64 tile, more filters 128 rows, with 128 pixel columns only
-    above a million pixels (below that, 64 columns give more blocks). float64 uses the 64x64
-    tile (a 128x128 tile of doubles needs too many registers).
+    tools/tile_sweep.py; summarised in docs/performance.md, "Tiles"): the tile height follows
+    the filters (32 rows up to 32 filters, 64 for 64, else 128, whose tail waste on 96 filters
+    costs less than a third more blocks); 128 pixel columns only above a million pixels;
+    16-deep reduction slices for reductions of 256 and more where they measured faster (NHWC,
+    64 filters, or reductions of 4096 and more). float64 uses the 64x64 tile (a 128x128 tile
+    of doubles needs too many registers).
     """
     if dtype_name == "float64":
         return "64x64"
-    if Kg % 64:
+    if Kg <= 32:
         return "32x128"
-    if Kg == 64:
-        return "64x64"
+    k16 = reduction >= 256 and (layout == "NHWC" or Kg == 64 or reduction >= 4096)
+    if Kg <= 64:
+        return "64x64k16" if k16 else "64x64"
+    if Kg % 64:
+        return "128x64k16"
     if pixels >= 1 << 20:
-        return "128x128"
-    return "128x64"
+        return "128x128k16" if layout == "NHWC" else "128x128"
+    return "128x64k16" if k16 else "128x64"
