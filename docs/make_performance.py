@@ -167,6 +167,41 @@ def sweep_section(record):
     return "\n".join(lines)
 
 
+GPU_WHY = """### Why the targets are missed
+
+The kernels are a CUDA-core GEMM with im2win operand addressing. The profile below (ncu on the
+two layers' default kernels) shows where the time goes: the FMA pipe is busy about half of the
+time, the schedulers issue on about three cycles in four, and the registers (on cv8 the 8x8
+micro-tile, its fragments and the prefetch registers take 128 per thread) leave 3 to 4 warps per
+scheduler. The rest of each k-step is address, table and bounds work for the B gather,
+shared-memory traffic and barriers. cuDNN's FP32 kernels are hand-scheduled, and where its
+effective rate exceeds the 67 TFLOPS peak (cv5, cv10) it must be doing fewer multiplications
+than the FLOPs we count (Winograd or FFT), which no direct or GEMM-based kernel can match. NHWC is further behind
+im2col+cuBLAS than NCHW because cuBLAS's GEMM on an NHWC im2col matrix is efficient, while our
+NHWC B tile gathers C-strided pixels. The materialised mode pays for writing and reading the
+window tensor, so the fused mode is the default.
+
+Next steps (not done): split-K or smaller tiles with more blocks for the small-image layers
+(cv6, cv10 to cv12 launch few blocks); fewer registers per thread (occupancy); 16-byte B loads
+where runs are aligned; cp.async copies (the Tensor-Core issue's pipeline) for the FP32 path.
+"""
+
+
+def profile_section(paths):
+    """Key lines of the ncu reports in docs/data/logs (as ncu printed them)."""
+    keys = ("Duration", "Compute (SM) Throughput", "Issue Slots Busy", "Executed Ipc Active",
+            "Theoretical Occupancy", "Achieved Occupancy", "Block Limit Registers",
+            "Warp Cycles Per Issued Instruction")
+    lines = ["### Profile (ncu)", ""]
+    for path in paths:
+        text = path.read_text().splitlines()
+        picked = [line.strip() for line in text if line.strip().startswith(keys)]
+        fma = [line.strip() for line in text if "highest-utilized pipeline" in line]
+        lines += [f"`{path.name}` (`ncu --clock-control none` on `tools/profile_layer.py`):", "",
+                  "```", *dict.fromkeys(picked), *fma, "```", ""]
+    return "\n".join(lines)
+
+
 def main():
     data = DOCS / "data"
     records = [json.loads(p.read_text()) for p in sorted(data.glob("cpu-float*.json"))]
@@ -176,6 +211,8 @@ def main():
     gpu = [json.loads(p.read_text()) for p in sorted(data.glob("gpu-float*.json"))]
     page.append("## GPU (H200): im2win against cuDNN and im2col+cuBLAS\n\n" + GPU_NOTES)
     page += [gpu_section(r) + "\n" for r in gpu]
+    page.append(GPU_WHY)
+    page.append(profile_section(sorted((data / "logs").glob("ncu-*.txt"))))
     for path in sorted(data.glob("gpu-tile-sweep-*.json")):
         page.append(sweep_section(json.loads(path.read_text())) + "\n")
     (DOCS / "performance.md").write_text("\n".join(page))
