@@ -41,11 +41,17 @@ which do fewer multiplications than the FLOPs counted, so its "effective" TFLOPS
 """
 
 
-def cpu_section(record):
-    machine = record["machine"]
+def by_layer(record):
+    """{layer: {implementation: row}} from a benchmark record."""
     rows = {}
     for row in record["rows"]:
         rows.setdefault(row["layer"], {})[row["impl"]] = row
+    return rows
+
+
+def cpu_section(record):
+    machine = record["machine"]
+    rows = by_layer(record)
     lines = [f"### {record['dtype']}, {record['layout']}, batch {record['batch']}", "",
              f"`{record['command']}` on {record['date'][:10]}: {machine['cpus']} CPU cores "
              f"({machine['processor']}, {machine['platform']}), Python {machine['python']}, "
@@ -62,7 +68,6 @@ def cpu_section(record):
                      f"{base['time_ms']:.1f} | {speedups[-1]:.2f}x | "
                      f"{ours['extra_bytes'] / 2**20:.1f} | {base['extra_bytes'] / 2**20:.1f} | "
                      f"{ratios[-1]:.2f} | {ours['rel_error']:.1e} |")
-    geomean = lambda values: math.exp(sum(map(math.log, values)) / len(values))  # noqa: E731
     lines += ["", f"Geometric mean over {len(rows)} layers: im2win is {geomean(speedups):.2f}x "
                   f"as fast as im2col+GEMM and needs {geomean(ratios):.2f}x its extra memory."]
     return "\n".join(lines)
@@ -95,9 +100,7 @@ def geomean(values):
 def gpu_section(record):
     """Per-layer TFLOPS against cuDNN and im2col+cuBLAS, extra memory, and the targets."""
     machine = record["machine"]
-    rows = {}
-    for row in record["rows"]:
-        rows.setdefault(row["layer"], {})[row["impl"]] = row
+    rows = by_layer(record)
     lines = [f"### {record['dtype']}, {record['layout']}, batch {record['batch']}", "",
              f"`{record['command']}` on {record['date'][:10]}: {machine.get('gpu', 'GPU')}, "
              f"CuPy {machine.get('cupy', '?')}, PyTorch {machine.get('torch', '?')} "
