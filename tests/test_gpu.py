@@ -7,6 +7,7 @@ import im2win
 from helpers import random_arrays, to_layout
 from im2win import reference
 from im2win.cuda import TILES, Options
+from im2win.cuda.tuning import MMA_TILES
 from im2win.problem import make_problem
 from im2win.testing import assert_close
 
@@ -101,11 +102,45 @@ def test_other_dtypes_match_reference(rng, layout, algorithm, dtype):
         assert y.dtype == dtype
 
 
+TENSOR_CORE_CASES = AWKWARD[:4] + [
+    ((2, 16, 11, 9), (24, 16, 3, 3), dict(padding=1)),                 # 16-byte B copies (NHWC)
+    ((3, 32, 9, 10), (40, 16, 3, 2), dict(groups=2, stride=(2, 1), padding=((1, 0), (2, 1)))),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", WINDOWS)
+@pytest.mark.parametrize("tile", list(MMA_TILES))
+def test_every_tensor_core_tile_matches_reference(rng, layout, algorithm, tile):
+    from im2win import cuda
+    for x_shape, w_shape, kwargs in TENSOR_CORE_CASES:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], np.float16)
+        x, w = to_layout(layout, x, w)
+        prob = make_problem(x, w, b, layout=layout, **kwargs)
+        y = cuda.conv2d(prob, cupy.asarray(x), cupy.asarray(w), cupy.asarray(b),
+                        algorithm=algorithm, tile=tile)
+        ref = reference.conv2d(*(a.astype(np.float64) for a in (x, w, b)), layout=layout,
+                               **kwargs)
+        assert_close(cupy.asnumpy(y), ref, np.float16, prob.reduction)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", WINDOWS)
+@pytest.mark.parametrize("switch", list(Options.ablations(tensor_cores=True)) + ["no_tc"])
+def test_every_tensor_core_switch_matches_reference(rng, layout, algorithm, switch):
+    options = Options(tensor_cores=False) if switch == "no_tc" else \
+        Options.ablations(tensor_cores=True)[switch]
+    for x_shape, w_shape, kwargs in TENSOR_CORE_CASES:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        run(x, w, b, layout, kwargs, dtype=np.float16, algorithm=algorithm, options=options)
+
+
 def test_long_reductions_skip_the_constant_tables(rng):
     """(C/G)*R*S above the __constant__ table size falls back to computed offsets."""
     x, w, b = random_arrays(rng, (2, 700, 6, 6), (5, 700, 3, 3), 5)
     for layout in LAYOUTS:
-        run(x, w, b, layout, dict(padding=1), algorithm="im2win_fused")
+        for dtype in (np.float32, np.float16):
+            run(x, w, b, layout, dict(padding=1), dtype=dtype, algorithm="im2win_fused")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -47,5 +47,6 @@ def test_every_specialisation_compiles(tmp_path):
 
 def test_kernel_files_ship_with_the_package():
     kernel_dir = pathlib.Path(source.__globals__["KERNEL_DIR"])
-    assert {p.name for p in kernel_dir.glob("*.cu*")} == {"common.cuh", "direct.cu",
-                                                           "window.cu", "im2win_conv.cu"}
+    assert {p.name for p in kernel_dir.glob("*.cu*")} == {"common.cuh", "gemm.cuh", "direct.cu",
+                                                           "window.cu", "im2win_conv.cu",
+                                                           "im2win_mma.cu"}

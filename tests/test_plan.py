@@ -92,7 +92,8 @@ def test_every_tile_the_planner_picks_for_the_layers_is_compiled_in_ci():
                 x_shape, w_shape = layer.shapes(128, layout)
                 prob = problem(x_shape, w_shape, dtype, stride=layer.stride, layout=layout)
                 for algorithm in ("im2win", "im2win_fused"):
-                    for options in Options.ablations().values():
+                    for options in [*Options.ablations().values(),
+                                    *Options.ablations(tensor_cores=True).values()]:
                         assert plan_for(prob, algorithm=algorithm,
                                         options=options).kernel in compiled
 
@@ -138,3 +139,16 @@ def test_options_validate_themselves():
     assert plan_for(problem((1, 3, 8, 8), (4, 3, 3, 3)),
                     options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
     assert {t.threads for t in TILES.values()} == {256}
+
+
+def test_float16_runs_on_tensor_cores_with_16_byte_copies_where_runs_allow():
+    nhwc = problem((2, 9, 9, 16), (8, 3, 3, 16), np.float16, layout="NHWC")
+    plan = plan_for(nhwc)
+    assert plan.tensor_cores and plan.geometry["redp"] == 160
+    assert plan.kernel.startswith("im2win_mma<true, true") and ", true, true, true, true>" in \
+        plan.kernel                                           # cp.async, 16-byte B, ldmatrix...
+    odd = plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), np.float16, layout="NHWC"))
+    assert odd.geometry["redp"] == 32 and "3, true, false," in odd.kernel   # C = 3: no 16-byte B
+    assert not plan_for(nhwc, options=Options(tensor_cores=False)).tensor_cores
+    with pytest.raises(ValueError, match="on Tensor Cores"):
+        plan_for(nhwc, tile="128x128")

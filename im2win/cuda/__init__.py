@@ -38,7 +38,8 @@ def _prepare(prob, x, w, bias, algorithm, options, workspace_limit, tile=None):
         algorithm, tile = _tuned[(prob, x_strides)]
     plan = planning.make_plan(prob, x_strides=x_strides, w_aligned=w.data.ptr % 16 == 0,
                               algorithm=algorithm, options=options,
-                              workspace_limit=workspace_limit, tile=tile)
+                              workspace_limit=workspace_limit, tile=tile,
+                              x_aligned=x.data.ptr % 16 == 0)
     return w, bias, plan
 
 
@@ -80,8 +81,9 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     Args:
         x, w, bias, stride, padding, dilation, groups, layout: as `im2win.conv2d` (CuPy).
         algorithms: candidates among "im2win_fused", "im2win", "direct", "im2col_gemm".
-        tiles: tile names to try for the im2win algorithms (default: every tile with a
-            register micro-kernel whose shared memory fits the dtype).
+        tiles: tile names to try for the im2win algorithms (default: for float16 every
+            Tensor-Core tile, otherwise every CUDA-core tile with a register micro-kernel whose
+            shared memory fits the dtype).
         repeat: timed calls per candidate (after one warm-up call), median taken.
 
     Returns:
@@ -95,11 +97,13 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     from im2win.api import checked_problem
     from im2win.cuda import launch
     from im2win.cuda.plan import accumulator_bytes
-    from im2win.cuda.tuning import NO_MICRO_KERNEL
+    from im2win.cuda.tuning import MMA_TILES, NO_MICRO_KERNEL
 
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
                                        gpu_only=True)
+    if tiles is None and prob.dtype.name == "float16":
+        tiles = list(MMA_TILES)
     tiles = tiles or [name for name, tile in TILES.items()
                       if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))]
     results = []

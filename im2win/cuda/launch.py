@@ -19,11 +19,11 @@ from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
 
-# numpy twin of `struct Geometry` in im2win_conv.cu (64-bit fields first, no inner padding).
+# numpy twin of `struct Geometry` in gemm.cuh (64-bit fields first, no inner padding).
 GEOMETRY = np.dtype([(name, np.int64) for name in
                      ("npix", "sn", "sg", "sp", "sq", "base0", "sc", "sr", "ss")] +
                     [(name, np.int32) for name in
-                     ("K", "Kg", "red", "PQ", "Q", "sh", "sw", "pt", "pl", "H", "W", "Cg", "R",
+                     ("K", "Kg", "red", "redp", "PQ", "Q", "sh", "sw", "pt", "pl", "H", "W", "Cg", "R",
                       "S", "dh", "dw")], align=True)
 
 
@@ -132,20 +132,30 @@ def direct(prob: Problem, x, w, bias, y):
     return y
 
 
+def filter_matrix(prob: Problem, plan: Plan, w):
+    """w as the (K, redp) matrix the kernel reads: in window order for materialised windows
+    (so each pixel's reduction is the window's run), zero columns up to redp (Tensor Cores)."""
+    if plan.algorithm == "im2win":
+        w = w.transpose((0, 1, 3, 2) if prob.layout == "NCHW" else (0, 2, 1, 3))
+    red, redp = plan.geometry["red"], plan.geometry["redp"]
+    if redp == red:
+        return cupy.ascontiguousarray(w)
+    padded = cupy.zeros((prob.K, redp), prob.dtype)
+    padded[:, :red] = w.reshape(prob.K, red)
+    return padded
+
+
 def im2win(prob: Problem, plan: Plan, x, w, bias, y):
     """The im2win kernels into the contiguous y, `plan.chunk` images per launch."""
-    conv = kernel("im2win_conv", plan.kernel)
+    conv = kernel(plan.file, plan.kernel)
     materialised = plan.algorithm == "im2win"
     tables = None
     if plan.tables:
         key = (prob, tuple(sorted(plan.geometry.items())), materialised)
         tables = _device_tables(cupy.cuda.Device().id, key)
-    x_win = None
-    if materialised:
-        x_win = cupy.empty((plan.chunk,) + prob.x_win_shape[1:], prob.dtype)
-        # The filter in window order, so that each pixel's reduction is the window's run.
-        order = (0, 1, 3, 2) if prob.layout == "NCHW" else (0, 2, 1, 3)
-        w = cupy.ascontiguousarray(w.transpose(order))
+    w = filter_matrix(prob, plan, w)
+    x_win = cupy.empty((plan.chunk,) + prob.x_win_shape[1:], prob.dtype) if materialised \
+        else None
     for g0 in range(0, prob.G, 65535):
         groups = min(65535, prob.G - g0)
         for n0 in range(0, prob.N, plan.chunk):

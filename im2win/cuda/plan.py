@@ -13,11 +13,12 @@ import pathlib
 
 import numpy as np
 
-from im2win.cuda.tuning import (ALGORITHMS, MAX_TABLE, NO_MICRO_KERNEL, TILES, Options, Tile,
-                                choose_tile)
+from im2win.cuda.tuning import (ALGORITHMS, MAX_TABLE, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, TILES,
+                                MmaTile, Options, Tile, choose_mma_tile, choose_tile)
 from im2win.problem import Problem
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
+GEMM_FILES = ("im2win_conv", "im2win_mma")
 CUDA_TYPES = {"float16": ("half_t", "float"), "float32": ("float", "float"),
               "float64": ("double", "double")}
 INT32_MAX = 2**31 - 1
@@ -32,6 +33,8 @@ class Plan:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused" or "im2col_gemm".
         tile: the im2win kernels' tile (None for the others).
         options: the optimisation switches in force.
+        file: the kernel's .cu file ("im2win_conv" on CUDA cores, "im2win_mma" on Tensor
+            Cores), or None.
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry fields for one launch of `chunk` images.
@@ -40,8 +43,9 @@ class Plan:
     """
 
     algorithm: str
-    tile: Tile | None
+    tile: Tile | MmaTile | None
     options: Options
+    file: str | None
     kernel: str | None
     chunk: int
     geometry: dict
@@ -56,6 +60,10 @@ class Plan:
         """Blocks for `images` images: (pixel tiles, filter tiles, groups)."""
         pixels = images * self.geometry["PQ"]
         return (-(-pixels // self.tile.BN), -(-self.geometry["Kg"] // self.tile.BM), G)
+
+    @property
+    def tensor_cores(self) -> bool:
+        return self.file == "im2win_mma"
 
 
 def check_algorithm(algorithm) -> str:
@@ -103,6 +111,7 @@ def geometry(prob: Problem, fused: bool, images: int, x_strides) -> dict:
             otherwise the contiguous window tensor of `images` images.
     """
     geo = dict(npix=images * prob.P * prob.Q, K=prob.K, Kg=prob.Kg, red=prob.reduction,
+               redp=prob.reduction,
                PQ=prob.P * prob.Q, Q=prob.Q, sh=prob.sh, sw=prob.sw, pt=prob.pt, pl=prob.pl,
                H=prob.H, W=prob.W, Cg=prob.Cg, R=prob.R, S=prob.S, dh=prob.dh, dw=prob.dw)
     if fused:
@@ -163,9 +172,25 @@ def kernel_name(prob: Problem, fused: bool, tile: Tile, options: Options, tables
     return f"im2win_conv<{T}, {Acc}, {text}>"
 
 
+def mma_kernel_name(prob: Problem, fused: bool, tile: MmaTile, options: Options,
+                    tables: bool, vector_b: bool) -> str:
+    """The CuPy name expression of one im2win_mma instantiation."""
+    flags = [prob.layout == "NHWC", fused, tile.BM, tile.BN, tile.WM, tile.WN,
+             3 if options.double_buffer else 1, options.async_copy, vector_b, options.ldmatrix,
+             options.conflict_free, tables]
+    return f"im2win_mma<{', '.join(str(f).lower() for f in flags)}>"
+
+
+def contiguous_runs_of_8(prob: Problem, geo: dict) -> bool:
+    """Whether every 8 consecutive reduction entries starting at a multiple of 8 are one
+    contiguous run at an offset divisible by 8 (16-byte copies, given an aligned base)."""
+    return prob.Cg % 8 == 0 and geo["sc"] == 1 and all(
+        geo[k] % 8 == 0 for k in ("sn", "sg", "sp", "sq", "base0", "sr", "ss"))
+
+
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
               options: Options | None = None, workspace_limit: int | None = None,
-              tile: str | None = None) -> Plan:
+              tile: str | None = None, x_aligned: bool = True) -> Plan:
     """Decide how to run `prob` on the GPU.
 
     Args:
@@ -176,6 +201,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         options: optimisation switches (im2win kernels only).
         workspace_limit: bytes the materialised window may use; None for the whole batch.
         tile: force a tile by name (autotuning and tests); None lets the planner choose.
+        x_aligned: whether x starts on a 16-byte boundary (float16 copies of 16 bytes).
 
     Raises:
         ValueError: a forced choice that cannot run this problem (the message says why).
@@ -183,8 +209,6 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     algorithm = check_algorithm(algorithm)
     options = check_options(options)
     workspace_limit = check_workspace_limit(workspace_limit)
-    if tile is not None and tile not in TILES:
-        raise ValueError(f"tile must be one of {', '.join(TILES)}, got {tile!r}")
     if prob.P * prob.Q > INT32_MAX or prob.reduction > INT32_MAX:
         raise ValueError(f"P*Q = {prob.P * prob.Q} and (C/G)*R*S = {prob.reduction} must each "
                          f"stay below 2**31")
@@ -193,7 +217,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if algorithm == "auto":
         algorithm = "im2win_fused"
     if algorithm in ("direct", "im2col_gemm"):
-        return Plan(algorithm, None, options, None, max(prob.N, 1), {}, False, 0)
+        return Plan(algorithm, None, options, None, None, max(prob.N, 1), {}, False, 0)
 
     fused = algorithm == "im2win_fused"
     chunk = max(prob.N, 1)
@@ -203,22 +227,47 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             raise ValueError(f"workspace_limit={workspace_limit} bytes is smaller than one "
                              f"image's window tensor ({per_image} bytes); raise it or use "
                              f"algorithm='im2win_fused'")
+    workspace = 0 if fused else window_bytes(prob, chunk)
+    if prob.dtype == np.float16 and options.tensor_cores:
+        return mma_plan(prob, algorithm, options, tile, chunk, workspace,
+                        geometry(prob, fused, chunk, x_strides), x_aligned or not fused)
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
+    if tile is not None and tile not in TILES:
+        raise ValueError(f"tile must be one of {', '.join(TILES)} on CUDA cores, got {tile!r}")
     chosen = TILES[tile or choose_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.reduction,
                                        prob.layout, prob.dtype.name)]
     if not chosen.fits(accumulator_bytes(prob)):
         raise ValueError(f"tile {chosen.name} needs more than 48 KB of shared memory for "
                          f"{prob.dtype.name}")
-    if -(-prob.Kg // chosen.BM) > MAX_GRID_YZ:
-        raise ValueError(f"K/G = {prob.Kg} filters per group need more than {MAX_GRID_YZ} "
-                         f"tiles of {chosen.BM}")
+    check_grid(prob, chosen)
     geo = geometry(prob, fused, chunk, x_strides)
     tables = options.index_tables and reduction_tables(prob, geo, not fused) is not None
     vector_filter = prob.reduction % 4 == 0 and w_aligned
     name = kernel_name(prob, fused, chosen, options, tables, vector_filter)
-    workspace = 0 if fused else window_bytes(prob, chunk)
-    return Plan(algorithm, chosen, options, name, chunk, geo, tables, workspace)
+    return Plan(algorithm, chosen, options, "im2win_conv", name, chunk, geo, tables, workspace)
+
+
+def check_grid(prob: Problem, tile) -> None:
+    if -(-prob.Kg // tile.BM) > MAX_GRID_YZ:
+        raise ValueError(f"K/G = {prob.Kg} filters per group need more than {MAX_GRID_YZ} "
+                         f"tiles of {tile.BM}")
+
+
+def mma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, chunk: int,
+             workspace: int, geo: dict, src_aligned: bool) -> Plan:
+    """The Tensor-Core plan for float16: reduction padded to a multiple of 32 once."""
+    if tile is not None and tile not in MMA_TILES:
+        raise ValueError(f"tile must be one of {', '.join(MMA_TILES)} on Tensor Cores, got "
+                         f"{tile!r}")
+    chosen = MMA_TILES[tile or choose_mma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    check_grid(prob, chosen)
+    fused = algorithm == "im2win_fused"
+    geo["redp"] = -(-prob.reduction // MMA_BK) * MMA_BK
+    tables = options.index_tables and reduction_tables(prob, geo, not fused) is not None
+    vector_b = src_aligned and contiguous_runs_of_8(prob, geo)
+    name = mma_kernel_name(prob, fused, chosen, options, tables, vector_b)
+    return Plan(algorithm, chosen, options, "im2win_mma", name, chunk, geo, tables, workspace)
 
 
 def specializations() -> list[tuple[str, str]]:
@@ -228,7 +277,9 @@ def specializations() -> list[tuple[str, str]]:
     untested by the compiler: for every dtype, layout and window mode, every tile the planner
     picks under every optimisation set (full, and each optimisation off alone), with and
     without 16-byte filter loads (they depend on alignment) and __constant__ tables (they
-    depend on the reduction length); and every other tile (autotuning) with the full set.
+    depend on the reduction length); every other tile (autotuning) with the full set; and for
+    float16 every Tensor-Core tile under every Tensor-Core optimisation set, with and without
+    16-byte B copies (NHWC only) and tables.
     """
     from im2win.cuda.tuning import TILES, choose_tile
     out = set()
@@ -253,10 +304,20 @@ def specializations() -> list[tuple[str, str]]:
                             for tables in {True, False} & {options.index_tables, False}:
                                 out.add(("im2win_conv", kernel_name(
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
+                if dtype != "float16":
+                    continue
+                for options in Options.ablations(tensor_cores=True).values():
+                    for tile in MMA_TILES.values():
+                        for vector_b in {False, layout == "NHWC"}:
+                            for tables in {True, False} & {options.index_tables, False}:
+                                out.add(("im2win_mma", mma_kernel_name(
+                                    prob, fused, tile, options, tables, vector_b)))
     return sorted(out)
 
 
 def source(file: str) -> str:
-    """common.cuh followed by `file`.cu: the exact text NVRTC (at run time) and nvcc (in CI)
-    compile. Concatenated rather than #included, since CuPy's cache key ignores includes."""
-    return (KERNEL_DIR / "common.cuh").read_text() + "\n" + (KERNEL_DIR / f"{file}.cu").read_text()
+    """common.cuh (and gemm.cuh for the GEMM kernels) followed by `file`.cu: the exact text
+    NVRTC (at run time) and nvcc (in CI) compile. Concatenated rather than #included, since
+    CuPy's cache key ignores includes."""
+    parts = ["common.cuh"] + (["gemm.cuh"] if file in GEMM_FILES else []) + [f"{file}.cu"]
+    return "\n".join((KERNEL_DIR / part).read_text() for part in parts)

@@ -48,17 +48,50 @@ NO_MICRO_KERNEL = "16x16"
 
 
 @dataclasses.dataclass(frozen=True)
+class MmaTile:
+    """The Tensor-Core kernel's BM x BN block tile and each warp's WM x WN share of it
+    (BK = 32 halves); (BM/WM)*(BN/WN) warps."""
+
+    name: str
+    BM: int
+    BN: int
+    WM: int
+    WN: int
+
+    @property
+    def threads(self) -> int:
+        return (self.BM // self.WM) * (self.BN // self.WN) * 32
+
+
+MMA_TILES = {tile.name: tile for tile in (
+    MmaTile("mma128x128", 128, 128, 64, 64),
+    MmaTile("mma128x64", 128, 64, 64, 32),
+    MmaTile("mma96x128", 96, 128, 48, 64),
+    MmaTile("mma64x128", 64, 128, 32, 64),
+    MmaTile("mma32x128", 32, 128, 16, 64),
+)}
+MMA_BK = 32
+
+
+@dataclasses.dataclass(frozen=True)
 class Options:
     """Optimisations of the im2win kernels, each on by default and switchable alone.
 
-    Attributes:
+    CUDA-core kernel (float32, float64; float16 with tensor_cores=False):
         smem: shared-memory tiling of both operands (off: straight from global memory).
         micro_kernel: each thread computes a TM x TN register tile (off: the 16x16 tile, one
             output per thread).
-        index_tables: reduction offsets in __constant__ memory (off: div/mod per element).
-        double_buffer: prefetch the next tile while computing this one, two shared buffers.
         vector_loads: 16-byte (float4) filter loads and shared-memory reads.
-        conflict_free: padded, interleaved shared-memory access free of bank conflicts.
+    Tensor-Core kernel (float16):
+        tensor_cores: use it (off: float16 runs on the CUDA-core kernel).
+        async_copy: cp.async 16-byte global-to-shared copies (off: through registers).
+        ldmatrix: ldmatrix fragment loads (off: 32-bit shared loads).
+    Both:
+        index_tables: reduction offsets in __constant__ memory (off: div/mod per element).
+        double_buffer: overlap loads with math: two shared buffers (CUDA cores) or a
+            three-stage pipeline (Tensor Cores) (off: one buffer, load then compute).
+        conflict_free: shared-memory access free of bank conflicts: padded, interleaved
+            columns (CUDA cores) or XOR-swizzled 16-byte chunks (Tensor Cores).
     """
 
     smem: bool = True
@@ -67,6 +100,9 @@ class Options:
     double_buffer: bool = True
     vector_loads: bool = True
     conflict_free: bool = True
+    tensor_cores: bool = True
+    async_copy: bool = True
+    ldmatrix: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -75,11 +111,18 @@ class Options:
                                 f"{getattr(self, field.name)!r}")
 
     @classmethod
-    def ablations(cls) -> dict[str, "Options"]:
-        """The full set, then each optimisation switched off alone, by name."""
+    def ablations(cls, tensor_cores: bool = False) -> dict[str, "Options"]:
+        """The full set, then each optimisation of one kernel switched off alone, by name."""
+        names = TENSOR_CORE_SWITCHES if tensor_cores else CUDA_CORE_SWITCHES
         full = cls()
-        return {"full": full} | {f"no_{f.name}": dataclasses.replace(full, **{f.name: False})
-                                 for f in dataclasses.fields(cls)}
+        return {"full": full} | {f"no_{name}": dataclasses.replace(full, **{name: False})
+                                 for name in names}
+
+
+CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "vector_loads",
+                      "conflict_free")
+TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
+                        "index_tables")
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm")
@@ -111,3 +154,17 @@ def choose_tile(Kg: int, pixels: int, reduction: int, layout: str, dtype_name: s
     if pixels >= 1 << 20:
         return "128x128k16" if layout == "NHWC" else "128x128"
     return "128x64k16" if k16 else "128x64"
+
+
+def choose_mma_tile(Kg: int, pixels: int) -> str:
+    """Pick the Tensor-Core tile: the height that wastes least of the K/G tail (32, 64, 96 or
+    128 rows), 64 pixel columns for small problems (more blocks). Not yet tuned by a sweep."""
+    if Kg <= 32:
+        return "mma32x128"
+    if Kg <= 64:
+        return "mma64x128"
+    if Kg % 128 and Kg % 96 == 0:
+        return "mma96x128"
+    if pixels < 1 << 18:
+        return "mma128x64"
+    return "mma128x128"

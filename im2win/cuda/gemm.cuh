@@ -1,0 +1,78 @@
+// gemm.cuh: what the two im2win GEMM kernels (im2win_conv.cu, im2win_mma.cu) share: the
+// launch geometry, the __constant__ reduction tables, and the operand addressing
+//   B[t, pixel] = src[base(pixel) + off(t)]
+// with base(pixel) 64-bit and computed once per thread, and off(t) and the taps (r*dh, s*dw)
+// from the tables (or computed, for reductions longer than the tables).
+
+constexpr int kMaxTable = 6144;
+__constant__ int c_red_off[kMaxTable];  // off(t): element offset of reduction index t
+__constant__ int c_red_hw[kMaxTable];   // (r*dh) << 16 | (s*dw), for fused bounds tests
+
+// Passed by value; Python builds the same layout as a NumPy structured scalar
+// (im2win/cuda/launch.py, GEOMETRY): the 64-bit fields first, so there is no inner padding.
+struct Geometry {
+  i64 npix;                   // N*P*Q pixels in this launch
+  i64 sn, sg, sp, sq, base0;  // base(n, g, p, q) = n*sn + g*sg + p*sp + q*sq + base0
+  i64 sc, sr, ss;             // off(t) = c*sc + r*sr + s*ss (table-free path)
+  int K, Kg, red, redp;       // filters, filters per group, reduction length, and its padded
+                              // length (the Tensor-Core kernel's filter row length)
+  int PQ, Q;
+  int sh, sw, pt, pl, H, W;   // fused: h0 = p*sh - pt, w0 = q*sw - pl, bounds H x W
+  int Cg, R, S, dh, dw;       // table-free decomposition of t
+};
+
+struct Pixel {
+  i64 base;
+  int h0, w0;
+  bool valid;
+};
+
+__device__ __forceinline__ Pixel pixel_at(i64 j, int g, const Geometry& geo) {
+  Pixel px;
+  px.valid = j < geo.npix;
+  if (!px.valid) j = 0;
+  const i64 n = j / geo.PQ;
+  const int pq = (int)(j - n * geo.PQ);
+  const int p = pq / geo.Q, q = pq - p * geo.Q;
+  px.base = n * geo.sn + g * geo.sg + p * geo.sp + q * geo.sq + geo.base0;
+  px.h0 = p * geo.sh - geo.pt;
+  px.w0 = q * geo.sw - geo.pl;
+  return px;
+}
+
+struct Tap {
+  i64 off;
+  int dr, ds;
+};
+
+template <bool kNHWC, bool kWindowOrder, bool kTable>
+__device__ __forceinline__ Tap tap_at(int t, const Geometry& geo) {
+  Tap tap;
+  if (kTable) {
+    tap.off = c_red_off[t];
+    const int hw = c_red_hw[t];
+    tap.dr = hw >> 16;
+    tap.ds = hw & 0xffff;
+  } else {
+    int c, rs, r, s;
+    if (kNHWC) {
+      rs = t / geo.Cg;
+      c = t - rs * geo.Cg;
+    } else {
+      c = t / (geo.R * geo.S);
+      rs = t - c * geo.R * geo.S;
+    }
+    if (kWindowOrder) {  // rs = s*R + r
+      s = rs / geo.R;
+      r = rs - s * geo.R;
+    } else {             // rs = r*S + s
+      r = rs / geo.S;
+      s = rs - r * geo.S;
+    }
+    tap.off = c * geo.sc + r * geo.sr + s * geo.ss;
+    tap.dr = r * geo.dh;
+    tap.ds = s * geo.dw;
+  }
+  return tap;
+}
+
