@@ -2,41 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from im2win import baselines, cpu
+from im2win.arrays import checked_problem, same_device
 from im2win.cuda.plan import check_algorithm, check_options, check_workspace_limit
-from im2win.problem import make_problem
 
 CPU_ALGORITHMS = ("auto", "im2win", "im2col_gemm")
-
-
-def _on_gpu(a) -> bool:
-    cupy = sys.modules.get("cupy")          # a CuPy array implies CuPy is already imported
-    return cupy is not None and isinstance(a, cupy.ndarray)
-
-
-def _same_device(x, w, bias, out) -> bool:
-    """Return whether the arrays are CuPy arrays; raise unless all live on one device."""
-    named = {"x": x, "w": w, "bias": bias, "out": out}
-    named = {k: a for k, a in named.items() if a is not None}
-    gpu = {k for k, a in named.items() if _on_gpu(a)}
-    if gpu and gpu != set(named):
-        where = ", ".join(f"{k} on {'the GPU (CuPy)' if k in gpu else 'the CPU'}" for k in named)
-        raise TypeError(f"all arrays must be on one device, got {where}")
-    if gpu:
-        devices = {k: a.device.id for k, a in named.items()}
-        if len(set(devices.values())) > 1:
-            raise ValueError(f"all arrays must be on one device, got GPU ids {devices}")
-    return bool(gpu)
-
-
-def _native(a) -> np.ndarray:
-    """a as a NumPy array in native byte order (a copy only if it was byte-swapped)."""
-    a = np.asarray(a)
-    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 def _check_out(out, prob, xp, inputs):
@@ -53,25 +25,6 @@ def _check_out(out, prob, xp, inputs):
     for name, a in zip(("x", "w", "bias"), inputs):
         if a is not None and xp.may_share_memory(out, a):
             raise ValueError(f"out overlaps {name}; out must not share memory with an input")
-
-
-def checked_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
-                    layout="NCHW", gpu_only=False):
-    """Check a call's arrays and arguments; return (problem, x, w, bias) ready for a path.
-
-    Array-likes become NumPy arrays unless an argument is a CuPy array, in which case all must
-    be, on one device (`gpu_only` requires that).
-    """
-    on_gpu = _same_device(x, w, bias, None)
-    if gpu_only and not on_gpu:
-        raise TypeError("expected CuPy arrays (this function runs on the GPU), got NumPy "
-                        "arrays or array-likes")
-    if not on_gpu:
-        x, w = _native(x), _native(w)
-        bias = None if bias is None else _native(bias)
-    prob = make_problem(x, w, bias, stride=stride, padding=padding, dilation=dilation,
-                        groups=groups, layout=layout)
-    return prob, x, w, bias
 
 
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
@@ -119,7 +72,7 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         >>> im2win.conv2d(x.transpose(0, 2, 3, 1), w.transpose(0, 2, 3, 1), layout="NHWC").shape
         (2, 6, 6, 4)
     """
-    on_gpu = _same_device(x, w, bias, out)
+    on_gpu = same_device(x, w, bias, out)
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout)
     algorithm = check_algorithm(algorithm)

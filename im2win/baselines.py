@@ -1,7 +1,7 @@
 """The im2col+GEMM baseline: the classic lowering every benchmark compares against.
 
-The whole batch is padded and unrolled into an (N*P*Q) x ((C/G)*R*S) matrix per group, then
-multiplied by the filter with one batched GEMM (BLAS for NumPy, cuBLAS for CuPy). Its extra
+The whole batch is padded and unrolled into a ((C/G)*R*S) x (N*P*Q) matrix per group (its
+transpose for NHWC), then multiplied by the filter with one batched GEMM (BLAS for NumPy, cuBLAS for CuPy). Its extra
 memory is that matrix: the cost the im2win window exists to avoid.
 """
 
@@ -27,30 +27,34 @@ def im2col_gemm(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, l
                         groups=groups, layout=layout)
     N, G, Cg, Kg, P, Q, R, S = prob.N, prob.G, prob.Cg, prob.Kg, prob.P, prob.Q, prob.R, prob.S
     work = accumulator(prob.dtype) if xp is np else prob.dtype
+    # NCHW: one row of the matrix per (c, r, s), a contiguous (N, P, Q) copy per tap, as
+    # Caffe's im2col; NHWC: one row per output pixel, (r, s, c) along it.
     if layout == "NCHW":
         x_pad = xp.pad(x, ((0, 0), (0, 0), (prob.pt, prob.pb), (prob.pl, prob.pr)))
-        cols = xp.empty((G, N, P, Q, Cg, R, S), work)
-        w_mat = w.reshape(G, Kg, Cg * R * S)
+        cols = xp.empty((G, Cg, R, S, N, P, Q), work)
     else:
         x_pad = xp.pad(x, ((0, 0), (prob.pt, prob.pb), (prob.pl, prob.pr), (0, 0)))
         cols = xp.empty((G, N, P, Q, R, S, Cg), work)
-        w_mat = w.reshape(G, Kg, R * S * Cg)
     for r in range(R):
         for s in range(S):
             rows = slice(r * prob.dh, r * prob.dh + prob.sh * (P - 1) + 1, prob.sh)
             columns = slice(s * prob.dw, s * prob.dw + prob.sw * (Q - 1) + 1, prob.sw)
             if layout == "NCHW":
                 tap = x_pad[:, :, rows, columns].reshape(N, G, Cg, P, Q)
-                cols[:, :, :, :, :, r, s] = tap.transpose(1, 0, 3, 4, 2)
+                cols[:, :, r, s] = tap.transpose(1, 2, 0, 3, 4)
             else:
                 tap = x_pad[:, rows, columns, :].reshape(N, P, Q, G, Cg)
                 cols[:, :, :, :, r, s, :] = tap.transpose(3, 0, 1, 2, 4)
-    y = xp.matmul(cols.reshape(G, N * P * Q, -1), w_mat.astype(work).transpose(0, 2, 1))
-    if bias is not None:
-        y += bias.astype(work).reshape(G, 1, Kg)
-    y = y.reshape(G, N, P, Q, Kg)
     if layout == "NCHW":
-        y = y.transpose(1, 0, 4, 2, 3).reshape(N, G * Kg, P, Q)
+        w_mat = w.reshape(G, Kg, Cg * R * S).astype(work)
+        y = xp.matmul(w_mat, cols.reshape(G, Cg * R * S, N * P * Q))          # (G, Kg, NPQ)
+        if bias is not None:
+            y += bias.astype(work).reshape(G, Kg, 1)
+        y = y.reshape(G, Kg, N, P, Q).transpose(2, 0, 1, 3, 4).reshape(N, G * Kg, P, Q)
     else:
-        y = y.transpose(1, 2, 3, 0, 4).reshape(N, P, Q, G * Kg)
+        w_mat = w.reshape(G, Kg, R * S * Cg).astype(work)
+        y = xp.matmul(cols.reshape(G, N * P * Q, -1), w_mat.transpose(0, 2, 1))  # (G, NPQ, Kg)
+        if bias is not None:
+            y += bias.astype(work).reshape(G, 1, Kg)
+        y = y.reshape(G, N, P, Q, Kg).transpose(1, 2, 3, 0, 4).reshape(N, P, Q, G * Kg)
     return xp.ascontiguousarray(y, dtype=prob.dtype)

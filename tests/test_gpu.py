@@ -16,6 +16,7 @@ cupy = pytest.importorskip("cupy") if im2win.cuda.is_available() else None
 
 AWKWARD = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments
     ((3, 5, 13, 17), (7, 5, 3, 3), dict(padding=1)),
+    ((2, 8, 11, 9), (67, 8, 3, 2), dict(padding=(0, 1))),             # red % 8 == 0, K tail
     ((2, 6, 19, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 1), dilation=(1, 2),
                                          padding=((2, 0), (1, 3)))),
     ((1, 3, 23, 23), (131, 3, 5, 5), dict(stride=4)),                 # K tail, stride > 1
@@ -28,14 +29,19 @@ LAYOUTS = ["NCHW", "NHWC"]
 WINDOWS = ["im2win", "im2win_fused"]
 
 
-def run(x, w, b, layout, kwargs, dtype=np.float32, **gpu_kwargs):
-    """im2win.conv2d on the GPU into a NaN-poisoned out; assert it matches the reference."""
+def run(x, w, b, layout, kwargs, dtype=np.float32, tile=None, **gpu_kwargs):
+    """The GPU path into a NaN-poisoned out (`tile` forces a tile); assert it matches the
+    float64 reference."""
+    from im2win import cuda
     x, w = to_layout(layout, x.astype(dtype), w.astype(dtype))
     b = None if b is None else b.astype(dtype)
     prob = make_problem(x, w, b, layout=layout, **kwargs)
     out = cupy.full(prob.y_shape, np.nan, dtype)
-    y = im2win.conv2d(cupy.asarray(x), cupy.asarray(w), None if b is None else cupy.asarray(b),
-                      layout=layout, out=out, **kwargs, **gpu_kwargs)
+    args = (cupy.asarray(x), cupy.asarray(w), None if b is None else cupy.asarray(b))
+    if tile is None:
+        y = im2win.conv2d(*args, layout=layout, out=out, **kwargs, **gpu_kwargs)
+    else:
+        y = cuda.conv2d(prob, *args, out, tile=tile, **gpu_kwargs)
     assert y is out
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
                            None if b is None else b.astype(np.float64), layout=layout, **kwargs)
@@ -72,15 +78,11 @@ def test_every_algorithm_matches_reference(rng, layout, algorithm, x_shape, w_sh
 @pytest.mark.parametrize("algorithm", WINDOWS)
 @pytest.mark.parametrize("tile", list(TILES))
 def test_every_tile_matches_reference(rng, layout, algorithm, tile):
-    from im2win import cuda
-    for x_shape, w_shape, kwargs in AWKWARD[:3]:
-        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], np.float32)
-        x_t, w_t = to_layout(layout, x, w)
-        prob = make_problem(x_t, w_t, b, layout=layout, **kwargs)
-        y = cuda.conv2d(prob, cupy.asarray(x_t), cupy.asarray(w_t), cupy.asarray(b),
-                        algorithm=algorithm, tile=tile)
-        assert_close(cupy.asnumpy(y), reference.conv2d(x_t, w_t, b, layout=layout, **kwargs),
-                     np.float32, prob.reduction)
+    for x_shape, w_shape, kwargs in AWKWARD[:4]:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        run(x, w, b, layout, kwargs, tile=tile, algorithm=algorithm)
+        if TILES[tile].fits(8):
+            run(x, w, b, layout, kwargs, dtype=np.float64, tile=tile, algorithm=algorithm)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -112,16 +114,9 @@ TENSOR_CORE_CASES = AWKWARD[:4] + [
 @pytest.mark.parametrize("algorithm", WINDOWS)
 @pytest.mark.parametrize("tile", list(MMA_TILES))
 def test_every_tensor_core_tile_matches_reference(rng, layout, algorithm, tile):
-    from im2win import cuda
     for x_shape, w_shape, kwargs in TENSOR_CORE_CASES:
-        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], np.float16)
-        x, w = to_layout(layout, x, w)
-        prob = make_problem(x, w, b, layout=layout, **kwargs)
-        y = cuda.conv2d(prob, cupy.asarray(x), cupy.asarray(w), cupy.asarray(b),
-                        algorithm=algorithm, tile=tile)
-        ref = reference.conv2d(*(a.astype(np.float64) for a in (x, w, b)), layout=layout,
-                               **kwargs)
-        assert_close(cupy.asnumpy(y), ref, np.float16, prob.reduction)
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        run(x, w, b, layout, kwargs, dtype=np.float16, tile=tile, algorithm=algorithm)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -172,14 +167,19 @@ def test_non_contiguous_and_misaligned_inputs(rng):
     """INPUTS.md row 26: views, negative strides, a base pointer off 16-byte alignment."""
     x, w, b = random_arrays(rng, (3, 8, 21, 17), (6, 8, 3, 4), 6, np.float32)
     x_gpu = cupy.asarray(x)[::2, 1::2, ::-1, 2:]
-    flat = cupy.zeros(w.size + 1, cupy.float32)
-    flat[1:] = cupy.asarray(w).ravel()
-    w_gpu = flat[1:].reshape(w.shape)                       # 4 bytes past an aligned start
-    assert w_gpu.data.ptr % 16 != 0
-    for algorithm in WINDOWS + ["direct"]:
-        y = im2win.conv2d(x_gpu, w_gpu[:, ::2], cupy.asarray(b), algorithm=algorithm)
-        ref = reference.conv2d(cupy.asnumpy(x_gpu), w[:, ::2], b)
-        assert_close(cupy.asnumpy(y), ref, np.float32, 4 * 3 * 4)
+    w = np.ascontiguousarray(w[:, ::2])                      # (6, 4, 3, 4): red % 4 == 0
+    for dtype in (np.float32, np.float16):
+        flat = cupy.zeros(w.size + 1, dtype)
+        flat[1:] = cupy.asarray(w.astype(dtype)).ravel()
+        w_gpu = flat[1:].reshape(w.shape)                    # contiguous, off 16-byte alignment
+        assert w_gpu.flags.c_contiguous and w_gpu.data.ptr % 16 != 0
+        for algorithm in WINDOWS + ["direct"]:
+            y = im2win.conv2d(x_gpu.astype(dtype), w_gpu, cupy.asarray(b, dtype),
+                              algorithm=algorithm)
+            ref = reference.conv2d(cupy.asnumpy(x_gpu.astype(dtype)).astype(np.float64),
+                                   w.astype(dtype).astype(np.float64),
+                                   b.astype(dtype).astype(np.float64))
+            assert_close(cupy.asnumpy(y), ref, dtype, 4 * 3 * 4)
 
 
 def test_channels_last_view_of_nchw_is_read_in_place(rng):
@@ -256,7 +256,7 @@ def test_autotune_times_candidates_and_remembers_the_winner(rng):
     results = cuda.autotune(x, w, b, padding=1, tiles=["64x128", "32x128"], repeat=3)
     assert len(results) == 4 and [r[2] for r in results] == sorted(r[2] for r in results)
     prob = make_problem(x, w, b, padding=1)
-    _, _, plan = cuda._prepare(prob, x, w, b, "auto", None, None)
+    plan = cuda._plan(prob, x, w, "auto", None, None)
     assert (plan.algorithm, plan.tile.name) == results[0][:2]
     run(*(cupy.asnumpy(a) for a in (x, w, b)), "NCHW", dict(padding=1))
 

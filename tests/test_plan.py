@@ -103,11 +103,14 @@ def test_workspace_limit_chunks_whole_images():
     per_image = window_bytes(prob, 1)
     assert per_image == 3 * 20 * 22 * 3 * 4
     assert plan_for(prob, algorithm="im2win").chunk == 10
-    plan = plan_for(prob, algorithm="im2win", workspace_limit=3 * per_image + 1)
-    assert plan.chunk == 3 and plan.workspace_bytes == 3 * per_image
+    filter_bytes = 4 * 3 * 3 * 3 * 4                      # the filter in window order
+    plan = plan_for(prob, algorithm="im2win", workspace_limit=3 * per_image + filter_bytes)
+    assert plan.chunk == 3 and plan.workspace_bytes == 3 * per_image + filter_bytes
     assert plan_for(prob, algorithm="im2win_fused", workspace_limit=0).workspace_bytes == 0
     with pytest.raises(ValueError, match="smaller than one image's window tensor"):
-        plan_for(prob, algorithm="im2win", workspace_limit=per_image - 1)
+        plan_for(prob, algorithm="im2win", workspace_limit=per_image + filter_bytes - 1)
+    no_channels = problem((2, 0, 8, 8), (4, 0, 3, 3))
+    assert plan_for(no_channels, algorithm="im2win", workspace_limit=0).chunk == 2
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -33,11 +33,13 @@ if [[ $step == sweep ]]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == bench || $step == all ]]; then
-  for layout in NCHW NHWC; do
-    python3 -m im2win --compare --layout $layout --json "$OUT/gpu-float32-$layout.json" \
-      > "$OUT/bench-$layout.log" 2>&1
-    status=$((status | $?))
-    tail -n 45 "$OUT/bench-$layout.log"
+  for dtype in float32 float16; do
+    for layout in NCHW NHWC; do
+      python3 -m im2win --compare --dtype $dtype --layout $layout \
+        --json "$OUT/gpu-$dtype-$layout.json" > "$OUT/bench-$dtype-$layout.log" 2>&1
+      status=$((status | $?))
+      grep -E "geometric|correct" "$OUT/bench-$dtype-$layout.log"
+    done
   done
 fi
 tar -czf "$OUT/cupy_cache.tgz" -C "$PWD/.cache" cupy

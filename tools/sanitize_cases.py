@@ -9,10 +9,12 @@ import numpy as np
 
 import im2win
 from im2win.cuda import Options
+from im2win.cuda.tuning import MMA_TILES
 
 rng = np.random.default_rng(0)
 CASES = [((2, 6, 13, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 1), padding=((2, 0), (1, 3)))),
-         ((1, 3, 23, 23), (67, 3, 5, 5), dict(stride=4))]
+         ((1, 3, 23, 23), (67, 3, 5, 5), dict(stride=4)),
+         ((2, 16, 9, 7), (67, 16, 3, 2), dict(padding=1))]           # red % 8 == 0, K tail
 for layout in ("NCHW", "NHWC"):
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
@@ -27,8 +29,17 @@ for layout in ("NCHW", "NHWC"):
             for algorithm in ("im2win", "im2win_fused"):
                 im2win.conv2d(x, w, b, layout=layout, algorithm=algorithm, options=options,
                               **kwargs)
-        for dtype in (cupy.float16, cupy.float64):
-            im2win.conv2d(x.astype(dtype), w.astype(dtype), b.astype(dtype), layout=layout,
-                          **kwargs)
+        from im2win import cuda
+        from im2win.arrays import checked_problem
+        for dtype, tiles in ((cupy.float32, cuda.TILES), (cupy.float16, MMA_TILES)):
+            xd, wd, bd = x.astype(dtype), w.astype(dtype), b.astype(dtype)
+            prob = checked_problem(xd, wd, bd, layout=layout, **kwargs)[0]
+            for tile in tiles:
+                for algorithm in ("im2win", "im2win_fused"):
+                    cuda.conv2d(prob, xd, wd, bd, algorithm=algorithm, tile=tile)
+            for options in Options.ablations(tensor_cores=True).values():
+                im2win.conv2d(xd, wd, bd, layout=layout, options=options, **kwargs)
+        im2win.conv2d(x.astype(cupy.float64), w.astype(cupy.float64), b.astype(cupy.float64),
+                      layout=layout, **kwargs)
 cupy.cuda.Device().synchronize()
 print("sanitize cases ran")

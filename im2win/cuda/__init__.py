@@ -26,21 +26,20 @@ def is_available() -> bool:
         return False
 
 
-def _prepare(prob, x, w, bias, algorithm, options, workspace_limit, tile=None):
-    """Make w and bias contiguous (w 16-byte aligned where possible); return them and the plan."""
-    import cupy
+def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None):
+    """The plan for these arrays (pure: nothing is copied or launched before it succeeds)."""
     from im2win.cuda import launch, plan as planning
 
-    w = cupy.ascontiguousarray(w)
-    bias = None if bias is None else cupy.ascontiguousarray(bias)
     x_strides = launch.element_strides(x, prob.layout)
-    if algorithm == "auto" and tile is None and (prob, x_strides) in _tuned:
-        algorithm, tile = _tuned[(prob, x_strides)]
-    plan = planning.make_plan(prob, x_strides=x_strides, w_aligned=w.data.ptr % 16 == 0,
+    tuned = _tuned.get((prob, x_strides))
+    if algorithm == "auto" and tile is None and tuned and workspace_limit is None:
+        algorithm, tile = tuned
+    # A non-contiguous filter is copied into a fresh, aligned buffer before the launch.
+    w_aligned = not w.flags.c_contiguous or w.data.ptr % 16 == 0
+    return planning.make_plan(prob, x_strides=x_strides, w_aligned=w_aligned,
                               algorithm=algorithm, options=options,
                               workspace_limit=workspace_limit, tile=tile,
                               x_aligned=x.data.ptr % 16 == 0)
-    return w, bias, plan
 
 
 def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
@@ -49,10 +48,10 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
 
     Args:
         prob: the `Problem` of x, w, bias (already validated).
-        x, w, bias: CuPy arrays of prob's shapes and dtype, any strides.
+        x, w, bias: CuPy arrays of prob's shapes and dtype, any strides, on one device.
         out: None or a CuPy array of prob.y_shape (checked by the caller).
         algorithm, options, workspace_limit: as `im2win.conv2d`.
-        tile: force a tile of `TILES` by name (autotuning and tests).
+        tile: force a tile by name (autotuning and tests).
 
     Returns:
         y, a new contiguous array or `out`.
@@ -60,23 +59,27 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
     import cupy
     from im2win.cuda import launch
 
-    w, bias, plan = _prepare(prob, x, w, bias, algorithm, options, workspace_limit, tile)
-    contiguous_out = out is not None and out.flags.c_contiguous
-    y = out if contiguous_out else cupy.empty(prob.y_shape, prob.dtype)
-    if prob.N > 0:
-        launch.conv2d(prob, plan, x, w, bias, y)
-    if out is not None and not contiguous_out:
-        out[...] = y
-        return out
-    return y
+    with x.device:
+        plan = _plan(prob, x, w, algorithm, options, workspace_limit, tile)
+        contiguous_out = out is not None and out.flags.c_contiguous
+        y = out if contiguous_out else cupy.empty(prob.y_shape, prob.dtype)
+        if prob.N > 0:
+            w = cupy.ascontiguousarray(w)
+            bias = None if bias is None else cupy.ascontiguousarray(bias)
+            launch.conv2d(prob, plan, x, w, bias, y)
+        if out is not None and not contiguous_out:
+            out[...] = y
+            return out
+        return y
 
 
 def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
              algorithms=("im2win_fused", "im2win"), tiles=None, repeat=10):
     """Time the candidate algorithms and tiles on these arrays; remember the fastest.
 
-    Later `im2win.conv2d` calls with algorithm="auto" on the same problem (shapes, dtype,
-    hyper-parameters, layout and input strides) use the winner. Nothing is tuned implicitly.
+    Later `im2win.conv2d` calls with algorithm="auto" and no workspace_limit on the same
+    problem (shapes, dtype, hyper-parameters, layout and input strides) use the winner.
+    Nothing is tuned implicitly.
 
     Args:
         x, w, bias, stride, padding, dilation, groups, layout: as `im2win.conv2d` (CuPy).
@@ -94,7 +97,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
         ('im2win_fused', '64x128', 1.93)
     """
     import cupy
-    from im2win.api import checked_problem
+    from im2win.arrays import checked_problem
     from im2win.cuda import launch
     from im2win.cuda.plan import accumulator_bytes
     from im2win.cuda.tuning import MMA_TILES, NO_MICRO_KERNEL
@@ -102,6 +105,12 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
                                        gpu_only=True)
+    unknown = [a for a in algorithms if a not in ALGORITHMS or a == "auto"]
+    if unknown or not algorithms:
+        raise ValueError(f"algorithms must name some of {', '.join(ALGORITHMS[1:])}, got "
+                         f"{algorithms!r}")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be a positive int, got {repeat!r}")
     if tiles is None and prob.dtype.name == "float16":
         tiles = list(MMA_TILES)
     tiles = tiles or [name for name, tile in TILES.items()
@@ -122,5 +131,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
                 times.append(cupy.cuda.get_elapsed_time(start, stop))
             results.append((algorithm, tile, sorted(times)[len(times) // 2]))
     results.sort(key=lambda r: r[2])
+    if prob.N == 0:
+        return results
     _tuned[(prob, launch.element_strides(x, prob.layout))] = results[0][:2]
     return results

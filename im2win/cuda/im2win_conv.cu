@@ -15,7 +15,8 @@
 //     memory is the window tile, built straight from x, padding by predication
 //     (0 <= h0 + r*dh < H, 0 <= w0 + s*dw < W).
 // base(pixel) is 64-bit and computed once per thread; off(t), r*dh and s*dw come from tables in
-// __constant__ memory (kTable), read uniformly by each warp, so the inner loop has no div/mod.
+// __constant__ memory (kTable), so the inner loop has no div/mod. A warp reads one table entry
+// per load when it loads along pixels, 2 or 4 (serialised) when it loads along t.
 //
 // Loads of B follow memory's contiguous direction: along the reduction (each thread loads
 // B_PER consecutive t of one pixel) where runs are contiguous (NHWC, and NCHW windows), along

@@ -2,9 +2,9 @@
 // accumulation), the whole batch in one launch.
 //
 // The same GEMM per group as im2win_conv.cu (M = K/G filters, N = N*P*Q pixels, reduction
-// t < red; gemm.cuh), with the reduction padded once to `redp`, a multiple of BK: the filter arrives as a
-// (K, redp) matrix whose columns red..redp-1 are zero, and B rows t >= red read as zero, so no
-// (r, s) is ever padded on its own and nothing outside x is read. B[t, pixel] is read at
+// t < red; gemm.cuh), with the reduction padded once to `redp`, a multiple of BK: A columns and
+// B rows t >= red read as zero (predicated, nothing is copied), so no (r, s) is ever padded on
+// its own and nothing outside w or x is read. B[t, pixel] is read at
 // base(pixel) + off(t) exactly as in im2win_conv.cu (fused: x through its strides, padding by
 // predication; materialised: the window tensor, t in window order).
 //
@@ -15,8 +15,10 @@
 //
 // Switches (each can be turned off alone for the ablation):
 //   kAsync     cp.async 16-byte global-to-shared copies (zero-filled outside x); off: loads
-//              through registers. Used for B only where 8 consecutive t are contiguous and
-//              16-byte aligned in memory (kVecB, set by the planner); A always qualifies.
+//              through registers. Used where 8 consecutive t are contiguous and 16-byte
+//              aligned (set by the planner): for A (kVecA) when red % 8 == 0 and w is aligned,
+//              for B (kVecB) when the runs are (NHWC with C/G % 8 == 0); otherwise gathered
+//              element by element through registers.
 //   STAGES     pipeline depth: 3 (two slices in flight while one is computed) or 1 (no
 //              overlap); register fragments are double-buffered across the k16 steps.
 //   kLdmatrix  ldmatrix.x4 fragment loads; off: 32-bit shared loads of the same elements.
@@ -45,7 +47,7 @@ template <bool kSwizzle> __device__ __forceinline__ int chunk_at(int row, int ch
 }
 
 template <bool kNHWC, bool kFused, int BM, int BN, int WM, int WN, int STAGES, bool kAsync,
-          bool kVecB, bool kLdmatrix, bool kSwizzle, bool kTable>
+          bool kVecA, bool kVecB, bool kLdmatrix, bool kSwizzle, bool kTable>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     im2win_mma(const half_t* __restrict__ src, const half_t* __restrict__ w,
                const half_t* __restrict__ bias, half_t* __restrict__ y, Geometry geo,
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   const int g = g0 + blockIdx.z;
   const int m0 = blockIdx.y * BM;
   const i64 j0 = (i64)blockIdx.x * BN;
-  const half_t* w_group = w + (i64)g * geo.Kg * geo.redp;
+  const half_t* w_group = w + (i64)g * geo.Kg * geo.red;
 
   // Each thread copies chunks (row = idx / 4, chunk = idx % 4), idx = tid + i * NT; the pixel
   // of each B row is fixed for the whole reduction, so its base is computed once.
@@ -76,16 +78,26 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   auto load_slice = [&](int stage, int k0) {
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; ++i) {
-      const int idx = tid + i * NT, row = idx / 4, chunk = idx % 4;
-      const bool ok = m0 + row < geo.Kg;
-      const half_t* from = w_group + (i64)(ok ? m0 + row : 0) * geo.redp + k0 + chunk * 8;
+      const int idx = tid + i * NT, row = idx / 4, chunk = idx % 4, t0 = k0 + chunk * 8;
+      const bool row_ok = m0 + row < geo.Kg;
+      const half_t* from = w_group + (i64)(row_ok ? m0 + row : 0) * geo.red;
       unsigned char* to = &As[stage][chunk_at<kSwizzle>(row, chunk)];
-      if (kAsync) {
-        cp_async16(to, from, ok);
+      if (kVecA) {  // red % 8 == 0: the chunk lies wholly inside or wholly past the row
+        const bool ok = row_ok && t0 < geo.red;
+        if (kAsync) {
+          cp_async16(to, from + (ok ? t0 : 0), ok);
+        } else {
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (ok) v = *reinterpret_cast<const uint4*>(from + t0);
+          *reinterpret_cast<uint4*>(to) = v;
+        }
       } else {
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (ok) v = *reinterpret_cast<const uint4*>(from);
-        *reinterpret_cast<uint4*>(to) = v;
+        unsigned short e[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) e[k] = row_ok && t0 + k < geo.red ? from[t0 + k].bits : 0;
+        *reinterpret_cast<uint4*>(to) =
+            make_uint4(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16,
+                       e[4] | (unsigned)e[5] << 16, e[6] | (unsigned)e[7] << 16);
       }
     }
 #pragma unroll

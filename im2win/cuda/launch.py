@@ -74,11 +74,14 @@ def kernel(file: str, expression: str) -> Kernel:
     return _kernel(cupy.cuda.Device().id, file, expression)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.cache     # never evicted: a pending copy from a freed table would read garbage
 def _device_tables(device: int, key) -> tuple:
+    """The problem's tables on the device, complete before any stream copies from them."""
     prob, geo_items, window_order = key
     off, hw = reduction_tables(prob, dict(geo_items), window_order)
-    return key, cupy.asarray(off), cupy.asarray(hw)
+    tables = key, cupy.asarray(off), cupy.asarray(hw)
+    cupy.cuda.get_current_stream().synchronize()
+    return tables
 
 
 def element_strides(a, letters: str) -> tuple[int, ...]:
@@ -133,16 +136,12 @@ def direct(prob: Problem, x, w, bias, y):
 
 
 def filter_matrix(prob: Problem, plan: Plan, w):
-    """w as the (K, redp) matrix the kernel reads: in window order for materialised windows
-    (so each pixel's reduction is the window's run), zero columns up to redp (Tensor Cores)."""
+    """w as the (K, red) matrix the kernel reads: a copy in window order for materialised
+    windows (each pixel's reduction is then the window's run), w itself otherwise."""
     if plan.algorithm == "im2win":
-        w = w.transpose((0, 1, 3, 2) if prob.layout == "NCHW" else (0, 2, 1, 3))
-    red, redp = plan.geometry["red"], plan.geometry["redp"]
-    if redp == red:
-        return cupy.ascontiguousarray(w)
-    padded = cupy.zeros((prob.K, redp), prob.dtype)
-    padded[:, :red] = w.reshape(prob.K, red)
-    return padded
+        return cupy.ascontiguousarray(
+            w.transpose((0, 1, 3, 2) if prob.layout == "NCHW" else (0, 2, 1, 3)))
+    return w
 
 
 def im2win(prob: Problem, plan: Plan, x, w, bias, y):

@@ -9,6 +9,7 @@ thread) plus a reduction term (from the __constant__ tables when they fit).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 
 import numpy as np
@@ -39,7 +40,8 @@ class Plan:
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry fields for one launch of `chunk` images.
         tables: whether the reduction offsets go to __constant__ memory.
-        workspace_bytes: extra device memory the plan allocates (the window chunk).
+        workspace_bytes: extra device memory the plan allocates (the window chunk and the
+            filter in window order).
     """
 
     algorithm: str
@@ -173,11 +175,11 @@ def kernel_name(prob: Problem, fused: bool, tile: Tile, options: Options, tables
 
 
 def mma_kernel_name(prob: Problem, fused: bool, tile: MmaTile, options: Options,
-                    tables: bool, vector_b: bool) -> str:
+                    tables: bool, vector_a: bool, vector_b: bool) -> str:
     """The CuPy name expression of one im2win_mma instantiation."""
     flags = [prob.layout == "NHWC", fused, tile.BM, tile.BN, tile.WM, tile.WN,
-             3 if options.double_buffer else 1, options.async_copy, vector_b, options.ldmatrix,
-             options.conflict_free, tables]
+             3 if options.double_buffer else 1, options.async_copy, vector_a, vector_b,
+             options.ldmatrix, options.conflict_free, tables]
     return f"im2win_mma<{', '.join(str(f).lower() for f in flags)}>"
 
 
@@ -188,6 +190,7 @@ def contiguous_runs_of_8(prob: Problem, geo: dict) -> bool:
         geo[k] % 8 == 0 for k in ("sn", "sg", "sp", "sq", "base0", "sr", "ss"))
 
 
+@functools.lru_cache(maxsize=256)    # a call's planning (tables included) is done once
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
               options: Options | None = None, workspace_limit: int | None = None,
               tile: str | None = None, x_aligned: bool = True) -> Plan:
@@ -221,16 +224,21 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
 
     fused = algorithm == "im2win_fused"
     chunk = max(prob.N, 1)
-    if not fused and workspace_limit is not None:
-        chunk = min(chunk, workspace_limit // max(per_image, 1))
-        if chunk == 0:
+    filter_bytes = prob.K * prob.reduction * prob.dtype.itemsize
+    if not fused and workspace_limit is not None and per_image > 0:
+        chunk = min(chunk, (workspace_limit - filter_bytes) // per_image)
+        if chunk <= 0:
             raise ValueError(f"workspace_limit={workspace_limit} bytes is smaller than one "
-                             f"image's window tensor ({per_image} bytes); raise it or use "
+                             f"image's window tensor ({per_image} bytes) plus the filter in "
+                             f"window order ({filter_bytes} bytes); raise it or use "
                              f"algorithm='im2win_fused'")
-    workspace = 0 if fused else window_bytes(prob, chunk)
+    # Materialised windows also hold the filter in window order (K*(C/G)*R*S elements).
+    workspace = 0 if fused else window_bytes(prob, chunk) + prob.K * prob.reduction * \
+        prob.dtype.itemsize
     if prob.dtype == np.float16 and options.tensor_cores:
         return mma_plan(prob, algorithm, options, tile, chunk, workspace,
-                        geometry(prob, fused, chunk, x_strides), x_aligned or not fused)
+                        geometry(prob, fused, chunk, x_strides), x_aligned or not fused,
+                        w_aligned or not fused)
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
     if tile is not None and tile not in TILES:
@@ -255,8 +263,9 @@ def check_grid(prob: Problem, tile) -> None:
 
 
 def mma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, chunk: int,
-             workspace: int, geo: dict, src_aligned: bool) -> Plan:
-    """The Tensor-Core plan for float16: reduction padded to a multiple of 32 once."""
+             workspace: int, geo: dict, src_aligned: bool, w_aligned: bool) -> Plan:
+    """The Tensor-Core plan for float16: the reduction padded (by predication) to a multiple of
+    32 once. `src_aligned`, `w_aligned`: whether B's and A's sources start 16-byte aligned."""
     if tile is not None and tile not in MMA_TILES:
         raise ValueError(f"tile must be one of {', '.join(MMA_TILES)} on Tensor Cores, got "
                          f"{tile!r}")
@@ -265,8 +274,9 @@ def mma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, 
     fused = algorithm == "im2win_fused"
     geo["redp"] = -(-prob.reduction // MMA_BK) * MMA_BK
     tables = options.index_tables and reduction_tables(prob, geo, not fused) is not None
+    vector_a = w_aligned and prob.reduction % 8 == 0
     vector_b = src_aligned and contiguous_runs_of_8(prob, geo)
-    name = mma_kernel_name(prob, fused, chosen, options, tables, vector_b)
+    name = mma_kernel_name(prob, fused, chosen, options, tables, vector_a, vector_b)
     return Plan(algorithm, chosen, options, "im2win_mma", name, chunk, geo, tables, workspace)
 
 
@@ -308,10 +318,11 @@ def specializations() -> list[tuple[str, str]]:
                     continue
                 for options in Options.ablations(tensor_cores=True).values():
                     for tile in MMA_TILES.values():
-                        for vector_b in {False, layout == "NHWC"}:
+                        for vector_a, vector_b in {(False, False), (True, False),
+                                                   (True, layout == "NHWC")}:
                             for tables in {True, False} & {options.index_tables, False}:
                                 out.add(("im2win_mma", mma_kernel_name(
-                                    prob, fused, tile, options, tables, vector_b)))
+                                    prob, fused, tile, options, tables, vector_a, vector_b)))
     return sorted(out)
 
 
