@@ -43,4 +43,6 @@ if [[ $step == bench || $step == all ]]; then
   done
 fi
 tar -czf "$OUT/cupy_cache.tgz" -C "$PWD/.cache" cupy
+# At most 8 files come back: the logs travel as one archive.
+(cd "$OUT" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tgz ./*.log && rm -f ./*.log)
 exit $status
