@@ -1,6 +1,7 @@
-"""Time every window algorithm x tile on the twelve layers (float32, batch 128, both layouts).
+"""Time every window algorithm x tile on the twelve layers (batch 128, both layouts).
 
-The planner's tile choice (im2win/cuda/tuning.py, choose_tile) is read off this table.
+The planner's tile choices (im2win/cuda/tuning.py: choose_tile, choose_mma_tile) are read off
+these tables.
 Run on the GPU machine: ``python3 tools/tile_sweep.py OUT.json [dtype]``.
 """
 
@@ -20,7 +21,8 @@ rows = []
 for layout in ("NCHW", "NHWC"):
     for name, layer in LAYERS.items():
         prob, _, _, x, w = bench.prepare(layer, 128, dtype, layout, device)
-        tiles = [t for t in cuda.TILES if t != NO_MICRO_KERNEL]
+        # float16: autotune's default, every Tensor-Core tile.
+        tiles = None if dtype == "float16" else [t for t in cuda.TILES if t != NO_MICRO_KERNEL]
         results = cuda.autotune(x, w, stride=layer.stride, layout=layout, tiles=tiles, repeat=5)
         for algorithm, tile, ms in results:
             rows.append(dict(layer=name, layout=layout, algorithm=algorithm, tile=tile, ms=ms,
