@@ -167,9 +167,9 @@ def window_mib(name, record):
 
 def sweep_section(record):
     """The best algorithm and tile per layer, and how close the planner's choice comes."""
-    from im2win.cuda.tuning import choose_tile
+    from im2win.cuda.tuning import choose_mma_tile, choose_tile
     from im2win.layers import LAYERS
-    lines = ["### Tiles (`tools/tile_sweep.py`)", "",
+    lines = [f"### Tiles, {record['dtype']} (`tools/tile_sweep.py`)", "",
              f"`{record['command']}`: every window algorithm and tile, median of 5 after "
              "warm-up; the planner's default (`im2win/cuda/tuning.py`, `choose_tile`) against "
              "the fastest.", "",
@@ -181,8 +181,9 @@ def sweep_section(record):
             best = min(rows, key=lambda r: r["ms"])
             P = (layer.H - layer.R) // layer.stride + 1
             Q = (layer.W - layer.S) // layer.stride + 1
-            tile = choose_tile(layer.K, 128 * P * Q, layer.C * layer.R * layer.S, layout,
-                               record["dtype"])
+            red = layer.C * layer.R * layer.S
+            tile = choose_mma_tile(layer.K, red, layout) if record["dtype"] == "float16" else \
+                choose_tile(layer.K, 128 * P * Q, red, layout, record["dtype"])
             mine = [r for r in rows if r["tile"] == tile and r["algorithm"] == "im2win_fused"]
             ratio = f"{mine[0]['ms'] / best['ms']:.2f}" if mine else "not swept"
             lines.append(f"| {layout} | {name} | {best['algorithm']} {best['tile']} | "

@@ -269,7 +269,7 @@ def mma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, 
     if tile is not None and tile not in MMA_TILES:
         raise ValueError(f"tile must be one of {', '.join(MMA_TILES)} on Tensor Cores, got "
                          f"{tile!r}")
-    chosen = MMA_TILES[tile or choose_mma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    chosen = MMA_TILES[tile or choose_mma_tile(prob.Kg, prob.reduction, prob.layout)]
     check_grid(prob, chosen)
     fused = algorithm == "im2win_fused"
     geo["redp"] = -(-prob.reduction // MMA_BK) * MMA_BK

@@ -156,15 +156,17 @@ def choose_tile(Kg: int, pixels: int, reduction: int, layout: str, dtype_name: s
     return "128x64k16" if k16 else "128x64"
 
 
-def choose_mma_tile(Kg: int, pixels: int) -> str:
-    """Pick the Tensor-Core tile: the height that wastes least of the K/G tail (32, 64, 96 or
-    128 rows), 64 pixel columns for small problems (more blocks). Not yet tuned by a sweep."""
+def choose_mma_tile(Kg: int, reduction: int, layout: str) -> str:
+    """Pick the Tensor-Core tile for K/G filters per group and a (C/G)*R*S reduction.
+
+    Read off the float16 tile sweep on the H200 (docs/data/gpu-tile-sweep-float16.json, made
+    by tools/tile_sweep.py; summarised in docs/performance.md, "Tiles"): 128x64 wherever there
+    are more than 64 filters (96 included: its wasted rows cost less than the 96-row tile's
+    shape), and for 64 filters in NCHW with long reductions; 64x128 for 64 filters otherwise;
+    32x128 up to 32 filters.
+    """
     if Kg <= 32:
         return "mma32x128"
-    if Kg <= 64:
+    if Kg <= 64 and (layout == "NHWC" or reduction < 256):
         return "mma64x128"
-    if Kg % 128 and Kg % 96 == 0:
-        return "mma96x128"
-    if pixels < 1 << 18:
-        return "mma128x64"
-    return "mma128x128"
+    return "mma128x64"
