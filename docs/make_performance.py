@@ -204,10 +204,10 @@ than the FLOPs we count (Winograd or FFT), which no direct or GEMM-based kernel 
 gathers pixels C elements apart, with 2 or 4 distinct table entries per warp load. The materialised mode pays for writing and reading the
 window tensor, so the fused mode is the default.
 
-float16 on Tensor Cores is a first version (issue 4 is open): 4x this project's FP32 path in
-NHWC, but half of cuDNN's FP16 NHWC rate. Its tiles are not yet swept; on the C = 3 layers and
-in NCHW the B tile is gathered element by element (no 16-byte runs), the layers where the
-targets are furthest away; the epilogue writes single halves.
+float16 on Tensor Cores is a first version (issue 4 is open): over 4x this project's FP32 path
+in NHWC, but half of cuDNN's FP16 NHWC rate. On the C = 3 layers and in NCHW the B tile is
+gathered element by element (no 16-byte runs), where the targets are furthest away; the epilogue
+writes single halves; in NCHW the materialised mode beats the fused default on the small images.
 
 Next steps for FP32 (not done): split-K or smaller tiles with more blocks for the small-image layers
 (cv6, cv10 to cv12 launch few blocks); fewer registers per thread (occupancy); 16-byte B loads
