@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from im2win import baselines, cpu
-from im2win.arrays import checked_problem, same_device
+from im2win.arrays import checked_problem, on_gpu
 from im2win.cuda.plan import check_algorithm, check_options, check_workspace_limit
 
 CPU_ALGORITHMS = ("auto", "im2win", "im2col_gemm")
@@ -72,13 +72,13 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         >>> im2win.conv2d(x.transpose(0, 2, 3, 1), w.transpose(0, 2, 3, 1), layout="NHWC").shape
         (2, 6, 6, 4)
     """
-    on_gpu = same_device(x, w, bias, out)
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
-                                       dilation=dilation, groups=groups, layout=layout)
+                                       dilation=dilation, groups=groups, layout=layout,
+                                       out=out)
     algorithm = check_algorithm(algorithm)
     options = None if options is None else check_options(options)
     workspace_limit = check_workspace_limit(workspace_limit)
-    if on_gpu:
+    if on_gpu(x):
         import cupy
         from im2win import cuda
         if out is not None:

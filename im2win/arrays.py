@@ -40,17 +40,18 @@ def native(a) -> np.ndarray:
 
 
 def checked_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
-                    layout="NCHW", gpu_only=False):
+                    layout="NCHW", out=None, gpu_only=False):
     """Check a call's arrays and arguments; return (problem, x, w, bias) ready for a path.
 
-    Array-likes become NumPy arrays unless an argument is a CuPy array, in which case all must
-    be, on one device (`gpu_only` requires that).
+    Array-likes become NumPy arrays unless an argument is a CuPy array, in which case all
+    (`out` included) must be, on one device (`gpu_only` requires that). `out` is checked
+    against the problem by the caller.
     """
-    on_gpu = same_device(x, w, bias, None)
-    if gpu_only and not on_gpu:
+    gpu = same_device(x, w, bias, out)
+    if gpu_only and not gpu:
         raise TypeError("expected CuPy arrays (this function runs on the GPU), got NumPy "
                         "arrays or array-likes")
-    if not on_gpu:
+    if not gpu:
         x, w = native(x), native(w)
         bias = None if bias is None else native(bias)
     prob = make_problem(x, w, bias, stride=stride, padding=padding, dilation=dilation,
