@@ -107,6 +107,9 @@ def test_other_dtypes_match_reference(rng, layout, algorithm, dtype):
 TENSOR_CORE_CASES = AWKWARD[:4] + [
     ((2, 16, 11, 9), (24, 16, 3, 3), dict(padding=1)),                 # 16-byte B copies (NHWC)
     ((3, 32, 9, 10), (40, 16, 3, 2), dict(groups=2, stride=(2, 1), padding=((1, 0), (2, 1)))),
+    # C = 3: runs of S*C (NHWC) cut by chunks of 8, pixels inside x and at its edges
+    ((2, 3, 20, 21), (17, 3, 7, 7), dict(stride=2, padding=3)),
+    ((2, 3, 15, 16), (8, 3, 3, 3), dict(dilation=(2, 2), padding=2)),     # runs of C only
 ]
 
 
@@ -128,6 +131,24 @@ def test_every_tensor_core_switch_matches_reference(rng, layout, algorithm, swit
     for x_shape, w_shape, kwargs in TENSOR_CORE_CASES:
         x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
         run(x, w, b, layout, kwargs, dtype=np.float16, algorithm=algorithm, options=options)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_tensor_core_output_at_any_alignment(rng, layout):
+    """out may start at any element: pairs of float16 outputs are stored as one 4-byte word
+    only where aligned."""
+    x, w, b = random_arrays(rng, (2, 3, 12, 13), (9, 3, 3, 3), 9)
+    x, w = to_layout(layout, x.astype(np.float16), w.astype(np.float16))
+    prob = make_problem(x, w, layout=layout, padding=1)
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64),
+                           b.astype(np.float16).astype(np.float64), layout=layout, padding=1)
+    for offset in (0, 1):
+        base = cupy.full(int(np.prod(prob.y_shape)) + 2, np.nan, cupy.float16)
+        out = base[offset:offset + base.size - 2].reshape(prob.y_shape)
+        im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b.astype(np.float16)),
+                      layout=layout, padding=1, out=out)
+        assert_close(cupy.asnumpy(out), ref, np.float16, prob.reduction)
+        assert bool(cupy.isnan(base[:offset]).all()) and bool(cupy.isnan(base[offset + out.size:]).all())
 
 
 def test_long_reductions_skip_the_constant_tables(rng):

@@ -2,7 +2,11 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
+``python3 tools/sanitize_cases.py [float16]``: with ``float16``, only the Tensor-Core kernel's
+cases (every tile and switch).
 """
+
+import sys
 
 import cupy
 import numpy as np
@@ -11,10 +15,31 @@ import im2win
 from im2win.cuda import Options
 from im2win.cuda.tuning import MMA_TILES
 
+from im2win import cuda
+from im2win.arrays import checked_problem
+
 rng = np.random.default_rng(0)
 CASES = [((2, 6, 13, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 1), padding=((2, 0), (1, 3)))),
          ((1, 3, 23, 23), (67, 3, 5, 5), dict(stride=4)),
-         ((2, 16, 9, 7), (67, 16, 3, 2), dict(padding=1))]           # red % 8 == 0, K tail
+         ((2, 16, 9, 7), (67, 16, 3, 2), dict(padding=1)),           # red % 8 == 0, K tail
+         ((2, 3, 20, 21), (17, 3, 7, 7), dict(stride=2, padding=3))]  # C = 3, window edges
+ONLY_FLOAT16 = sys.argv[1:] == ["float16"]
+
+
+def every_tile(x, w, b, layout, kwargs, tiles):
+    prob = checked_problem(x, w, b, layout=layout, **kwargs)[0]
+    for tile in tiles:
+        for algorithm in ("im2win", "im2win_fused"):
+            cuda.conv2d(prob, x, w, b, algorithm=algorithm, tile=tile)
+
+
+def every_switch(x, w, b, layout, kwargs, tensor_cores):
+    for options in Options.ablations(tensor_cores=tensor_cores).values():
+        for algorithm in ("im2win", "im2win_fused"):
+            im2win.conv2d(x, w, b, layout=layout, algorithm=algorithm, options=options,
+                          **kwargs)
+
+
 for layout in ("NCHW", "NHWC"):
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
@@ -23,22 +48,15 @@ for layout in ("NCHW", "NHWC"):
             x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
         x, w = cupy.asarray(x), cupy.asarray(w)
         b = cupy.asarray(rng.uniform(-1, 1, w_shape[0]).astype(np.float32))
+        half = x.astype(cupy.float16), w.astype(cupy.float16), b.astype(cupy.float16)
+        every_tile(*half, layout, kwargs, MMA_TILES)
+        every_switch(*half, layout, kwargs, tensor_cores=True)
+        if ONLY_FLOAT16:
+            continue
         for algorithm in ("direct", "im2win", "im2win_fused"):
             im2win.conv2d(x, w, b, layout=layout, algorithm=algorithm, **kwargs)
-        for options in Options.ablations().values():
-            for algorithm in ("im2win", "im2win_fused"):
-                im2win.conv2d(x, w, b, layout=layout, algorithm=algorithm, options=options,
-                              **kwargs)
-        from im2win import cuda
-        from im2win.arrays import checked_problem
-        for dtype, tiles in ((cupy.float32, cuda.TILES), (cupy.float16, MMA_TILES)):
-            xd, wd, bd = x.astype(dtype), w.astype(dtype), b.astype(dtype)
-            prob = checked_problem(xd, wd, bd, layout=layout, **kwargs)[0]
-            for tile in tiles:
-                for algorithm in ("im2win", "im2win_fused"):
-                    cuda.conv2d(prob, xd, wd, bd, algorithm=algorithm, tile=tile)
-            for options in Options.ablations(tensor_cores=True).values():
-                im2win.conv2d(xd, wd, bd, layout=layout, options=options, **kwargs)
+        every_tile(x, w, b, layout, kwargs, cuda.TILES)
+        every_switch(x, w, b, layout, kwargs, tensor_cores=False)
         im2win.conv2d(x.astype(cupy.float64), w.astype(cupy.float64), b.astype(cupy.float64),
                       layout=layout, **kwargs)
 cupy.cuda.Device().synchronize()

@@ -46,6 +46,19 @@ template <bool kSwizzle> __device__ __forceinline__ int chunk_at(int row, int ch
   return row * 64 + 16 * (kSwizzle ? chunk ^ ((row >> 1) & 3) : chunk);
 }
 
+// y[i0] = v0 if ok0 and y[i1] = v1 if ok1, in float16: one 4-byte store when both are
+// adjacent (i1 == i0 + 1) and 4-byte aligned.
+__device__ __forceinline__ void store_pair(half_t* y, i64 i0, i64 i1, bool ok0, bool ok1,
+                                           float v0, float v1) {
+  const half_t h0 = from_acc<half_t>(v0), h1 = from_acc<half_t>(v1);
+  if (ok0 && ok1 && i1 == i0 + 1 && reinterpret_cast<unsigned long long>(y + i0) % 4 == 0) {
+    *reinterpret_cast<unsigned*>(y + i0) = h0.bits | (unsigned)h1.bits << 16;
+    return;
+  }
+  if (ok0) y[i0] = h0;
+  if (ok1) y[i1] = h1;
+}
+
 template <bool kNHWC, bool kFused, int BM, int BN, int WM, int WN, int STAGES, bool kAsync,
           bool kVecA, bool kVecB, bool kLdmatrix, bool kSwizzle, bool kTable>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
@@ -71,9 +84,17 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 
   // Each thread copies chunks (row = idx / 4, chunk = idx % 4), idx = tid + i * NT; the pixel
   // of each B row is fixed for the whole reduction, so its base is computed once.
+  // inside[i]: px[i] is valid and its whole window lies inside x (always, for the
+  // materialised window), so its element loads need no bounds tests.
   Pixel px[B_CHUNKS];
+  bool inside[B_CHUNKS];
 #pragma unroll
-  for (int i = 0; i < B_CHUNKS; ++i) px[i] = pixel_at(j0 + (tid + i * NT) / 4, g, geo);
+  for (int i = 0; i < B_CHUNKS; ++i) {
+    px[i] = pixel_at(j0 + (tid + i * NT) / 4, g, geo);
+    inside[i] = px[i].valid && (!kFused || (px[i].h0 >= 0 && px[i].w0 >= 0 &&
+                                            px[i].h0 + (geo.R - 1) * geo.dh < geo.H &&
+                                            px[i].w0 + (geo.S - 1) * geo.dw < geo.W));
+  }
 
   auto load_slice = [&](int stage, int k0) {
 #pragma unroll
@@ -127,8 +148,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
           e[k] = 0;
           if (px[i].valid && t < geo.red) {
             const Tap tap = tap_at<kNHWC, !kFused, kTable>(t, geo);
-            if (!kFused || ((unsigned)(px[i].h0 + tap.dr) < (unsigned)geo.H &&
-                            (unsigned)(px[i].w0 + tap.ds) < (unsigned)geo.W))
+            if (inside[i] || ((unsigned)(px[i].h0 + tap.dr) < (unsigned)geo.H &&
+                              (unsigned)(px[i].w0 + tap.ds) < (unsigned)geo.W))
               e[k] = src[px[i].base + tap.off].bits;
           }
         }
@@ -234,19 +255,34 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 
   // Epilogue: accumulator (i, j, e) is filter row wm*WM + i*16 + lane/4 (+8 for e >= 2) and
   // pixel column wn*WN + j*8 + (lane % 4)*2 (+1 for odd e). y is overwritten, never added to.
+  // Values leave in pairs adjacent in y: NHWC pairs two filter rows of one pixel (swapped
+  // with lane ^ 4, which holds the neighbouring row), NCHW two pixels of one filter row.
+  const bool odd_row = (lane / 4) % 2;
 #pragma unroll
-  for (int i = 0; i < MI; ++i)
+  for (int j = 0; j < NI; ++j) {
+    const i64 pix = j0 + wn * WN + j * 8 + (lane % 4) * 2;      // pixels pix, pix + 1
+    const i64 n = kNHWC ? 0 : pix / geo.PQ, pq = kNHWC ? 0 : pix - n * geo.PQ;
 #pragma unroll
-    for (int j = 0; j < NI; ++j)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int m = m0 + wm * WM + i * 16 + lane / 4 + (e >= 2 ? 8 : 0);
-        const i64 pix = j0 + wn * WN + j * 8 + (lane % 4) * 2 + (e & 1);
-        if (m >= geo.Kg || pix >= geo.npix) continue;
-        const int k = g * geo.Kg + m;
-        const float v = acc[i][j][e] + (bias ? to_acc(bias[k], 0.f) : 0.f);
-        const i64 n = pix / geo.PQ, pq = pix - n * geo.PQ;
-        y[kNHWC ? (n * geo.PQ + pq) * geo.K + k : (n * geo.K + k) * geo.PQ + pq] =
-            from_acc<half_t>(v);
+      for (int h = 0; h < 2; ++h) {                              // filter rows m, m + 8
+        const int m = m0 + wm * WM + i * 16 + lane / 4 + 8 * h;
+        const float b = bias && m < geo.Kg ? to_acc(bias[g * geo.Kg + m], 0.f) : 0.f;
+        float v0 = acc[i][j][2 * h] + b, v1 = acc[i][j][2 * h + 1] + b;
+        if (kNHWC) {                   // this lane keeps pixel pix + odd_row, rows mm, mm + 1
+          const float other = __shfl_xor_sync(0xffffffffu, odd_row ? v0 : v1, 4);
+          if (odd_row) v0 = other; else v1 = other;
+          const i64 p = pix + odd_row;
+          const int mm = m - odd_row;
+          const i64 at = p * geo.K + g * geo.Kg + mm;
+          store_pair(y, at, at + 1, p < geo.npix && mm < geo.Kg,
+                     p < geo.npix && mm + 1 < geo.Kg, v0, v1);
+        } else {
+          const i64 k = g * geo.Kg + m, at = (n * geo.K + k) * geo.PQ + pq;
+          const i64 next = pq + 1 < geo.PQ ? at + 1 : ((n + 1) * geo.K + k) * geo.PQ;
+          store_pair(y, at, next, m < geo.Kg && pix < geo.npix,
+                     m < geo.Kg && pix + 1 < geo.npix, v0, v1);
+        }
       }
+  }
 }
