@@ -1,11 +1,16 @@
-"""Write docs/performance.md from the benchmark JSON files in docs/data/.
+"""Write docs/performance.md and its charts (docs/img/*.png) from the JSON files in docs/data/.
 
-Each JSON file is the output of ``python -m im2win --compare --json PATH``; every number on the
-page comes from one of them. Run: ``python docs/make_performance.py``.
+Each JSON file is the output of ``python -m im2win --compare --json PATH`` (or of the tools
+named on the page: tile_sweep.py, ablation.py); every number on the page and in the charts comes
+from one of them, and a section whose file is missing is left out. Run:
+``python docs/make_performance.py [--data DIR] [--out FILE] [--img DIR]`` (matplotlib: the
+``bench`` extra).
 """
 
+import argparse
 import json
 import math
+import os
 import pathlib
 
 DOCS = pathlib.Path(__file__).resolve().parent
@@ -97,7 +102,7 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def gpu_section(record):
+def gpu_section(record, data=DOCS / "data"):
     """Per-layer TFLOPS against cuDNN and im2col+cuBLAS, extra memory, and the targets."""
     machine = record["machine"]
     rows = by_layer(record)
@@ -129,7 +134,7 @@ def gpu_section(record):
     means = {k: geomean([impls[k]["tflops"] for impls in rows.values()])
              for k in ("im2win", "cudnn", "im2col+gemm")}
     if record["dtype"] == "float16":
-        lines += ["", float16_targets(record, rows)]
+        lines += ["", float16_targets(record, rows, data)]
     lines += ["", f"Geometric means: im2win {means['im2win']:.1f} TFLOPS, cuDNN "
                   f"{means['cudnn']:.1f}, im2col+cuBLAS {means['im2col+gemm']:.1f}; im2win is "
                   f"{geomean(vs_cudnn):.2f}x cuDNN (target 1.0x) and {geomean(vs_im2col):.2f}x "
@@ -140,13 +145,13 @@ def gpu_section(record):
     return "\n".join(lines)
 
 
-def float16_targets(record, rows):
+def float16_targets(record, rows, data=DOCS / "data"):
     """Issue 4's targets: 2x cuDNN on the C = 3 layers, 2.5x this project's FP32 path."""
     small_c = {k: rows[k]["im2win"]["tflops"] / rows[k]["cudnn"]["tflops"]
                for k in ("cv1", "cv2", "cv3", "cv7") if k in rows}
     text = ("Against cuDNN on the C = 3 layers (target 2x): " +
             ", ".join(f"{k} {v:.2f}x" for k, v in small_c.items()) + ".")
-    fp32 = DOCS / "data" / f"gpu-float32-{record['layout']}.json"
+    fp32 = data / f"gpu-float32-{record['layout']}.json"
     if fp32.exists():
         ours32 = {r["layer"]: r["tflops"] for r in json.loads(fp32.read_text())["rows"]
                   if r["impl"] == "im2win"}
@@ -230,20 +235,183 @@ def profile_section(paths):
     return "\n".join(lines)
 
 
-def main():
-    data = DOCS / "data"
+ABLATION_NOTES = """Each optimisation of the im2win kernel switched off alone (`im2win.cuda.Options`,
+`Options.ablations()`): the time of the variant divided by the time of the full kernel, on the
+same inputs (slowdown > 1: the optimisation helps). float32 runs the CUDA-core kernel, float16 the
+Tensor-Core kernel; each variant's result was checked against the full kernel's.
+"""
+
+
+def ablation_section(record, chart=None):
+    """The slowdown of each variant against the full kernel, per layer (table, chart)."""
+    machine = record["machine"]
+    rows = [r for r in record["rows"] if r["variant"] != "full"]
+    layers = list(dict.fromkeys(r["layer"] for r in rows))
+    lines = ["## Ablation: each optimisation switched off alone", "", ABLATION_NOTES,
+             f"`{record['command']}` on {record['date'][:10]}, batch {record['batch']}: "
+             f"{machine_line(machine)}.", ""]
+    if chart:
+        lines += [f"![slowdown of each variant]({chart})", ""]
+    for dtype, layout in dict.fromkeys((r["dtype"], r["layout"]) for r in rows):
+        group = [r for r in rows if (r["dtype"], r["layout"]) == (dtype, layout)]
+        cells = {(r["variant"], r["layer"]): r for r in group}
+        lines += [f"### {dtype}, {layout}: slowdown (variant ms / full ms)", "",
+                  "| variant | " + " | ".join(layers) + " | geometric mean |",
+                  "|---|" + "---|" * (len(layers) + 1)]
+        for variant in dict.fromkeys(r["variant"] for r in group):
+            factors = [cells[variant, k]["slowdown"] for k in layers if (variant, k) in cells]
+            lines.append(f"| {variant} | " + " | ".join(
+                f"{cells[variant, k]['slowdown']:.2f}" if (variant, k) in cells else "-"
+                for k in layers) + f" | {geomean(factors):.2f} |")
+        lines.append("")
+    wrong = [f"{r['layer']} {r['dtype']} {r['layout']} {r['variant']}" for r in rows
+             if not r.get("ok", True)]
+    lines.append("Results that differ from the full kernel's: "
+                 + (", ".join(wrong) if wrong else "none") + ".")
+    return "\n".join(lines)
+
+
+def machine_line(machine):
+    """The GPU and library versions of a record's machine."""
+    return (f"{machine.get('gpu', 'GPU')}, CuPy {machine.get('cupy', '?')}, CUDA runtime "
+            f"{machine.get('cuda_runtime', '?')}, PyTorch {machine.get('torch', '?')} "
+            f"(cuDNN {machine.get('cudnn', '?')}), NumPy {machine.get('numpy', '?')}, Python "
+            f"{machine.get('python', '?')}, im2win {machine.get('im2win', '?')}")
+
+
+# Charts (matplotlib, Agg): bars per layer, written without the version or a date, so the same
+# JSON gives the same PNG.
+
+CHART_IMPLS = {"im2win": "im2win (fused)", "im2win-materialised": "im2win (materialised)",
+               "cudnn": "cuDNN", "im2col+gemm": "im2col+cuBLAS"}
+
+
+def grouped_bars(path, title, ylabel, groups, series, log=False, line=None):
+    """Save a grouped bar chart: `series` {label: [value per group]} over the `groups`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar([g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))], values,
+               width, label=label)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("symlog" if log == "symlog" else "log")
+    if line is not None:
+        ax.axhline(line, color="black", linewidth=0.8)
+    ax.legend(fontsize="small", ncol=min(len(series), 4))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def gpu_charts(record, img, stem):
+    """TFLOPS and extra memory per layer of one GPU record; return the two PNG paths."""
+    rows = by_layer(record)
+    impls = [k for k in CHART_IMPLS if all(k in v for v in rows.values())]
+    name = f"{record['dtype']}, {record['layout']}, batch {record['batch']}"
+    tflops, memory = img / f"{stem}-tflops.png", img / f"{stem}-memory.png"
+    grouped_bars(tflops, f"Effective TFLOPS per layer ({name})", "TFLOPS", list(rows),
+                 {CHART_IMPLS[k]: [v[k]["tflops"] for v in rows.values()] for k in impls})
+    grouped_bars(memory, f"Extra device memory per call ({name})", "MiB (symlog)", list(rows),
+                 {CHART_IMPLS[k]: [v[k]["extra_bytes"] / 2**20 for v in rows.values()]
+                  for k in impls}, log="symlog")
+    return tflops, memory
+
+
+def ablation_chart(record, path):
+    """Grouped bars of slowdowns per layer: one panel per (dtype, layout), a bar per variant."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    rows = [r for r in record["rows"] if r["variant"] != "full"]
+    panels = list(dict.fromkeys((r["dtype"], r["layout"]) for r in rows))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    for ax, (dtype, layout) in zip(axes[:, 0], panels):
+        group = [r for r in rows if (r["dtype"], r["layout"]) == (dtype, layout)]
+        layers = list(dict.fromkeys(r["layer"] for r in group))
+        cells = {(r["variant"], r["layer"]): r["slowdown"] for r in group}
+        variants = list(dict.fromkeys(r["variant"] for r in group))
+        width = 0.8 / len(variants)
+        for i, variant in enumerate(variants):
+            ax.bar([g + (i - (len(variants) - 1) / 2) * width for g in range(len(layers))],
+                   [cells.get((variant, k), math.nan) for k in layers], width, label=variant)
+        ax.set_xticks(range(len(layers)), layers)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.axhline(1, color="black", linewidth=0.8)
+        ax.set_title(f"Slowdown with one optimisation off, {dtype} {layout} (log scale)")
+        ax.set_ylabel("variant time / full time")
+        ax.legend(fontsize="small", ncol=3)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def link(path, page):
+    """`path` relative to the page's folder, with forward slashes, for a Markdown link."""
+    return pathlib.PurePath(os.path.relpath(path, page.parent)).as_posix()
+
+
+def load(path):
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
+    """Write the page to `out` and its charts into `img` from the JSON in `data`."""
+    data, out, img = pathlib.Path(data), pathlib.Path(out), pathlib.Path(img)
     records = [json.loads(p.read_text()) for p in sorted(data.glob("cpu-float*.json"))]
-    page = [INTRO, "## CPU path (NumPy + BLAS) against NumPy im2col+GEMM", CPU_NOTES]
-    page += [cpu_section(r) + "\n" for r in records]
-    page.append(block_section(json.loads((data / "cpu-block-bytes.json").read_text())) + "\n")
-    gpu = [json.loads(p.read_text()) for p in sorted(data.glob("gpu-float*.json"))]
-    page.append("## GPU (H200): im2win against cuDNN and im2col+cuBLAS\n\n" + GPU_NOTES)
-    page += [gpu_section(r) + "\n" for r in gpu]
-    page.append(GPU_WHY)
-    page.append(profile_section(sorted((data / "logs").glob("ncu-*.txt"))))
+    page = [INTRO]
+    if records:
+        page += ["## CPU path (NumPy + BLAS) against NumPy im2col+GEMM", CPU_NOTES]
+        page += [cpu_section(r) + "\n" for r in records]
+    blocks = load(data / "cpu-block-bytes.json")
+    if blocks:
+        page.append(block_section(blocks) + "\n")
+    gpu = sorted(data.glob("gpu-float*.json"))
+    if gpu:
+        page.append("## GPU (H200): im2win against cuDNN and im2col+cuBLAS\n\n" + GPU_NOTES)
+    for path in gpu:
+        record = json.loads(path.read_text())
+        tflops, memory = gpu_charts(record, img, path.stem)
+        page.append(gpu_section(record, data) + "\n")
+        page.append(f"![TFLOPS per layer]({link(tflops, out)})\n"
+                    f"![extra memory per layer]({link(memory, out)})\n")
+    if gpu:
+        page.append(GPU_WHY)
+    profiles = sorted((data / "logs").glob("ncu-*.txt"))
+    if profiles:
+        page.append(profile_section(profiles))
     for path in sorted(data.glob("gpu-tile-sweep-*.json")):
         page.append(sweep_section(json.loads(path.read_text())) + "\n")
-    (DOCS / "performance.md").write_text("\n".join(page))
+    ablation = load(data / "ablation.json")
+    if ablation:
+        chart = img / "ablation.png"
+        ablation_chart(ablation, chart)
+        page.append(ablation_section(ablation, link(chart, out)) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(page))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Write the performance page and its charts.")
+    parser.add_argument("--data", default=DOCS / "data", type=pathlib.Path)
+    parser.add_argument("--out", default=DOCS / "performance.md", type=pathlib.Path)
+    parser.add_argument("--img", default=DOCS / "img", type=pathlib.Path)
+    args = parser.parse_args(argv)
+    build(args.data, args.out, args.img)
 
 
 if __name__ == "__main__":

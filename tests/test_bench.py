@@ -86,8 +86,9 @@ def test_asv_config_uses_the_existing_environment():
 
 
 def test_asv_suite_runs_a_cpu_case_and_skips_gpu_without_one():
-    suite = load_asv_suite().Conv2dLayers()
-    args = ("cv12", "float16", "NHWC", "cpu")
+    module = load_asv_suite()
+    suite = module.Conv2dCPU()
+    args = ("cv12", "float32", "NHWC", "default")
     suite.setup(*args)
     suite.time_conv2d(*args)
     assert suite.track_tflops(*args) > 0
@@ -95,4 +96,4 @@ def test_asv_suite_runs_a_cpu_case_and_skips_gpu_without_one():
     assert suite.track_tflops.unit == "TFLOPS" and suite.track_extra_memory.unit == "bytes"
     if not cuda.is_available():
         with pytest.raises(NotImplementedError):
-            suite.setup("cv12", "float32", "NCHW", "gpu")
+            module.Conv2dGPU().setup("cv12", "float32", "NCHW", "default")

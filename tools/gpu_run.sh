@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: GPU tests, compute-sanitizer, the benchmark; short table last.
-#   bash tools/gpu_run.sh [test|sanitize|bench|sweep|all] [pytest -k expression]
+#   bash tools/gpu_run.sh [test|sanitize|bench|sweep|ablation|all] [pytest -k expression]
+#   bash tools/gpu_run.sh sanitize float16      (the Tensor-Core kernel's cases only)
+#   DTYPES=float16 bash tools/gpu_run.sh bench  (default: float32 float16)
+#   bash tools/gpu_run.sh asv [tools/asv_gpu.sh arguments: --bench REGEX --old REV]
 # Writes logs and JSON under $OUT and CuPy's compiled kernels to $OUT/cupy_cache.tgz, which
 # the next call can carry back as .cache/cupy (see docs/gpu.md).
 set -uo pipefail
@@ -9,6 +12,9 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
 step=${1:-all}
+if [[ $step == asv ]]; then
+  exec bash tools/asv_gpu.sh "${@:2}"
+fi
 filter=${2:-}
 status=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,utilization.gpu --format=csv
@@ -20,7 +26,7 @@ if [[ $step == test || $step == all ]]; then
 fi
 if [[ $step == sanitize || $step == all ]]; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_cases.py \
+    compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_cases.py $filter \
       > "$OUT/sanitizer-$tool.log" 2>&1
     rc=$?
     echo "compute-sanitizer $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
@@ -32,8 +38,12 @@ if [[ $step == sweep ]]; then
   python3 tools/tile_sweep.py "$OUT/tile-sweep-float32.json" 2>&1 | tail -n 30
   status=$((status | PIPESTATUS[0]))
 fi
+if [[ $step == ablation ]]; then
+  python3 tools/ablation.py "$OUT/ablation.json" 2>"$OUT/ablation.log" | tail -n 40
+  status=$((status | PIPESTATUS[0]))
+fi
 if [[ $step == bench || $step == all ]]; then
-  for dtype in float32 float16; do
+  for dtype in ${DTYPES:-float32 float16}; do
     for layout in NCHW NHWC; do
       python3 -m im2win --compare --dtype $dtype --layout $layout \
         --json "$OUT/gpu-$dtype-$layout.json" > "$OUT/bench-$dtype-$layout.log" 2>&1
@@ -43,6 +53,6 @@ if [[ $step == bench || $step == all ]]; then
   done
 fi
 tar -czf "$OUT/cupy_cache.tgz" -C "$PWD/.cache" cupy
-# At most 8 files come back: the logs travel as one archive.
-(cd "$OUT" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tgz ./*.log && rm -f ./*.log)
+# At most 8 files come back: each step's logs travel as one archive.
+(cd "$OUT" && ls ./*.log >/dev/null 2>&1 && tar -czf "logs-$step.tgz" ./*.log && rm -f ./*.log)
 exit $status

@@ -1,38 +1,115 @@
-"""im2win.conv2d on the twelve benchmark layers, timed and tracked by airspeed velocity.
+"""im2win.conv2d and its baselines on the twelve benchmark layers, for airspeed velocity.
 
-Each parameter set builds its inputs once in `setup`; GPU parameters raise NotImplementedError
-there when the GPU path is unavailable, which asv reports as skipped. Timings, TFLOPS and memory
-come from the same code as ``python -m im2win`` (`im2win.bench`).
+Two classes, one parameter grid each (layer, dtype, layout, implementation):
+
+* `Conv2dGPU`: batch 128, float32 and float16, NCHW and NHWC, and six implementations: the
+  planner's default (``algorithm="auto"``), each GPU algorithm forced (``im2win_fused``,
+  ``im2win`` materialised, ``direct``, ``im2col_gemm``) and cuDNN through PyTorch. Without a
+  GPU (or without PyTorch with CUDA, for cuDNN) `setup` raises NotImplementedError: asv
+  reports the case as skipped.
+* `Conv2dCPU`: batch 8 (`bench.CPU_BATCH`), float32, the default and im2col_gemm.
+
+Each benchmark: `time_conv2d` (one call, synchronised), `track_tflops` (2*N*K*P*Q*(C/G)*R*S
+over the median of CUDA-event or host timings after warm-up) and `track_extra_memory` (peak
+bytes one call allocates beyond its output). Timing and memory come from `im2win.bench`, as
+``python -m im2win``.
+
+asv runs every (benchmark, parameter set) in a fresh process, so nothing made in `setup` is
+shared between them; `setup` is kept cheap instead: GPU inputs are drawn on the device (a
+host draw of cv4 in float32 is 205M elements, seconds per process), and with
+``IM2WIN_ASV_PREIMPORT=1`` (set by tools/asv_gpu.sh with ``--launch-method forkserver``) CuPy
+and PyTorch are imported once, by the fork server, without touching the GPU.
+
+The suite uses only what `im2win.bench` has had since commit 0eab6ef, so it can record older
+commits too (tools/asv_gpu.sh).
 """
+
+import itertools
+import os
 
 from im2win import bench
 from im2win.api import conv2d
 from im2win.layers import LAYERS
+from im2win.problem import make_problem
+
+if os.environ.get("IM2WIN_ASV_PREIMPORT"):
+    try:                      # imports only: CUDA is first initialised in each forked child
+        import cupy  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+
+IMPLEMENTATIONS = ("default", "im2win_fused", "im2win", "direct", "im2col_gemm", "cudnn")
+CPU_IMPLEMENTATIONS = ("default", "im2col_gemm")
+GPU_ONLY = tuple(name for name in IMPLEMENTATIONS if name not in CPU_IMPLEMENTATIONS)
 
 
-class Conv2dLayers:
-    params = (list(LAYERS), ["float32", "float16"], ["NCHW", "NHWC"], ["cpu", "gpu"])
-    param_names = ["layer", "dtype", "layout", "device"]
-    timeout = 600
+def implementation(name, device):
+    """The callable fn(x, w, stride=, layout=) that `name` times on `device`.
 
-    def setup(self, layer, dtype, layout, device):
-        self.device = bench.select_device(device)
-        prob, _, _, x, w = bench.prepare(LAYERS[layer], self.device.batch, dtype, layout,
-                                         self.device)
-        self.flops = prob.flops
-        self.call = lambda: conv2d(x, w, stride=prob.sh, layout=layout)
-        self.call()                                   # compile and warm up outside the timing
+    Raises NotImplementedError (asv: skipped) where it cannot run: a GPU-only implementation
+    on the CPU, or cuDNN without PyTorch with CUDA.
+    """
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {name!r}")
+    if device.name != "gpu" and name in GPU_ONLY:
+        raise NotImplementedError(f"{name} runs on the GPU only")
+    if name == "cudnn":
+        if not bench.torch_cuda_available():
+            raise NotImplementedError("cuDNN needs PyTorch with CUDA")
+        return bench.cudnn
+    algorithm = "auto" if name == "default" else name
+    return lambda x, w, **kwargs: conv2d(x, w, algorithm=algorithm, **kwargs)
 
-    def time_conv2d(self, layer, dtype, layout, device):
+
+def device_inputs(layer, batch, dtype, layout, device, seed=0):
+    """Random x, w of `layer`, uniform in [-1, 1) (never zeros), drawn where they are used."""
+    if device.name != "gpu":
+        return bench.make_inputs(layer, batch, dtype, layout, seed)
+    cupy = device.cupy
+    rng = cupy.random.default_rng(seed)
+    return tuple((2 * rng.random(shape, dtype=cupy.float32) - 1).astype(dtype)
+                 for shape in layer.shapes(batch, layout))
+
+
+class _Conv2d:
+    """The benchmarks; subclasses give the device and the parameter grid."""
+
+    param_names = ["layer", "dtype", "layout", "implementation"]
+    timeout = 300
+    device_name = None
+
+    def setup(self, layer, dtype, layout, impl):
+        self.device = bench.select_device(self.device_name)
+        fn = implementation(impl, self.device)
+        spec = LAYERS[layer]
+        x, w = device_inputs(spec, self.device.batch, dtype, layout, self.device)
+        self.flops = make_problem(x, w, stride=spec.stride, layout=layout).flops
+        turn = itertools.cycle(bench.rotation(x, self.device))
+        self.call = lambda: fn(next(turn), w, stride=spec.stride, layout=layout)
+        self.call()                          # compile and warm up outside the timing
+        self.device.sync()
+
+    def time_conv2d(self, layer, dtype, layout, impl):
         self.call()
         self.device.sync()
 
-    def track_tflops(self, layer, dtype, layout, device):
-        return self.flops / self.device.time(self.call) / 1e12
+    def track_tflops(self, layer, dtype, layout, impl):
+        return self.flops / self.device.time(self.call, min_seconds=0.1) / 1e12
 
     track_tflops.unit = "TFLOPS"
 
-    def track_extra_memory(self, layer, dtype, layout, device):
+    def track_extra_memory(self, layer, dtype, layout, impl):
         return self.device.extra_memory(self.call)
 
     track_extra_memory.unit = "bytes"
+
+
+class Conv2dGPU(_Conv2d):
+    params = (list(LAYERS), ["float32", "float16"], ["NCHW", "NHWC"], list(IMPLEMENTATIONS))
+    device_name = "gpu"
+
+
+class Conv2dCPU(_Conv2d):
+    params = (list(LAYERS), ["float32"], ["NCHW", "NHWC"], list(CPU_IMPLEMENTATIONS))
+    device_name = "cpu"

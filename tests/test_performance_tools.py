@@ -1,0 +1,133 @@
+"""The performance tooling without a GPU: the asv suite's grids and skips, the ablation script's
+tables and JSON, and the performance page generator on a copy of docs/data."""
+
+import importlib.util
+import json
+import pathlib
+import shutil
+
+import pytest
+
+from im2win import bench, cuda
+from im2win.cuda import Options
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return load("asv_benchmarks/benchmarks/conv2d.py", "asv_conv2d")
+
+
+@pytest.fixture(scope="module")
+def ablation():
+    return load("tools/ablation.py", "ablation_tool")
+
+
+@pytest.fixture(scope="module")
+def make_performance():
+    return load("docs/make_performance.py", "make_performance")
+
+
+def test_asv_grids(suite):
+    layers, dtypes, layouts, impls = suite.Conv2dGPU.params
+    assert len(layers) == 12 and dtypes == ["float32", "float16"] and layouts == ["NCHW", "NHWC"]
+    assert impls == ["default", "im2win_fused", "im2win", "direct", "im2col_gemm", "cudnn"]
+    assert suite.Conv2dCPU.params[3] == ["default", "im2col_gemm"]
+    assert suite.Conv2dCPU.param_names == ["layer", "dtype", "layout", "implementation"]
+
+
+@pytest.mark.parametrize("impl", ["im2win_fused", "im2win", "direct", "cudnn"])
+def test_asv_gpu_only_implementations_skip_on_the_cpu(suite, impl):
+    with pytest.raises(NotImplementedError):
+        suite.implementation(impl, bench.CPU)
+    with pytest.raises(NotImplementedError):
+        suite.Conv2dCPU().setup("cv12", "float32", "NCHW", impl)
+
+
+@pytest.mark.skipif(cuda.is_available(), reason="checks the skip without a GPU")
+def test_asv_gpu_class_skips_without_a_gpu(suite):
+    with pytest.raises(NotImplementedError):
+        suite.Conv2dGPU().setup("cv12", "float32", "NCHW", "default")
+
+
+@pytest.mark.parametrize("impl", ["default", "im2col_gemm"])
+def test_asv_cpu_case_runs(suite, impl):
+    case = suite.Conv2dCPU()
+    args = ("cv12", "float32", "NHWC", impl)
+    case.setup(*args)
+    case.time_conv2d(*args)
+    assert case.track_tflops(*args) > 0
+    assert case.track_extra_memory(*args) > 0
+
+
+def synthetic_rows(ms_of):
+    """Rows for two layers and every float32 variant, with `ms_of(layer, variant)` times."""
+    return [{"layer": layer, "dtype": "float32", "layout": "NHWC", "variant": variant,
+             "ms": ms_of(layer, variant), "tflops": 1.0, "rel_error_vs_full": 0.0,
+             "ok": variant != "no_smem" or layer != "cv2"}
+            for layer in ("cv1", "cv2") for variant in Options.ablations(tensor_cores=False)]
+
+
+def test_ablation_record_has_slowdowns_against_the_full_kernel(ablation):
+    rows = synthetic_rows(lambda layer, v: 2.0 if v == "full" else 3.0)
+    record = ablation.record("python3 tools/ablation.py x.json", {"gpu": "test"}, 128, rows)
+    assert record["command"].startswith("python3 tools/ablation.py") and record["batch"] == 128
+    slow = {(r["layer"], r["variant"]): r["slowdown"] for r in record["rows"]}
+    assert slow["cv1", "full"] == 1.0 and slow["cv2", "no_smem"] == 1.5
+    json.dumps(record)                      # serialisable as written
+
+
+def test_ablation_table_lists_every_variant_and_marks_differences(ablation):
+    record = ablation.record("cmd", {}, 128, synthetic_rows(
+        lambda layer, v: 1.0 if v == "full" else (4.0 if layer == "cv1" else 1.0)))
+    table = ablation.format_table(record["rows"])
+    lines = table.splitlines()
+    assert lines[0].split() == ["dtype", "layout", "variant", "cv1", "cv2", "geomean"]
+    no_smem = next(line for line in lines if "no_smem" in line).split()
+    assert no_smem[3:] == ["4.00", "1.00!", "2.00"]
+    assert len(lines) == 2 + len(Options.ablations())
+
+
+def test_ablation_variants_follow_options(ablation):
+    assert list(ablation.variants(True)) == list(Options.ablations(tensor_cores=True))
+    assert ablation.DTYPES == {"float32": False, "float16": True}
+
+
+def test_make_performance_writes_page_and_charts_elsewhere(tmp_path, ablation,
+                                                           make_performance):
+    pytest.importorskip("matplotlib", reason="the charts need matplotlib (the bench extra)")
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "docs" / "data", data)
+    rows = synthetic_rows(lambda layer, v: 1.0 if v == "full" else 2.0)
+    (data / "ablation.json").write_text(json.dumps(
+        ablation.record("python3 tools/ablation.py ablation.json", {"gpu": "test GPU"}, 128,
+                        rows)))
+    out, img = tmp_path / "site" / "performance.md", tmp_path / "site" / "img"
+    make_performance.main(["--data", str(data), "--out", str(out), "--img", str(img)])
+    page = out.read_text()
+    assert "## Ablation" in page and "| no_smem | 2.00 | 2.00 | 2.00 |" in page
+    assert "Results that differ from the full kernel's: cv2 float32 NHWC no_smem." in page
+    assert "![slowdown of each variant](img/ablation.png)" in page
+    for path in sorted(data.glob("gpu-float*.json")):
+        assert f"](img/{path.stem}-tflops.png)" in page
+        assert (img / f"{path.stem}-memory.png").stat().st_size > 0
+    first = (img / "ablation.png").read_bytes()
+    make_performance.main(["--data", str(data), "--out", str(out), "--img", str(img)])
+    assert (img / "ablation.png").read_bytes() == first            # same JSON, same PNG
+
+
+def test_make_performance_skips_missing_files(tmp_path, make_performance):
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(ROOT / "docs" / "data" / "cpu-float32-NCHW.json", data)
+    make_performance.build(data, tmp_path / "p.md", tmp_path / "img")
+    page = (tmp_path / "p.md").read_text()
+    assert "## CPU path" in page and "## GPU" not in page and "Ablation" not in page
