@@ -8,10 +8,12 @@ from one of them, and a section whose file is missing is left out. Run:
 """
 
 import argparse
+import itertools
 import json
 import math
 import os
 import pathlib
+import re
 
 DOCS = pathlib.Path(__file__).resolve().parent
 
@@ -209,10 +211,21 @@ than the FLOPs we count (Winograd or FFT), which no direct or GEMM-based kernel 
 gathers pixels C elements apart, with 2 or 4 distinct table entries per warp load. The materialised mode pays for writing and reading the
 window tensor, so the fused mode is the default.
 
-float16 on Tensor Cores is a first version (issue 4 is open): over 4x this project's FP32 path
-in NHWC, but half of cuDNN's FP16 NHWC rate. On the C = 3 layers and in NCHW the B tile is
-gathered element by element (no 16-byte runs), where the targets are furthest away; the epilogue
-writes single halves; in NCHW the materialised mode beats the fused default on the small images.
+float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
+ldmatrix, swizzled shared rows) passes this project's FP32 path by the factor above but stays
+under cuDNN's FP16 rate except on cv1 and cv2. Where C/G is a multiple of 8 (NHWC) each pixel's
+reduction is copied in 16-byte runs; with C = 3, and in NCHW, the B tile is gathered element by
+element through registers, and those layers are bound by that gather (C = 3) or by it and the
+tile shape (NCHW). The epilogue writes pairs of halves as one 4-byte store (NHWC: two filters of
+a pixel, exchanged between lanes; NCHW: two pixels), which lifted NCHW on every layer and the
+C = 3 NHWC layers cv1 and cv2, but made NHWC cv7 (3 channels, a 27-long reduction: one slice,
+so the epilogue weighs most) slower than the single-half stores before it (see the asv
+comparison below). Tried and dropped: loading 8 consecutive entries of one contiguous run of
+x (C = 3 in NHWC: the S*C values of a filter row) from one table lookup, without per-element
+bounds tests; on the H200 it changed cv1, cv3 and cv7 by less than 5% either way. bfloat16 is
+not supported: CuPy has no bfloat16 dtype, so it would come in as a raw uint16 view with a
+`dtype` argument, and the kernel would need the `.bf16` form of mma.sync and its conversions;
+left for later.
 
 Next steps for FP32 (not done): split-K or smaller tiles with more blocks for the small-image layers
 (cv6, cv10 to cv12 launch few blocks); fewer registers per thread (occupancy); 16-byte B loads
@@ -347,6 +360,8 @@ def ablation_chart(record, path):
                    [cells.get((variant, k), math.nan) for k in layers], width, label=variant)
         ax.set_xticks(range(len(layers)), layers)
         ax.set_yscale("log")
+        top = max(r["slowdown"] for r in group)
+        ax.set_yticks([v for v in (1, 1.25, 1.5, 2, 3, 5, 8) if v <= top * 1.1])
         ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.axhline(1, color="black", linewidth=0.8)
@@ -358,6 +373,52 @@ def ablation_chart(record, path):
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
+
+
+ASV_NOTES = """## asv: the suite on the H200
+
+`asv_benchmarks/` (classes `Conv2dGPU` and `Conv2dCPU`; the recipe is in `docs/gpu.md`) records
+`time_conv2d`, `track_tflops` and `track_extra_memory` for every layer, dtype, layout and
+implementation; the results of machine `h200` are committed in `asv_benchmarks/results/h200/`
+(`asv publish` turns them into HTML). asv times with fewer repeats (`--quick`) than
+`python -m im2win`, so single cases differ from the tables above by several per cent.
+"""
+
+
+def asv_section(results, compare):
+    """Geometric-mean track_tflops per (dtype, layout, implementation) from the newest asv
+    result of machine h200, then the `asv compare` output, verbatim."""
+    files = sorted(results.glob("h200/*-existing-*.json"), key=lambda p: json.loads(
+        p.read_text())["date"])
+    if not files:
+        return None
+    record = json.loads(files[-1].read_text())
+    bench = json.loads((results / "benchmarks.json").read_text())
+    key = "conv2d.Conv2dGPU.track_tflops"
+    values = record["results"][key][0]
+    params = bench[key]["params"]
+    lines = [ASV_NOTES, f"Commit {record['commit_hash'][:8]}, `track_tflops`, geometric mean "
+             "over the twelve layers:", "",
+             "| dtype | layout | " + " | ".join(p.strip("'") for p in params[3]) + " |",
+             "|---|---|" + "---|" * len(params[3])]
+    cells = dict(zip(itertools.product(*params), values))
+    for dtype, layout in itertools.product(params[1], params[2]):
+        means = []
+        for impl in params[3]:
+            got = [cells[(layer, dtype, layout, impl)] for layer in params[0]]
+            got = [v for v in got if v is not None and not math.isnan(v)]
+            means.append(f"{geomean(got):.1f}" if len(got) == len(params[0]) else "-")
+        lines.append(f"| {dtype.strip(chr(39))} | {layout.strip(chr(39))} | "
+                     + " | ".join(means) + " |")
+    if compare.exists():
+        text = compare.read_text().strip()
+        commits = re.search(r"Before \[(\w+)\].*After \[(\w+)\]", text)
+        lines += ["", f"`asv compare --split --only-changed --factor 1.1 "
+                  f"{' '.join(commits.groups())}` (recorded by `tools/asv_gpu.sh --old`; asv "
+                  "reads every number as lower-is-better, so on `track_tflops` a `+` is faster, "
+                  "a `-` slower; one `--quick` sample per case, so check a flagged case with "
+                  "`python -m im2win` before trusting it):", "", "```", text, "```"]
+    return "\n".join(lines) + "\n"
 
 
 def link(path, page):
@@ -401,6 +462,10 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
         chart = img / "ablation.png"
         ablation_chart(ablation, chart)
         page.append(ablation_section(ablation, link(chart, out)) + "\n")
+    asv = asv_section(data.parent.parent / "asv_benchmarks" / "results",
+                      data / "asv-compare.log")
+    if asv:
+        page.append(asv)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(page))
 

@@ -131,3 +131,19 @@ def test_make_performance_skips_missing_files(tmp_path, make_performance):
     make_performance.build(data, tmp_path / "p.md", tmp_path / "img")
     page = (tmp_path / "p.md").read_text()
     assert "## CPU path" in page and "## GPU" not in page and "Ablation" not in page
+
+
+def test_asv_section_summarises_the_committed_results(tmp_path, make_performance):
+    """The asv section's table is the geometric mean of the newest h200 result file, one row
+    per (dtype, layout), and the compare output is quoted with the commits it names."""
+    results = ROOT / "asv_benchmarks" / "results"
+    if not list(results.glob("h200/*-existing-*.json")):
+        pytest.skip("no asv results of machine h200 are committed")
+    compare = tmp_path / "asv-compare.log"
+    compare.write_text("| Change | Before [aaaa1111] <main~1> | After [bbbb2222] <main> |\n")
+    text = make_performance.asv_section(results, compare)
+    rows = [line for line in text.splitlines() if line.startswith("| float")]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        ["| float32", "NCHW"], ["| float32", "NHWC"], ["| float16", "NCHW"], ["| float16", "NHWC"]]
+    assert "--factor 1.1 aaaa1111 bbbb2222`" in text and "Before [aaaa1111]" in text
+    assert make_performance.asv_section(tmp_path, compare) is None

@@ -10,6 +10,9 @@
 #                  'float32', 'NCHW', 'default')")
 #   --old REV      also record REV (a git worktree of it in /tmp, imported instead of the
 #                  working tree) and write `asv compare REV HEAD` to $OUT/asv-compare.log
+#   --git-tar F    first replace .git with the archive F (`tar -czf .cache/git.tgz .git` here):
+#                  a warm GPU machine keeps the .git of its first call, so HEAD there can be
+#                  an older commit than the working tree it runs
 #   --launch M     asv's --launch-method (default forkserver: the suite is imported once, and
 #                  each benchmark forks from it; falls back to spawn if a fork test fails)
 #
@@ -31,6 +34,7 @@ while (($#)); do
     --bench) bench=$2; shift 2 ;;
     --old) old=$2; shift 2 ;;
     --launch) launch=$2; shift 2 ;;
+    --git-tar) rm -rf .git && tar -xzf "$2" && git worktree prune || exit 2; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
