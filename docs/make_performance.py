@@ -413,8 +413,8 @@ def asv_section(results, compare):
     if compare.exists():
         text = compare.read_text().strip()
         commits = re.search(r"Before \[(\w+)\].*After \[(\w+)\]", text)
-        lines += ["", f"`asv compare --split --only-changed --factor 1.1 "
-                  f"{' '.join(commits.groups())}` (recorded by `tools/asv_gpu.sh --old`; asv "
+        between = " ".join(commits.groups()) if commits else "OLD NEW"
+        lines += ["", f"`asv compare --split --only-changed --factor 1.1 {between}` (recorded by `tools/asv_gpu.sh --old`; asv "
                   "reads every number as lower-is-better, so on `track_tflops` a `+` is faster, "
                   "a `-` slower; one `--quick` sample per case, so check a flagged case with "
                   "`python -m im2win` before trusting it):", "", "```", text, "```"]
