@@ -206,21 +206,23 @@ time, the schedulers issue on about three cycles in four, and the registers (on 
 micro-tile, its fragments and the prefetch registers take 128 per thread) limit occupancy to 25%
 (cv8) and 37.5% (cv10). The rest of each k-step is address, table and bounds work for the B gather,
 shared-memory traffic and barriers. cuDNN's FP32 kernels are hand-scheduled, and where its
-effective rate exceeds the 67 TFLOPS peak (cv5, cv10) it must be doing fewer multiplications
+effective rate exceeds the 67 TFLOPS peak (cv5) it must be doing fewer multiplications
 than the FLOPs we count (Winograd or FFT), which no direct or GEMM-based kernel can match. In NHWC our B tile
 gathers pixels C elements apart, with 2 or 4 distinct table entries per warp load. The materialised mode pays for writing and reading the
 window tensor, so the fused mode is the default.
 
 float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
 ldmatrix, swizzled shared rows) passes this project's FP32 path by the factor above but stays
-under cuDNN's FP16 rate except on cv1 and cv2. Where C/G is a multiple of 8 (NHWC) each pixel's
+under cuDNN's FP16 rate except on cv1 and cv2 (and cv7 in NCHW). Where C/G is a multiple of 8 (NHWC) each pixel's
 reduction is copied in 16-byte runs; with C = 3, and in NCHW, the B tile is gathered element by
 element through registers, and those layers are bound by that gather (C = 3) or by it and the
-tile shape (NCHW). The epilogue writes pairs of halves as one 4-byte store (NHWC: two filters of
-a pixel, exchanged between lanes; NCHW: two pixels), which lifted NCHW on every layer and the
-C = 3 NHWC layers cv1 and cv2, but made NHWC cv7 (3 channels, a 27-long reduction: one slice,
-so the epilogue weighs most) slower than the single-half stores before it (see the asv
-comparison below). Tried and dropped: loading 8 consecutive entries of one contiguous run of
+tile shape (NCHW). One commit (72074cb) made two changes: the epilogue writes pairs of halves
+as one 4-byte store (NHWC: two filters of a pixel, exchanged between lanes; NCHW: two pixels),
+and the element gather skips its bounds tests for pixels whose window lies inside x (every
+pixel of these unpadded layers). Together they lifted NCHW on every layer and the C = 3 NHWC
+layers cv1 and cv2, and made NHWC cv7 slower (see the asv comparison below); the fused mode
+gained much more than the materialised one, which shares the epilogue but not the skip, so
+the gather change may account for most of it. Which change did what is not measured. Tried and dropped: loading 8 consecutive entries of one contiguous run of
 x (C = 3 in NHWC: the S*C values of a filter row) from one table lookup, without per-element
 bounds tests; on the H200 it changed cv1, cv3 and cv7 by less than 5% either way. bfloat16 is
 not supported: CuPy has no bfloat16 dtype, so it would come in as a raw uint16 view with a
@@ -249,7 +251,7 @@ def profile_section(paths):
 
 
 ABLATION_NOTES = """Each optimisation of the im2win kernel switched off alone (`im2win.cuda.Options`,
-`Options.ablations()`): the time of the variant divided by the time of the full kernel, on the
+`Options.ablations(tensor_cores=False | True)`): the time of the variant divided by the time of the full kernel, on the
 same inputs (slowdown > 1: the optimisation helps). float32 runs the CUDA-core kernel, float16 the
 Tensor-Core kernel; each variant's result was checked against the full kernel's.
 """
@@ -380,44 +382,72 @@ ASV_NOTES = """## asv: the suite on the H200
 `asv_benchmarks/` (classes `Conv2dGPU` and `Conv2dCPU`; the recipe is in `docs/gpu.md`) records
 `time_conv2d`, `track_tflops` and `track_extra_memory` for every layer, dtype, layout and
 implementation; the results of machine `h200` are committed in `asv_benchmarks/results/h200/`
-(`asv publish` turns them into HTML). asv times with fewer repeats (`--quick`) than
-`python -m im2win`, so single cases differ from the tables above by several per cent.
+(`asv publish` turns them into HTML). asv runs each case once (`--quick`) with a short timing
+(`track_tflops`: at least 0.1 s of calls), so single cases are much noisier than the
+`python -m im2win` tables above: read them for trends and regressions, and check a flagged case
+with `python -m im2win`.
 """
+
+ASV_BENCHMARKS = ("time_conv2d", "track_tflops", "track_extra_memory")
+
+
+def asv_cases(record, name):
+    """{(layer, dtype, layout, implementation): value} of one benchmark in an asv result file,
+    by the parameters recorded with it (NaN and None: not measured)."""
+    columns = record["result_columns"]
+    entry = record["results"].get(f"conv2d.Conv2dGPU.{name}")
+    if entry is None:
+        return {}
+    values, params = entry[columns.index("result")], entry[columns.index("params")]
+    params = [[p.strip("'") for p in axis] for axis in params]
+    return {case: v for case, v in zip(itertools.product(*params), values)
+            if v is not None and not math.isnan(v)}
 
 
 def asv_section(results, compare):
-    """Geometric-mean track_tflops per (dtype, layout, implementation) from the newest asv
-    result of machine h200, then the `asv compare` output, verbatim."""
-    files = sorted(results.glob("h200/*-existing-*.json"), key=lambda p: json.loads(
-        p.read_text())["date"])
-    if not files:
+    """From the newest h200 asv result that holds track_tflops: the geometric-mean TFLOPS per
+    (dtype, layout, implementation), what is not recorded, the spread between `default` and
+    `im2win_fused` (the same kernel), then the `asv compare` output, verbatim."""
+    records = [json.loads(p.read_text()) for p in results.glob("h200/*-existing-*.json")]
+    records = sorted((r for r in records if asv_cases(r, "track_tflops")),
+                     key=lambda r: r["date"])
+    if not records:
         return None
-    record = json.loads(files[-1].read_text())
-    bench = json.loads((results / "benchmarks.json").read_text())
-    key = "conv2d.Conv2dGPU.track_tflops"
-    values = record["results"][key][0]
-    params = bench[key]["params"]
+    record = records[-1]
+    tflops = asv_cases(record, "track_tflops")
+    layers, dtypes, layouts, impls = (list(dict.fromkeys(case[i] for case in tflops))
+                                      for i in range(4))
     lines = [ASV_NOTES, f"Commit {record['commit_hash'][:8]}, `track_tflops`, geometric mean "
              "over the twelve layers:", "",
-             "| dtype | layout | " + " | ".join(p.strip("'") for p in params[3]) + " |",
-             "|---|---|" + "---|" * len(params[3])]
-    cells = dict(zip(itertools.product(*params), values))
-    for dtype, layout in itertools.product(params[1], params[2]):
+             "| dtype | layout | " + " | ".join(impls) + " |", "|---|---|" + "---|" * len(impls)]
+    for dtype, layout in itertools.product(dtypes, layouts):
         means = []
-        for impl in params[3]:
-            got = [cells[(layer, dtype, layout, impl)] for layer in params[0]]
-            got = [v for v in got if v is not None and not math.isnan(v)]
-            means.append(f"{geomean(got):.1f}" if len(got) == len(params[0]) else "-")
-        lines.append(f"| {dtype.strip(chr(39))} | {layout.strip(chr(39))} | "
-                     + " | ".join(means) + " |")
+        for impl in impls:
+            got = [tflops.get((layer, dtype, layout, impl)) for layer in layers]
+            means.append(f"{geomean(got):.1f}" if None not in got else "-")
+        lines.append(f"| {dtype} | {layout} | " + " | ".join(means) + " |")
+    missing = []
+    for name, dtype in itertools.product(ASV_BENCHMARKS, dtypes):
+        count = sum(case[1] == dtype for case in asv_cases(record, name))
+        expected = sum(case[1] == dtype for case in itertools.product(layers, dtypes, layouts,
+                                                                       impls))
+        if count < expected:
+            missing.append(f"{name} {dtype} ({count} of {expected} cases)")
+    lines += ["", "Not recorded at this commit: " + (", ".join(missing) or "nothing") + "."]
+    spread = [tflops[(k, d, lay, "default")] / tflops[(k, d, lay, "im2win_fused")]
+              for k, d, lay in itertools.product(layers, dtypes, layouts)
+              if (k, d, lay, "default") in tflops and (k, d, lay, "im2win_fused") in tflops]
+    if spread:
+        lines.append(f"`default` and `im2win_fused` run the same kernel on these layers; their "
+                     f"`track_tflops` differ by up to {100 * (max(max(spread), 1 / min(spread)) - 1):.0f}% "
+                     "in one run, a measure of the noise.")
     if compare.exists():
         text = compare.read_text().strip()
         commits = re.search(r"Before \[(\w+)\].*After \[(\w+)\]", text)
         between = " ".join(commits.groups()) if commits else "OLD NEW"
-        lines += ["", f"`asv compare --split --only-changed --factor 1.1 {between}` (recorded by `tools/asv_gpu.sh --old`; asv "
+        lines += ["", f"`asv compare {between}` as `tools/asv_gpu.sh --old` runs it (asv "
                   "reads every number as lower-is-better, so on `track_tflops` a `+` is faster, "
-                  "a `-` slower; one `--quick` sample per case, so check a flagged case with "
-                  "`python -m im2win` before trusting it):", "", "```", text, "```"]
+                  "a `-` slower):", "", "```", text, "```"]
     return "\n".join(lines) + "\n"
 
 

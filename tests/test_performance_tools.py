@@ -145,5 +145,11 @@ def test_asv_section_summarises_the_committed_results(tmp_path, make_performance
     rows = [line for line in text.splitlines() if line.startswith("| float")]
     assert [row.split(" | ")[:2] for row in rows] == [
         ["| float32", "NCHW"], ["| float32", "NHWC"], ["| float16", "NCHW"], ["| float16", "NHWC"]]
-    assert "--factor 1.1 aaaa1111 bbbb2222`" in text and "Before [aaaa1111]" in text
+    assert "`asv compare aaaa1111 bbbb2222`" in text and "Before [aaaa1111]" in text
+    assert "Not recorded at this commit:" in text
+    assert make_performance.asv_section(tmp_path, compare) is None
+    (tmp_path / "h200").mkdir()         # a newer result without track_tflops is passed over
+    newer = dict(commit_hash="c" * 40, date=2**50, result_columns=["result", "params"],
+                 results={})
+    (tmp_path / "h200" / "cccccccc-existing-py.json").write_text(json.dumps(newer))
     assert make_performance.asv_section(tmp_path, compare) is None

@@ -34,7 +34,8 @@ while (($#)); do
     --bench) bench=$2; shift 2 ;;
     --old) old=$2; shift 2 ;;
     --launch) launch=$2; shift 2 ;;
-    --git-tar) rm -rf .git && tar -xzf "$2" && git worktree prune || exit 2; shift 2 ;;
+    --git-tar) [[ -f $2 ]] || { echo "no archive $2" >&2; exit 2; }
+               rm -rf .git && tar -xzf "$2" && git worktree prune || exit 2; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -86,12 +87,16 @@ record "$head" "$ROOT" || status=1
 if [[ -n $old ]]; then
   old=$(git rev-parse "$old^{commit}")
   tree=/tmp/im2win-old-${old:0:8}
-  [[ -d $tree ]] || git worktree add --detach "$tree" "$old" >> "$OUT/asv.log" 2>&1
-  record "$old" "$tree" || status=1
-  git worktree remove --force "$tree"
+  if [[ -d $tree ]] || git worktree add --detach "$tree" "$old" >> "$OUT/asv.log" 2>&1; then
+    record "$old" "$tree" || status=1
+    git worktree remove --force "$tree"
+  else
+    log "git worktree add $old failed: not recorded"; status=1
+  fi
   # asv takes every number as lower-is-better: a "+" on track_tflops means more TFLOPS.
+  # The log holds only asv compare's table: its errors go to asv.log.
   asv compare --machine "$MACHINE" --split --only-changed --factor 1.1 "$old" "$head" \
-    > "$OUT/asv-compare.log" 2>&1
+    > "$OUT/asv-compare.log" 2>> "$OUT/asv.log" || { status=1; : > "$OUT/asv-compare.log"; }
   log "asv compare ${old:0:8} ${head:0:8}: $(grep -c '^| +' "$OUT/asv-compare.log") rows up" \
     "(worse, but better for track_tflops), $(grep -c '^| -' "$OUT/asv-compare.log") down"
 fi
