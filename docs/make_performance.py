@@ -56,13 +56,19 @@ def by_layer(record):
     return rows
 
 
+def heading(record, machine):
+    """A benchmark record's section heading and the line naming its command, date and
+    `machine` (a description)."""
+    return [f"### {record['dtype']}, {record['layout']}, batch {record['batch']}", "",
+            f"`{record['command']}` on {record['date'][:10]}: {machine}.", ""]
+
+
 def cpu_section(record):
     machine = record["machine"]
     rows = by_layer(record)
-    lines = [f"### {record['dtype']}, {record['layout']}, batch {record['batch']}", "",
-             f"`{record['command']}` on {record['date'][:10]}: {machine['cpus']} CPU cores "
-             f"({machine['processor']}, {machine['platform']}), Python {machine['python']}, "
-             f"NumPy {machine['numpy']}.", "",
+    lines = heading(record, f"{machine['cpus']} CPU cores ({machine['processor']}, "
+                            f"{machine['platform']}), Python {machine['python']}, NumPy "
+                            f"{machine['numpy']}") + [
              "| layer | GFLOP | im2win ms | im2col+GEMM ms | speed-up | im2win extra MiB "
              "| im2col+GEMM extra MiB | memory ratio | max rel. error |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -108,10 +114,9 @@ def gpu_section(record, data=DOCS / "data"):
     """Per-layer TFLOPS against cuDNN and im2col+cuBLAS, extra memory, and the targets."""
     machine = record["machine"]
     rows = by_layer(record)
-    lines = [f"### {record['dtype']}, {record['layout']}, batch {record['batch']}", "",
-             f"`{record['command']}` on {record['date'][:10]}: {machine.get('gpu', 'GPU')}, "
-             f"CuPy {machine.get('cupy', '?')}, PyTorch {machine.get('torch', '?')} "
-             f"(cuDNN {machine.get('cudnn', '?')}).", "",
+    lines = heading(record, f"{machine.get('gpu', 'GPU')}, CuPy {machine.get('cupy', '?')}, "
+                            f"PyTorch {machine.get('torch', '?')} (cuDNN "
+                            f"{machine.get('cudnn', '?')})") + [
              "| layer | GFLOP | im2win ms | im2win TFLOPS | materialised TFLOPS | cuDNN TFLOPS "
              "| im2col+cuBLAS TFLOPS | vs cuDNN | vs im2col | extra MiB: im2win / materialised "
              "(its window) / cuDNN / im2col |",
@@ -301,6 +306,15 @@ CHART_IMPLS = {"im2win": "im2win (fused)", "im2win-materialised": "im2win (mater
                "cudnn": "cuDNN", "im2col+gemm": "im2col+cuBLAS"}
 
 
+def bars(ax, groups, series):
+    """Draw `series` {label: [value per group]} as bars side by side over the `groups`."""
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar([g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))], values,
+               width, label=label)
+    ax.set_xticks(range(len(groups)), groups)
+
+
 def grouped_bars(path, title, ylabel, groups, series, log=False, line=None):
     """Save a grouped bar chart: `series` {label: [value per group]} over the `groups`."""
     import matplotlib
@@ -308,11 +322,7 @@ def grouped_bars(path, title, ylabel, groups, series, log=False, line=None):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 4))
-    width = 0.8 / max(len(series), 1)
-    for i, (label, values) in enumerate(series.items()):
-        ax.bar([g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))], values,
-               width, label=label)
-    ax.set_xticks(range(len(groups)), groups)
+    bars(ax, groups, series)
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     if log:
@@ -356,11 +366,7 @@ def ablation_chart(record, path):
         layers = list(dict.fromkeys(r["layer"] for r in group))
         cells = {(r["variant"], r["layer"]): r["slowdown"] for r in group}
         variants = list(dict.fromkeys(r["variant"] for r in group))
-        width = 0.8 / len(variants)
-        for i, variant in enumerate(variants):
-            ax.bar([g + (i - (len(variants) - 1) / 2) * width for g in range(len(layers))],
-                   [cells.get((variant, k), math.nan) for k in layers], width, label=variant)
-        ax.set_xticks(range(len(layers)), layers)
+        bars(ax, layers, {v: [cells.get((v, k), math.nan) for k in layers] for v in variants})
         ax.set_yscale("log")
         top = max(r["slowdown"] for r in group)
         ax.set_yticks([v for v in (1, 1.25, 1.5, 2, 3, 5, 8) if v <= top * 1.1])

@@ -16,7 +16,7 @@ bytes one call allocates beyond its output). Timing and memory come from `im2win
 
 asv runs every (benchmark, parameter set) in a fresh process, so nothing made in `setup` is
 shared between them; `setup` is kept cheap instead: GPU inputs are drawn on the device (a
-host draw of cv4 in float32 is 205M elements, seconds per process), and with
+host draw of cv4 in float32 is 205M random numbers in every process), and with
 ``IM2WIN_ASV_PREIMPORT=1`` (set by tools/asv_gpu.sh with ``--launch-method forkserver``) CuPy
 and PyTorch are imported once, by the fork server, without touching the GPU.
 
