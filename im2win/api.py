@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from im2win import baselines, cpu
+from im2win import baselines, cpu, cuda
 from im2win.arrays import checked_problem, on_gpu
 from im2win.cuda.plan import check_algorithm, check_options, check_workspace_limit
 
@@ -72,6 +72,15 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         >>> im2win.conv2d(x.transpose(0, 2, 3, 1), w.transpose(0, 2, 3, 1), layout="NHWC").shape
         (2, 6, 6, 4)
     """
+    key = None
+    if on_gpu(x):
+        # A call seen before (same shapes, strides, dtypes, devices and arguments) was
+        # validated and planned then: only the overlap of `out` depends on this call's pointers.
+        key = cuda.call_key(x, w, bias, out, stride, padding, dilation, groups, layout,
+                            algorithm, options, workspace_limit)
+        call = cuda.cached_call(key)
+        if call is not None and (out is None or not call.overlaps(out, x, w, bias)):
+            return call(x, w, bias, out)
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
                                        out=out)
@@ -80,11 +89,10 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     workspace_limit = check_workspace_limit(workspace_limit)
     if on_gpu(x):
         import cupy
-        from im2win import cuda
         if out is not None:
             _check_out(out, prob, cupy, (x, w, bias))
         return cuda.conv2d(prob, x, w, bias, out, algorithm=algorithm, options=options,
-                           workspace_limit=workspace_limit)
+                           workspace_limit=workspace_limit, key=key)
     if algorithm not in CPU_ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r} runs on the GPU only; with NumPy arrays use "
                          f"one of {', '.join(map(repr, CPU_ALGORITHMS))}")

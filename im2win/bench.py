@@ -3,11 +3,18 @@
 ``python -m im2win [bench] [--layers cv1,cv5] [--batch N] [--dtype float32] [--layout NCHW]
 [--device auto|cpu|gpu] [--compare] [--json PATH]``
 
-Every row times what a user pays for (the window transform, padding, layout copies, allocation)
-after a warm-up call, as the median of repeated runs, and counts FLOPs as 2*N*K*P*Q*(C/G)*R*S
-whatever the algorithm does. Extra memory is the peak allocated during one call, less the output.
-Each result is compared, on a sample of images, with the float64 reference on the same inputs;
-the exit status is 1 if any is wrong.
+Every row times what a user pays for (the window transform, padding, layout copies, allocation,
+the host's work) after a warm-up call, as the median of repeated synchronised calls, and counts
+FLOPs as 2*N*K*P*Q*(C/G)*R*S whatever the algorithm does. On the GPU a second time, "GPU ms", is
+that of the same call issued back to back without synchronising (CUDA events around a run of
+calls, divided by their number): what a user's loop sees once the host keeps ahead. Extra memory
+is the peak allocated during one call, less the output. Each result is compared, on a sample of
+images, with the float64 reference on the same inputs; the exit status is 1 if any is wrong.
+
+``python -m im2win overhead [--device auto|cpu|gpu] [--calls 200] [--repeats 5] [--json PATH]``
+times the host's cost of one cached call on a tiny convolution (`OVERHEAD_CASE`), and the same
+calls until the device has finished them, against ``torch.nn.functional.conv2d`` on the same
+arrays when PyTorch can run there.
 """
 
 from __future__ import annotations
@@ -70,6 +77,11 @@ class CPU:
         return statistics.median(runs)
 
     @staticmethod
+    def back_to_back(fn):
+        """None: on the CPU a call is synchronous, so its time is already the whole story."""
+        return None
+
+    @staticmethod
     def extra_memory(fn) -> int:
         """Peak bytes allocated during `fn()` beyond what it returns."""
         tracemalloc.start()
@@ -102,6 +114,22 @@ class GPU:
 
     def to_host(self, a):
         return self.cupy.asnumpy(a)
+
+    def back_to_back(self, fn, calls=20, repeats=5) -> float:
+        """Median seconds per call of `calls` calls of `fn()` issued without synchronising,
+        between CUDA events (after one warm-up call)."""
+        cupy = self.cupy
+        fn()
+        runs = []
+        for _ in range(repeats):
+            begin, end = cupy.cuda.Event(), cupy.cuda.Event()
+            begin.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            runs.append(cupy.cuda.get_elapsed_time(begin, end) / 1e3 / calls)
+        return statistics.median(runs)
 
     def time(self, fn, min_runs=10, max_runs=100, min_seconds=0.3) -> float:
         """Median seconds of `fn()` between CUDA events, after one warm-up call."""
@@ -231,6 +259,7 @@ class Row:
     gflop: float
     time_ms: float
     tflops: float
+    gpu_ms: float | None
     extra_bytes: int
     rel_error: float
     allowed_error: float
@@ -276,10 +305,13 @@ def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compa
             return fn(next(turn), w, stride=layer.stride, layout=layout)
         y = device.to_host(fn(x, w, stride=layer.stride, layout=layout))[sample]
         seconds = device.time(call)
+        gpu_seconds = device.back_to_back(call)
         rows.append(Row(
             layer=layer.name, impl=impl, x_shape=tuple(x.shape), w_shape=tuple(w.shape),
             stride=layer.stride, gflop=prob.flops / 1e9, time_ms=seconds * 1e3,
-            tflops=prob.flops / seconds / 1e12, extra_bytes=device.extra_memory(call),
+            tflops=prob.flops / seconds / 1e12,
+            gpu_ms=None if gpu_seconds is None else gpu_seconds * 1e3,
+            extra_bytes=device.extra_memory(call),
             rel_error=relative_error(y, ref), allowed_error=allowed_error(dtype, prob.reduction)))
     return rows
 
@@ -297,10 +329,11 @@ def progress(done: int, total: int, label: str) -> None:
 
 def format_table(rows: list[Row]) -> str:
     """Rows as an aligned text table, then the geometric-mean TFLOPS of each implementation."""
-    head = ("layer", "impl", "x", "w", "s", "GFLOP", "ms", "TFLOPS", "extra MiB", "rel err",
-            "ok")
+    head = ("layer", "impl", "x", "w", "s", "GFLOP", "ms", "TFLOPS", "GPU ms", "extra MiB",
+            "rel err", "ok")
     body = [(r.layer, r.impl, "x".join(map(str, r.x_shape)), "x".join(map(str, r.w_shape)),
              str(r.stride), f"{r.gflop:.2f}", f"{r.time_ms:.3f}", f"{r.tflops:.4f}",
+             "-" if r.gpu_ms is None else f"{r.gpu_ms:.3f}",
              f"{r.extra_bytes / 2**20:.1f}", f"{r.rel_error:.1e}", "yes" if r.ok else "NO")
             for r in rows]
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
@@ -311,6 +344,76 @@ def format_table(rows: list[Row]) -> str:
         geomean = math.exp(sum(map(math.log, tflops)) / len(tflops))
         lines.append(f"geometric mean, {impl}: {geomean:.4f} TFLOPS over {len(tflops)} layers")
     return "\n".join(lines)
+
+
+# The tiny convolution whose cached call measures the host's cost (issue 9): x (N, C, H, W),
+# w (K, C, R, S), padding 1. Its kernel takes a few microseconds, so the host's time shows.
+OVERHEAD_CASE = ((1, 16, 8, 8), (16, 16, 3, 3), 1)
+
+
+def torch_view(device):
+    """The function that shows `device`'s arrays to PyTorch without a copy (DLPack on the GPU),
+    or None where PyTorch cannot run there."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if device.name == "gpu":
+        return torch.from_dlpack if torch_cuda_available() else None
+    return torch.from_numpy
+
+
+def host_overhead(device, calls: int = 200, repeats: int = 5) -> dict:
+    """Microseconds per cached call of OVERHEAD_CASE, by implementation, after a warm-up call:
+    "host", the wall-clock time to issue `calls` calls (what the host spends; the GPU runs
+    behind it), and "synchronised", the same run timed until the device has finished them
+    (no less than the GPU's time). Medians of `repeats` runs."""
+    x_shape, w_shape, padding = OVERHEAD_CASE
+    rng = np.random.default_rng(0)
+    x = device.asarray(rng.standard_normal(x_shape, dtype=np.float32))
+    w = device.asarray(rng.standard_normal(w_shape, dtype=np.float32))
+    impls = {"im2win": (im2win.conv2d, x, w)}
+    view = torch_view(device)
+    if view is not None:
+        import torch
+        impls["torch"] = (torch.nn.functional.conv2d, view(x), view(w))
+    result = {}
+    for name, (fn, a, b) in impls.items():
+        fn(a, b, padding=padding)
+        device.sync()
+        host, synchronised = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn(a, b, padding=padding)
+            t1 = time.perf_counter()
+            device.sync()
+            t2 = time.perf_counter()
+            host.append((t1 - t0) / calls * 1e6)
+            synchronised.append((t2 - t0) / calls * 1e6)
+        result[name] = {"host": statistics.median(host),
+                        "synchronised": statistics.median(synchronised)}
+    return result
+
+
+def overhead_main(args, device) -> int:
+    us = host_overhead(device, args.calls, args.repeats)
+    x_shape, w_shape, padding = OVERHEAD_CASE
+    print(f"time per cached call on {device.name}: x {x_shape}, w {w_shape}, padding "
+          f"{padding}, float32; median of {args.repeats} runs of {args.calls} calls; host: "
+          f"until the last call returns, synchronised: until the device has finished")
+    for name, value in us.items():
+        cells = []
+        for kind in ("host", "synchronised"):
+            ratio = f" ({value[kind] / us['torch'][kind]:.2f}x torch)" if "torch" in us else ""
+            cells.append(f"{kind} {value[kind]:7.2f} us{ratio}")
+        print(f"{name:>8}: " + ", ".join(cells))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": "python -m im2win overhead", "case": OVERHEAD_CASE,
+                       "calls": args.calls, "repeats": args.repeats, "us_per_call": us,
+                       "machine": machine_info(device)}, f, indent=1)
+    return 0
 
 
 def machine_info(device) -> dict:
@@ -335,8 +438,9 @@ def parse_args(argv):
         prog="python -m im2win",
         description="Time im2win on the twelve benchmark layers, check each result against "
                     "the float64 reference, and print a table.")
-    parser.add_argument("command", nargs="?", default="bench", choices=["bench"],
-                        help="what to run (only 'bench', the default)")
+    parser.add_argument("command", nargs="?", default="bench", choices=["bench", "overhead"],
+                        help="what to run: 'bench' (the default: the twelve layers) or "
+                             "'overhead' (the host's time per cached call)")
     parser.add_argument("--layers", default=",".join(LAYERS),
                         help="comma-separated layer names (default: all twelve)")
     parser.add_argument("--batch", type=int, default=None,
@@ -351,6 +455,10 @@ def parse_args(argv):
                              "GPU also im2win with materialised windows, and cuDNN through "
                              "PyTorch when available)")
     parser.add_argument("--json", metavar="PATH", help="also write every number to this file")
+    parser.add_argument("--calls", type=int, default=200,
+                        help="overhead: calls per timed run (default 200)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="overhead: timed runs, median taken (default 5)")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.layers.split(",") if name.strip()]
     unknown = [name for name in names if name not in LAYERS]
@@ -359,6 +467,8 @@ def parse_args(argv):
     args.layers = names
     if args.batch is not None and args.batch <= 0:
         parser.error("--batch must be positive")
+    if args.calls <= 0 or args.repeats <= 0:
+        parser.error("--calls and --repeats must be positive")
     return args
 
 
@@ -370,6 +480,8 @@ def main(argv=None) -> int:
     except NotImplementedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.command == "overhead":
+        return overhead_main(args, device)
     batch = args.batch or device.batch
     print(f"im2win {im2win.__version__} on {device.name}: batch {batch}, {args.dtype}, "
           f"{args.layout}; median time after warm-up, everything a call allocates included")

@@ -1,12 +1,16 @@
 """The GPU planner is pure: its choices, offsets and errors are tested here without a GPU."""
 
+import dataclasses
+import types
+
 import numpy as np
 import pytest
 
 from im2win import reference
 from im2win.cuda import TILES, Options
-from im2win.cuda.plan import (geometry, make_plan, reduction_taps, reduction_tables,
-                              specializations, window_bytes)
+from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, Geometry, geometry, geometry_fields,
+                              make_plan, reduction_taps, reduction_tables, specializations,
+                              window_bytes)
 from im2win.cuda.tuning import NO_MICRO_KERNEL, choose_tile
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
@@ -38,7 +42,7 @@ def test_offsets_address_the_operand_exactly(rng, layout, window_order):
     fused = not window_order
     geo = geometry(prob, fused, prob.N, contiguous_strides(prob))
     c, r, s = reduction_taps(prob, window_order)
-    off = c * geo["sc"] + r * geo["sr"] + s * geo["ss"]
+    off = c * geo.sc + r * geo.sr + s * geo.ss
     x_win = reference.image_to_window(x, prob.R, stride=prob.sh, dilation=prob.dh,
                                       padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
                                       layout=layout)
@@ -46,7 +50,7 @@ def test_offsets_address_the_operand_exactly(rng, layout, window_order):
                 ((0, 0), (0, 0), (prob.pt, prob.pb), (prob.pl, prob.pr)))
     src = (x if fused else x_win).ravel()
     for n, g, p, q in np.ndindex(prob.N, prob.G, prob.P, prob.Q):
-        base = (n * geo["sn"] + g * geo["sg"] + p * geo["sp"] + q * geo["sq"] + geo["base0"])
+        base = (n * geo.sn + g * geo.sg + p * geo.sp + q * geo.sq + geo.base0)
         h, col = p * prob.sh - prob.pt + r * prob.dh, q * prob.sw - prob.pl + s * prob.dw
         inside = (h >= 0) & (h < prob.H) & (col >= 0) & (col < prob.W)
         expected = xp[n, g * prob.Cg + c, p * prob.sh + r * prob.dh, q * prob.sw + s * prob.dw]
@@ -64,12 +68,35 @@ def test_tables_hold_the_offsets_and_taps():
     np.testing.assert_array_equal(hw & 0xFFFF, s * 3)
 
 
-def test_long_reductions_fall_back_to_computed_offsets():
+def test_the_plan_owns_its_table_and_falls_back_to_computed_offsets():
     prob = problem((1, 700, 6, 6), (5, 700, 3, 3))
-    assert plan_for(prob).tables is False
-    assert plan_for(problem((1, 600, 6, 6), (5, 600, 3, 3))).tables is True
+    plan = plan_for(prob)
+    assert plan.tables and len(plan.taps) == 8 * prob.reduction      # no length limit
+    taps = np.frombuffer(plan.taps, np.int32).reshape(-1, 2)
+    np.testing.assert_array_equal(taps.T, reduction_tables(prob, plan.geometry, False))
     assert plan_for(problem((1, 6, 6, 6), (5, 6, 3, 3)),
                     options=Options(index_tables=False)).tables is False
+    huge = make_problem(types.SimpleNamespace(shape=(1, 2, 50000, 50000), dtype=np.float16),
+                        np.empty((5, 2, 3, 3), np.float16), stride=2)  # off(t) > 2**31
+    assert plan_for(huge).tables is False
+
+
+def test_plans_are_immutable_and_hashable():
+    plan = plan_for(problem((2, 6, 9, 9), (5, 6, 3, 3)))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.chunk = 1
+    with pytest.raises(AttributeError):
+        plan.geometry.npix = 1
+    assert hash(plan) == hash(plan_for(problem((2, 6, 9, 9), (5, 6, 3, 3))))
+
+
+def test_geometry_matches_the_kernel_struct():
+    """One contract: Geometry (Python) and struct Geometry (gemm.cuh) agree field by field."""
+    header = (KERNEL_DIR / "gemm.cuh").read_text()
+    fields = geometry_fields(header)
+    assert [name for name, _ in fields] == list(Geometry._fields)
+    assert [bits for _, bits in fields] == [64] * GEOMETRY_64BIT + \
+        [32] * (len(Geometry._fields) - GEOMETRY_64BIT)
 
 
 def test_planner_tile_choices_follow_the_table():
@@ -147,11 +174,30 @@ def test_options_validate_themselves():
 def test_float16_runs_on_tensor_cores_with_16_byte_copies_where_runs_allow():
     nhwc = problem((2, 9, 9, 16), (8, 3, 3, 16), np.float16, layout="NHWC")
     plan = plan_for(nhwc)
-    assert plan.tensor_cores and plan.geometry["redp"] == 160
+    assert plan.tensor_cores and plan.geometry.redp == 160
     assert plan.kernel.startswith("im2win_mma<true, true") and ", true, true, true, true>" in \
         plan.kernel                                           # cp.async, 16-byte B, ldmatrix...
     odd = plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), np.float16, layout="NHWC"))
-    assert odd.geometry["redp"] == 32 and "3, true, false," in odd.kernel   # C = 3: no 16-byte B
+    assert odd.geometry.redp == 32 and "3, true, false," in odd.kernel   # C = 3: no 16-byte B
     assert not plan_for(nhwc, options=Options(tensor_cores=False)).tensor_cores
     with pytest.raises(ValueError, match="on Tensor Cores"):
         plan_for(nhwc, tile="128x128")
+
+
+def test_call_keys_tell_apart_what_compares_equal():
+    """The memo of GPU calls keys arguments with their types: True == 1 and 1.0 == 1, but a
+    remembered stride=1 must not let stride=True or 1.0 skip validation."""
+    from im2win.cuda import _NoKey, _exact
+    assert _exact([1, (2, 3)]) == (1, (2, 3)) and _exact("same") == "same"
+    for bad in (True, 1.0, np.int64(1), (1, True), [1.0, 2]):
+        with pytest.raises(_NoKey):
+            _exact(bad)
+
+
+def test_memos_forget_the_oldest_past_their_bound(monkeypatch):
+    from im2win import cuda
+    monkeypatch.setattr(cuda, "MAX_CALLS", 3)
+    memo = {}
+    for i in range(5):
+        cuda._remember(memo, i, str(i))
+    assert memo == {2: "2", 3: "3", 4: "4"}

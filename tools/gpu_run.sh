@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: GPU tests, compute-sanitizer, the benchmark; short table last.
-#   bash tools/gpu_run.sh [test|sanitize|bench|sweep|ablation|all] [pytest -k expression]
+#   bash tools/gpu_run.sh [test|sanitize|bench|overhead|sweep|ablation|all] [pytest -k expr]
+#   bash tools/gpu_run.sh ab REV               (tools/ab_bench.py: REV against this tree)
 #   bash tools/gpu_run.sh sanitize float16      (the Tensor-Core kernel's cases only)
 #   DTYPES=float16 bash tools/gpu_run.sh bench  (default: float32 float16)
 #   bash tools/gpu_run.sh asv [tools/asv_gpu.sh arguments: --bench REGEX --old REV]
@@ -20,12 +21,22 @@ status=0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,utilization.gpu --format=csv
 
 if [[ $step == test || $step == all ]]; then
-  python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_bench.py \
-    ${filter:+-k "$filter"} 2>&1 | tee "$OUT/pytest.log" | tail -n 30
+  # 8 processes: each compiles the instantiations its tests need (NVRTC, one at a time)
+  python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py tests/test_gpu_launch.py \
+    tests/test_bench.py ${filter:+-k "$filter"} 2>&1 | tee "$OUT/pytest.log" | tail -n 30
   status=$((status | PIPESTATUS[0]))
 fi
+if [[ $step == overhead || $step == all ]]; then
+  python3 -m im2win overhead --json "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.log"
+  status=$((status | PIPESTATUS[0]))
+fi
+if [[ $step == ab ]]; then
+  python3 tools/ab_bench.py "$filter" "$OUT/ab" 2>&1 | tee "$OUT/ab.log" | tail -n 60
+  status=$((status | PIPESTATUS[0]))
+  (cd "$OUT" && tar -czf ab.tgz ab && rm -rf ab)
+fi
 if [[ $step == sanitize || $step == all ]]; then
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_cases.py $filter \
       > "$OUT/sanitizer-$tool.log" 2>&1
     rc=$?

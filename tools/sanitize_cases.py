@@ -59,5 +59,22 @@ for layout in ("NCHW", "NHWC"):
         every_switch(x, w, b, layout, kwargs, tensor_cores=False)
         im2win.conv2d(x.astype(cupy.float64), w.astype(cupy.float64), b.astype(cupy.float64),
                       layout=layout, **kwargs)
+# A captured graph of several problems (fused and materialised), replayed twice.
+stream = cupy.cuda.Stream(non_blocking=True)
+calls = []
+for (x_shape, w_shape, kwargs), dtype in zip(CASES, (np.float16, np.float32) * 2):
+    x = cupy.asarray(rng.uniform(-1, 1, x_shape), dtype)
+    w = cupy.asarray(rng.uniform(-1, 1, w_shape), dtype)
+    for algorithm in ("im2win", "im2win_fused"):
+        calls.append(((x, w), dict(kwargs, algorithm=algorithm)))
+outs = [im2win.conv2d(*arrays, **kwargs) for arrays, kwargs in calls]
+with stream:
+    stream.begin_capture()
+    for (arrays, kwargs), out in zip(calls, outs):
+        im2win.conv2d(*arrays, out=out, **kwargs)
+    graph = stream.end_capture()
+for _ in range(2):
+    graph.launch(stream)
+stream.synchronize()
 cupy.cuda.Device().synchronize()
 print("sanitize cases ran")

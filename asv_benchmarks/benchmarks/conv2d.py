@@ -1,6 +1,7 @@
 """im2win.conv2d and its baselines on the twelve benchmark layers, for airspeed velocity.
 
-Two classes, one parameter grid each (layer, dtype, layout, implementation):
+Two classes, one parameter grid each (layer, dtype, layout, implementation), and a third for
+the host's cost of a call:
 
 * `Conv2dGPU`: batch 128, float32 and float16, NCHW and NHWC, and six implementations: the
   planner's default (``algorithm="auto"``), each GPU algorithm forced (``im2win_fused``,
@@ -8,6 +9,9 @@ Two classes, one parameter grid each (layer, dtype, layout, implementation):
   GPU (or without PyTorch with CUDA, for cuDNN) `setup` raises NotImplementedError: asv
   reports the case as skipped.
 * `Conv2dCPU`: batch 8 (`bench.CPU_BATCH`), float32, the default and im2col_gemm.
+* `HostTimeGPU`: `track_host_us`, microseconds of host time per cached call of a tiny
+  convolution (issuing it; the GPU runs behind), im2win and PyTorch
+  (``python -m im2win overhead``).
 
 Each benchmark: `time_conv2d` (one call, synchronised), `track_tflops` (2*N*K*P*Q*(C/G)*R*S
 over the median of CUDA-event or host timings after warm-up) and `track_extra_memory` (peak
@@ -113,3 +117,24 @@ class Conv2dGPU(_Conv2d):
 class Conv2dCPU(_Conv2d):
     params = (list(LAYERS), ["float32"], ["NCHW", "NHWC"], list(CPU_IMPLEMENTATIONS))
     device_name = "cpu"
+
+
+class HostTimeGPU:
+    """Host microseconds per cached call of a tiny convolution (`bench.OVERHEAD_CASE`), as
+    ``python -m im2win overhead``: im2win against torch.nn.functional.conv2d."""
+
+    params = (["im2win", "torch"],)
+    param_names = ["implementation"]
+    timeout = 120
+
+    def setup(self, impl):
+        if not hasattr(bench, "host_overhead"):
+            raise NotImplementedError("this commit's im2win.bench has no host_overhead")
+        self.device = bench.select_device("gpu")
+        if impl == "torch" and bench.torch_view(self.device) is None:
+            raise NotImplementedError("needs PyTorch with CUDA")
+
+    def track_host_us(self, impl):
+        return bench.host_overhead(self.device)[impl]["host"]
+
+    track_host_us.unit = "us"

@@ -7,13 +7,29 @@ use. `Options` switches each optimisation of the im2win kernels (for the ablatio
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 
 from im2win.cuda.tuning import ALGORITHMS, TILES, Options
 
-__all__ = ["ALGORITHMS", "TILES", "Options", "autotune", "conv2d", "is_available"]
+__all__ = ["ALGORITHMS", "MAX_CALLS", "TILES", "Options", "autotune", "conv2d", "is_available"]
 
-# Winners of `autotune`, by problem and input strides: {(Problem, strides): (algorithm, tile)}.
-_tuned: dict = {}
+# How many distinct calls (argument shapes, strides, dtypes, hyper-parameters, devices) are
+# remembered, validated and planned, so that repeating one costs only its launch; the oldest is
+# forgotten first. A ResNet-50 has about 50 distinct convolutions, a model zoo a few hundred.
+# Autotuned winners are bounded the same way.
+MAX_CALLS = 4096
+
+_calls: dict = {}         # call key -> launch.Call
+_tuned: dict = {}         # (Problem, x strides) -> (algorithm, tile), from `autotune`
+_lock = threading.Lock()
+
+
+def _remember(memo: dict, key, value) -> None:
+    with _lock:
+        if key not in memo and len(memo) >= MAX_CALLS:
+            del memo[next(iter(memo))]
+        memo[key] = value
 
 
 @functools.cache
@@ -24,6 +40,50 @@ def is_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # no CuPy, no driver, or no device: all mean "no GPU here"
         return False
+
+
+class _NoKey(Exception):
+    """An argument has no exact hashable form: the call is validated in full."""
+
+
+def _exact(value):
+    """value as a key that no invalid value can equal (True == 1 and 1.0 == 1, but their
+    types differ); lists as tuples, which every check treats alike."""
+    kind = type(value)
+    if kind is int or kind is str or value is None:
+        return value
+    if kind is tuple or kind is list:
+        return tuple(map(_exact, value))
+    raise _NoKey
+
+
+def _array_key(a, aligned: bool = False):
+    if a is None:
+        return None
+    if type(a) is not sys.modules["cupy"].ndarray:
+        raise _NoKey
+    data = a.data
+    return a.shape, a.strides, a.dtype, data.device_id, aligned and data.ptr % 16 == 0
+
+
+def call_key(x, w, bias, out, stride, padding, dilation, groups, layout, algorithm, options,
+             workspace_limit):
+    """The memo key of an `im2win.conv2d` call on CuPy arrays: everything its validation and
+    plan depend on (shapes, strides, dtypes, devices, the inputs' 16-byte alignment, the
+    arguments with their types); None when an argument has no exact form."""
+    if options is not None and type(options) is not Options:
+        return None
+    try:
+        return (_array_key(x, True), _array_key(w, True), _array_key(bias), _array_key(out),
+                _exact(stride), _exact(padding), _exact(dilation), _exact(groups),
+                _exact(layout), _exact(algorithm), options, _exact(workspace_limit))
+    except _NoKey:
+        return None
+
+
+def cached_call(key):
+    """The remembered Call of `key` (from `call_key`), or None."""
+    return None if key is None else _calls.get(key)
 
 
 def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None):
@@ -43,7 +103,7 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None):
 
 
 def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
-           workspace_limit=None, tile=None):
+           workspace_limit=None, tile=None, key=None):
     """Run the checked problem `prob` on CuPy arrays; the GPU half of `im2win.conv2d`.
 
     Args:
@@ -52,6 +112,7 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
         out: None or a CuPy array of prob.y_shape (checked by the caller).
         algorithm, options, workspace_limit: as `im2win.conv2d`.
         tile: force a tile by name (autotuning and tests).
+        key: the call's `call_key`: remember the planned call under it (None: don't).
 
     Returns:
         y, a new contiguous array or `out`.
@@ -59,18 +120,12 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
     import cupy
     from im2win.cuda import launch
 
-    with x.device:
+    with cupy.cuda.Device(x.data.device_id):
         plan = _plan(prob, x, w, algorithm, options, workspace_limit, tile)
-        contiguous_out = out is not None and out.flags.c_contiguous
-        y = out if contiguous_out else cupy.empty(prob.y_shape, prob.dtype)
-        if prob.N > 0:
-            w = cupy.ascontiguousarray(w)
-            bias = None if bias is None else cupy.ascontiguousarray(bias)
-            launch.conv2d(prob, plan, x, w, bias, y)
-        if out is not None and not contiguous_out:
-            out[...] = y
-            return out
-        return y
+        call = launch.Call(prob, launch.executable(prob, plan), x, w, bias, out)
+    if key is not None and tile is None:
+        _remember(_calls, key, call)
+    return call(x, w, bias, out)
 
 
 def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
@@ -133,5 +188,6 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     results.sort(key=lambda r: r[2])
     if prob.N == 0:
         return results
-    _tuned[(prob, launch.element_strides(x, prob.layout))] = results[0][:2]
+    _remember(_tuned, (prob, launch.element_strides(x, prob.layout)), results[0][:2])
+    _calls.clear()          # remembered calls of this problem were planned without the winner
     return results

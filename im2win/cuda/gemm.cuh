@@ -1,12 +1,13 @@
 // gemm.cuh: what the two im2win GEMM kernels (im2win_conv.cu, im2win_mma.cu) share: the
-// launch geometry, the __constant__ reduction tables, and the operand addressing
+// launch geometry, the reduction table, and the operand addressing
 //   B[t, pixel] = src[base(pixel) + off(t)]
 // with base(pixel) 64-bit and computed once per thread, and off(t) and the taps (r*dh, s*dw)
-// from the tables (or computed, for reductions longer than the tables).
-
-constexpr int kMaxTable = 6144;
-__constant__ int c_red_off[kMaxTable];  // off(t): element offset of reduction index t
-__constant__ int c_red_hw[kMaxTable];   // (r*dh) << 16 | (s*dw), for fused bounds tests
+// from the table (or computed, where offsets do not fit 32 bits or the table is switched off).
+//
+// The table is a device buffer owned by the launch's plan, passed as a kernel argument
+// (`taps`: taps[t] = {off(t), (r*dh) << 16 | s*dw}) and read through the read-only data cache.
+// Nothing here is module-global state, so launches of different problems never wait for each
+// other and a captured CUDA graph replays with its own tables.
 
 // Passed by value; Python builds the same layout as a NumPy structured scalar
 // (im2win/cuda/launch.py, GEOMETRY): the 64-bit fields first, so there is no inner padding.
@@ -46,13 +47,13 @@ struct Tap {
 };
 
 template <bool kNHWC, bool kWindowOrder, bool kTable>
-__device__ __forceinline__ Tap tap_at(int t, const Geometry& geo) {
+__device__ __forceinline__ Tap tap_at(int t, const int2* __restrict__ taps, const Geometry& geo) {
   Tap tap;
   if (kTable) {
-    tap.off = c_red_off[t];
-    const int hw = c_red_hw[t];
-    tap.dr = hw >> 16;
-    tap.ds = hw & 0xffff;
+    const int2 entry = __ldg(taps + t);
+    tap.off = entry.x;
+    tap.dr = entry.y >> 16;
+    tap.ds = entry.y & 0xffff;
   } else {
     int c, rs, r, s;
     if (kNHWC) {

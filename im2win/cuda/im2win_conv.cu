@@ -14,9 +14,8 @@
 //     order, t = (c*R + r)*S + s (NCHW) or (r*S + s)*(C/G) + c (NHWC); the B tile in shared
 //     memory is the window tile, built straight from x, padding by predication
 //     (0 <= h0 + r*dh < H, 0 <= w0 + s*dw < W).
-// base(pixel) is 64-bit and computed once per thread; off(t), r*dh and s*dw come from tables in
-// __constant__ memory (kTable), so the inner loop has no div/mod. A warp reads one table entry
-// per load when it loads along pixels, 2 or 4 (serialised) when it loads along t.
+// base(pixel) is 64-bit and computed once per thread; off(t), r*dh and s*dw come from the plan's
+// table (kTable, gemm.cuh), so the inner loop has no div/mod.
 //
 // Loads of B follow memory's contiguous direction: along the reduction (each thread loads
 // B_PER consecutive t of one pixel) where runs are contiguous (NHWC, and NCHW windows), along
@@ -30,7 +29,7 @@
 //
 // Switches (each can be turned off alone for the ablation):
 //   kSmem          shared-memory tiling; off: operands straight from global memory.
-//   kTable         index tables in __constant__ memory; off: (c, r, s) by div/mod per element.
+//   kTable         the reduction table (gemm.cuh); off: (c, r, s) by div/mod per element.
 //   kDouble        double buffering: the next tile's global loads are issued before computing
 //                  the current one and stored to the other shared buffer.
 //   kVecA, kVecS   16-byte loads: float4 filter loads from global memory (the planner sets kVecA
@@ -42,9 +41,9 @@
 
 template <typename T, typename Acc, bool kNHWC, bool kFused, bool kTable>
 __device__ __forceinline__ Acc load_b(const T* __restrict__ src, const Pixel& px, int t,
-                                      const Geometry& geo) {
+                                      const int2* __restrict__ taps, const Geometry& geo) {
   if (!px.valid || t >= geo.red) return Acc(0);
-  const Tap tap = tap_at<kNHWC, !kFused, kTable>(t, geo);
+  const Tap tap = tap_at<kNHWC, !kFused, kTable>(t, taps, geo);
   if (kFused && ((unsigned)(px.h0 + tap.dr) >= (unsigned)geo.H ||
                  (unsigned)(px.w0 + tap.ds) >= (unsigned)geo.W))
     return Acc(0);
@@ -61,7 +60,7 @@ template <typename T, typename Acc, bool kNHWC, bool kFused, int BM, int BN, int
           int TN, bool kSmem, bool kTable, bool kDouble, bool kVecA, bool kVecS, bool kSwizzle>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     im2win_conv(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
-                T* __restrict__ y, Geometry geo, int g0) {
+                T* __restrict__ y, const int2* __restrict__ taps, Geometry geo, int g0) {
   constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
   static_assert(BM % TM == 0 && BN % TN == 0, "tile must divide into micro-tiles");
   static_assert(NT % BN == 0, "each thread loads B for exactly one pixel");
@@ -96,7 +95,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
         af[i] = m < geo.Kg ? to_acc(w_group[(i64)m * geo.red + t], Acc()) : Acc(0);
       }
 #pragma unroll
-      for (int j = 0; j < TN; ++j) bf[j] = load_b<T, Acc, kNHWC, kFused, kTable>(src, px[j], t, geo);
+      for (int j = 0; j < TN; ++j) bf[j] = load_b<T, Acc, kNHWC, kFused, kTable>(src, px[j], t, taps, geo);
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -142,7 +141,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
       for (int i = 0; i < B_PER; ++i) {
         const int row = kAlongT ? b_row + i : b_row + i * B_ROWS;
-        b_st[i] = row < BK ? load_b<T, Acc, kNHWC, kFused, kTable>(src, px, k0 + row, geo)
+        b_st[i] = row < BK ? load_b<T, Acc, kNHWC, kFused, kTable>(src, px, k0 + row, taps, geo)
                            : Acc(0);
       }
     };

@@ -24,7 +24,7 @@
 //   kLdmatrix  ldmatrix.x4 fragment loads; off: 32-bit shared loads of the same elements.
 //   kSwizzle   16-byte chunks of each 64-byte shared row XOR-swizzled by (row >> 1) & 3, so
 //              the 8 rows of an ldmatrix hit distinct banks; off: plain rows (4-way conflicts).
-//   kTable     reduction offsets from the __constant__ tables; off: div/mod per element.
+//   kTable     reduction offsets from the plan's table (gemm.cuh); off: div/mod per element.
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
@@ -63,8 +63,8 @@ template <bool kNHWC, bool kFused, int BM, int BN, int WM, int WN, int STAGES, b
           bool kVecA, bool kVecB, bool kLdmatrix, bool kSwizzle, bool kTable>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     im2win_mma(const half_t* __restrict__ src, const half_t* __restrict__ w,
-               const half_t* __restrict__ bias, half_t* __restrict__ y, Geometry geo,
-               int g0) {
+               const half_t* __restrict__ bias, half_t* __restrict__ y,
+               const int2* __restrict__ taps, Geometry geo, int g0) {
   constexpr int BK = 32;                       // halves per shared row: 64 bytes, 4 chunks
   constexpr int WARPS_N = BN / WN, NT = (BM / WM) * WARPS_N * 32;
   constexpr int MI = WM / 16, NI = WN / 8;     // mma tiles per warp
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
       const int t0 = k0 + chunk * 8;
       unsigned char* to = &Bs[stage][chunk_at<kSwizzle>(row, chunk)];
       if (kVecB) {  // 8 consecutive t: one contiguous, aligned run of x or x_win
-        const Tap tap = tap_at<kNHWC, !kFused, kTable>(t0 < geo.red ? t0 : 0, geo);
+        const Tap tap = tap_at<kNHWC, !kFused, kTable>(t0 < geo.red ? t0 : 0, taps, geo);
         bool ok = px[i].valid && t0 < geo.red;
         if (kFused)
           ok = ok && (unsigned)(px[i].h0 + tap.dr) < (unsigned)geo.H &&
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
           const int t = t0 + k;
           e[k] = 0;
           if (px[i].valid && t < geo.red) {
-            const Tap tap = tap_at<kNHWC, !kFused, kTable>(t, geo);
+            const Tap tap = tap_at<kNHWC, !kFused, kTable>(t, taps, geo);
             if (inside[i] || ((unsigned)(px[i].h0 + tap.dr) < (unsigned)geo.H &&
                               (unsigned)(px[i].w0 + tap.ds) < (unsigned)geo.W))
               e[k] = src[px[i].base + tap.off].bits;

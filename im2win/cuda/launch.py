@@ -3,85 +3,44 @@
 Kernel sources are the .cu files beside this one, each prefixed with common.cuh (CuPy's disk
 cache does not see #include'd files). Each template instantiation is compiled once per device,
 on first use, with NVRTC for the device's own architecture.
+
+A plan becomes an `Executable` on a device once: its kernel, its reduction table uploaded to
+that device, and the packed arguments of every launch. Nothing a launch reads is shared
+between problems or changed after it is built, so launches never wait for each other, run on
+whatever stream is current, and can be captured into CUDA graphs. Temporaries of a call come
+from `Scratch`: CuPy's pool, or graph-owned memory while the stream is being captured.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+import weakref
 
 import cupy
 import numpy as np
 
 from im2win import baselines
-from im2win.cuda.plan import CUDA_TYPES, Plan, reduction_tables, source
+from im2win.cuda.plan import CUDA_TYPES, GEOMETRY_64BIT, Geometry, Plan, source
 from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
 
 # numpy twin of `struct Geometry` in gemm.cuh (64-bit fields first, no inner padding).
-GEOMETRY = np.dtype([(name, np.int64) for name in
-                     ("npix", "sn", "sg", "sp", "sq", "base0", "sc", "sr", "ss")] +
-                    [(name, np.int32) for name in
-                     ("K", "Kg", "red", "redp", "PQ", "Q", "sh", "sw", "pt", "pl", "H", "W", "Cg", "R",
-                      "S", "dh", "dw")], align=True)
-
-
-class Kernel:
-    """One compiled instantiation, and the __constant__ tables last written to its module.
-
-    The tables belong to the module, not to a launch: before writing new ones, the current stream
-    waits for the module's last launch (which may be on another stream), so concurrent calls
-    never see each other's tables.
-    """
-
-    def __init__(self, file: str, expression: str):
-        self.module = cupy.RawModule(code=source(file), options=OPTIONS,
-                                     name_expressions=[expression])
-        self.function = self.module.get_function(expression)
-        self.lock = threading.Lock()
-        self.table_key = None
-        self.done = None
-
-    def __call__(self, grid, block, args, tables=None):
-        if tables is None:
-            self.function(grid, block, args)
-            return
-        key, off, hw = tables
-        stream = cupy.cuda.get_current_stream()
-        with self.lock:
-            if self.done is not None:
-                stream.wait_event(self.done)
-            if key != self.table_key:
-                for symbol, table in (("c_red_off", off), ("c_red_hw", hw)):
-                    dst = self.module.get_global(symbol)
-                    cupy.cuda.runtime.memcpyAsync(dst.ptr, table.data.ptr, table.nbytes,
-                                                  cupy.cuda.runtime.memcpyDeviceToDevice,
-                                                  stream.ptr)
-                self.table_key = key
-            self.function(grid, block, args)
-            self.done = cupy.cuda.Event(block=False, disable_timing=True)
-            self.done.record(stream)
+GEOMETRY = np.dtype([(name, np.int64 if i < GEOMETRY_64BIT else np.int32)
+                     for i, name in enumerate(Geometry._fields)], align=True)
+NULL = np.uint64(0)
 
 
 @functools.cache
-def _kernel(device: int, file: str, expression: str) -> Kernel:
-    return Kernel(file, expression)
+def _kernel(device: int, file: str, expression: str):
+    module = cupy.RawModule(code=source(file), options=OPTIONS, name_expressions=[expression])
+    return module.get_function(expression)
 
 
-def kernel(file: str, expression: str) -> Kernel:
+def kernel(file: str, expression: str):
     """The compiled `expression` from `file`.cu on the current device (compiled on first use)."""
-    return _kernel(cupy.cuda.Device().id, file, expression)
-
-
-@functools.cache     # never evicted: a pending copy from a freed table would read garbage
-def _device_tables(device: int, key) -> tuple:
-    """The problem's tables on the device, complete before any stream copies from them."""
-    prob, geo_items, window_order = key
-    off, hw = reduction_tables(prob, dict(geo_items), window_order)
-    tables = key, cupy.asarray(off), cupy.asarray(hw)
-    cupy.cuda.get_current_stream().synchronize()
-    return tables
+    return _kernel(cupy.cuda.runtime.getDevice(), file, expression)
 
 
 def element_strides(a, letters: str) -> tuple[int, ...]:
@@ -90,18 +49,51 @@ def element_strides(a, letters: str) -> tuple[int, ...]:
     return tuple(by_letter[letter] for letter in "NCHW")
 
 
-def geometry_scalar(geo: dict, images: int) -> np.void:
-    values = dict(geo, npix=images * geo["PQ"])
-    return np.array(tuple(values[name] for name in GEOMETRY.names), GEOMETRY)[()]
+def geometry_scalar(geo: Geometry, images: int) -> np.void:
+    """The Geometry kernel argument for a launch over `images` images, packed by value."""
+    return np.array(tuple(geo._replace(npix=images * geo.PQ)), GEOMETRY)[()]
+
+
+class Scratch:
+    """The temporary device buffers of one call on the current stream.
+
+    Outside a capture they come from CuPy's pool. While the stream is being captured into a CUDA
+    graph they are stream-ordered allocations (cudaMallocAsync, freed with cudaFreeAsync after
+    the call's last kernel), which become the graph's own memory nodes: a replay never touches
+    memory that CuPy's pool has handed to someone else since the capture.
+    """
+
+    def __init__(self):
+        self.stream = cupy.cuda.get_current_stream().ptr
+        self.capturing = cupy.cuda.runtime.streamIsCapturing(self.stream) != 0
+        self.owned = []
+
+    def empty(self, shape, dtype):
+        if not self.capturing:
+            return cupy.empty(shape, dtype)
+        nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
+        ptr = cupy.cuda.runtime.mallocAsync(nbytes, self.stream)
+        self.owned.append(ptr)
+        memory = cupy.cuda.UnownedMemory(ptr, nbytes, None, cupy.cuda.runtime.getDevice())
+        return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
+
+    def contiguous(self, a):
+        """A C-contiguous copy of a."""
+        copy = self.empty(a.shape, a.dtype)
+        copy[...] = a
+        return copy
+
+    def release(self):
+        for ptr in self.owned:
+            cupy.cuda.runtime.freeAsync(ptr, self.stream)
+        self.owned = []
 
 
 def image_to_window(prob: Problem, x, x_win=None):
     """The window tensor of x on the GPU (im2win.reference.image_to_window's, bit for bit)."""
     N = x.shape[0]
     if x_win is None:
-        shape = (N, prob.C, prob.P, prob.Wp * prob.R) if prob.layout == "NCHW" else \
-            (N, prob.P, prob.Wp * prob.R, prob.C)
-        x_win = cupy.empty(shape, prob.dtype)
+        x_win = cupy.empty((N,) + prob.x_win_shape[1:], prob.dtype)
     T = CUDA_TYPES[prob.dtype.name][0]
     expr = f"image_to_window<{T}, {str(prob.layout == 'NHWC').lower()}>"
     total = x_win.size
@@ -115,11 +107,6 @@ def image_to_window(prob: Problem, x, x_win=None):
     return x_win
 
 
-def pointer(a):
-    """a for a kernel's pointer argument; a null pointer for None."""
-    return np.uint64(0) if a is None else a
-
-
 def direct(prob: Problem, x, w, bias, y):
     """Direct convolution into the contiguous y: one thread per output element."""
     T, Acc = CUDA_TYPES[prob.dtype.name]
@@ -127,56 +114,153 @@ def direct(prob: Problem, x, w, bias, y):
     i32 = np.int32
     kernel("direct", expr)(
         (min(-(-y.size // 256), 65536 * 8),), (256,),
-        (x, w, pointer(bias), y, np.int64(prob.N), i32(prob.K), i32(prob.Kg), i32(prob.Cg), i32(prob.H),
-         i32(prob.W), i32(prob.R), i32(prob.S), i32(prob.P), i32(prob.Q), i32(prob.sh),
-         i32(prob.sw), i32(prob.dh), i32(prob.dw), i32(prob.pt), i32(prob.pl),
-         *map(np.int64, element_strides(x, prob.layout)),
+        (x, w, NULL if bias is None else bias, y, np.int64(prob.N), i32(prob.K), i32(prob.Kg),
+         i32(prob.Cg), i32(prob.H), i32(prob.W), i32(prob.R), i32(prob.S), i32(prob.P),
+         i32(prob.Q), i32(prob.sh), i32(prob.sw), i32(prob.dh), i32(prob.dw), i32(prob.pt),
+         i32(prob.pl), *map(np.int64, element_strides(x, prob.layout)),
          *map(np.int64, element_strides(w, prob.layout))))
     return y
 
 
-def filter_matrix(prob: Problem, plan: Plan, w):
-    """w as the (K, red) matrix the kernel reads: a copy in window order for materialised
-    windows (each pixel's reduction is then the window's run), w itself otherwise."""
-    if plan.algorithm == "im2win":
-        return cupy.ascontiguousarray(
-            w.transpose((0, 1, 3, 2) if prob.layout == "NCHW" else (0, 2, 1, 3)))
-    return w
-
-
-def im2win(prob: Problem, plan: Plan, x, w, bias, y):
-    """The im2win kernels into the contiguous y, `plan.chunk` images per launch."""
-    conv = kernel(plan.file, plan.kernel)
-    materialised = plan.algorithm == "im2win"
-    tables = None
-    if plan.tables:
-        key = (prob, tuple(sorted(plan.geometry.items())), materialised)
-        tables = _device_tables(cupy.cuda.Device().id, key)
-    w = filter_matrix(prob, plan, w)
-    x_win = cupy.empty((plan.chunk,) + prob.x_win_shape[1:], prob.dtype) if materialised \
-        else None
-    for g0 in range(0, prob.G, 65535):
-        groups = min(65535, prob.G - g0)
-        for n0 in range(0, prob.N, plan.chunk):
-            images = min(plan.chunk, prob.N - n0)
-            src = x[n0:n0 + images]
-            if x_win is not None:
-                src = image_to_window(prob, src, x_win[:images])
-            grid = plan.grid(images, groups)
-            conv(grid, (plan.block,),
-                 (src, w, pointer(bias), y[n0:n0 + images], geometry_scalar(plan.geometry, images),
-                  np.int32(g0)), tables)
+def im2col_gemm(prob: Problem, x, w, bias, y):
+    y[...] = baselines.im2col_gemm(x, w, bias, stride=(prob.sh, prob.sw),
+                                   padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
+                                   dilation=(prob.dh, prob.dw), groups=prob.G,
+                                   layout=prob.layout)
     return y
 
 
-def conv2d(prob: Problem, plan: Plan, x, w, bias, y):
-    """Run `plan` on CuPy arrays; y is a contiguous output of prob.y_shape, written entirely."""
-    if plan.algorithm == "im2col_gemm":
-        y[...] = baselines.im2col_gemm(x, w, bias, stride=(prob.sh, prob.sw),
-                                       padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
-                                       dilation=(prob.dh, prob.dw), groups=prob.G,
-                                       layout=prob.layout)
+class Executable:
+    """A plan made ready on one device; immutable once built.
+
+    Holds the compiled kernel, the plan's reduction table on the device, and for every launch
+    (chunks of images, groups in blocks of 65535) its offsets, grid and packed Geometry.
+    """
+
+    def __init__(self, prob: Problem, plan: Plan):
+        self.prob, self.plan = prob, plan
+        self.function = kernel(plan.file, plan.kernel) if plan.kernel else None
+        self.taps = NULL
+        if plan.taps:
+            # Uploaded on a stream of its own, so that a first call made while another stream
+            # is being captured does not put the upload into that graph.
+            stream = cupy.cuda.Stream(non_blocking=True)
+            with stream:
+                self.taps = cupy.asarray(np.frombuffer(plan.taps, np.int32))
+            stream.synchronize()
+        launches = []
+        if plan.kernel:
+            for g0 in range(0, prob.G, 65535):
+                groups = min(65535, prob.G - g0)
+                for n0 in range(0, max(prob.N, 1), plan.chunk):
+                    images = min(plan.chunk, prob.N - n0)
+                    launches.append((n0, images, plan.grid(images, groups),
+                                     geometry_scalar(plan.geometry, images), np.int32(g0)))
+        self.launches = tuple(launches)
+        self.block = (plan.block,)
+
+    def __call__(self, x, w, bias, y, scratch: Scratch):
+        """Write conv(x, w) + bias into the contiguous y; w and bias contiguous."""
+        prob, plan = self.prob, self.plan
+        if plan.algorithm == "direct":
+            return direct(prob, x, w, bias, y)
+        if plan.algorithm == "im2col_gemm":
+            return im2col_gemm(prob, x, w, bias, y)
+        b = NULL if bias is None else bias
+        if plan.algorithm == "im2win_fused":     # one launch (more only past 65535 groups)
+            for _, _, grid, geo, g0 in self.launches:
+                self.function(grid, self.block, (x, w, b, y, self.taps, geo, g0))
+            return y
+        # Materialised windows: the filter in window order (each pixel's reduction is then
+        # the window's run), and the window tensor of `plan.chunk` images at a time.
+        w_order = w.transpose((0, 1, 3, 2) if prob.layout == "NCHW" else (0, 2, 1, 3))
+        w_win = scratch.empty(w_order.shape, w.dtype)
+        w_win[...] = w_order
+        x_win = scratch.empty((plan.chunk,) + prob.x_win_shape[1:], prob.dtype)
+        for n0, images, grid, geo, g0 in self.launches:
+            image_to_window(prob, x[n0:n0 + images], x_win[:images])
+            self.function(grid, self.block, (x_win, w_win, b, y[n0:n0 + images], self.taps,
+                                             geo, g0))
         return y
-    if plan.algorithm == "direct":
-        return direct(prob, x, w, bias, y)
-    return im2win(prob, plan, x, w, bias, y)
+
+
+# Executables by (device, problem, plan), shared by every call of that problem and plan. Weak:
+# each lives as long as a remembered call (im2win.cuda's bounded memo) holds it, or for good
+# once launched into a captured CUDA graph (`_captured`), whose replays read its table.
+_executables: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_captured: set = set()
+_lock = threading.Lock()
+
+
+def executable(prob: Problem, plan: Plan) -> Executable:
+    """The plan's Executable on the current device, built on first use."""
+    key = (cupy.cuda.runtime.getDevice(), prob, plan)
+    exe = _executables.get(key)
+    if exe is None:
+        exe = Executable(prob, plan)
+        with _lock:
+            exe = _executables.setdefault(key, exe)
+    return exe
+
+
+def _extent(a) -> tuple[int, int]:
+    """(first, last + 1) byte offsets that a's elements span from its data pointer."""
+    if a.size == 0:
+        return 0, 0
+    low = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s > 0)
+    return low, high + a.itemsize
+
+
+class Call:
+    """One validated and planned GPU call, ready to run again on arrays of its key.
+
+    Holds the problem's Executable (kernel, table, packed launch arguments), how to treat w,
+    bias and out, and the byte extents that the overlap test of `out` needs.
+    """
+
+    __slots__ = ("exe", "device", "N", "y_shape", "dtype", "copy_w", "copy_bias", "out_direct",
+                 "extents")
+
+    def __init__(self, prob, exe, x, w, bias, out):
+        self.exe, self.device, self.N = exe, x.data.device_id, prob.N
+        self.y_shape, self.dtype = prob.y_shape, prob.dtype
+        self.copy_w = not w.flags.c_contiguous
+        self.copy_bias = bias is not None and not bias.flags.c_contiguous
+        self.out_direct = out is not None and out.flags.c_contiguous
+        self.extents = None if out is None else tuple(
+            None if a is None else _extent(a) for a in (out, x, w, bias))
+
+    def overlaps(self, out, *inputs) -> bool:
+        """Whether out's memory span meets an input's (as cupy.may_share_memory bounds it)."""
+        (o0, o1), base = self.extents[0], out.data.ptr
+        for a, extent in zip(inputs, self.extents[1:]):
+            if a is not None and extent[1] > extent[0] and o1 > o0:
+                ptr = a.data.ptr
+                if base + o0 < ptr + extent[1] and ptr + extent[0] < base + o1:
+                    return True
+        return False
+
+    def __call__(self, x, w, bias, out):
+        """Run on the current stream; y, a new contiguous array, or `out`."""
+        if cupy.cuda.runtime.getDevice() != self.device:
+            with cupy.cuda.Device(self.device):
+                return self(x, w, bias, out)
+        scratch = Scratch()
+        if scratch.capturing:
+            _captured.add(self.exe)              # the graph holds its table's address
+        if out is None:
+            y = cupy.empty(self.y_shape, self.dtype)
+        else:
+            y = out if self.out_direct else scratch.empty(self.y_shape, self.dtype)
+        if self.N > 0:
+            if self.copy_w:
+                w = scratch.contiguous(w)
+            if self.copy_bias:
+                bias = scratch.contiguous(bias)
+            self.exe(x, w, bias, y, scratch)
+        if out is not None and not self.out_direct:
+            out[...] = y
+            y = out
+        scratch.release()
+        return y

@@ -3,19 +3,20 @@
 `make_plan` turns a checked `Problem` (plus the input's element strides and whether the filter is
 16-byte aligned) into a frozen `Plan` that `im2win.cuda.launch` executes without further
 decisions. Offsets follow spec/im2win.md: an operand address is a pixel term (64-bit, once per
-thread) plus a reduction term (from the __constant__ tables when they fit).
+thread) plus a reduction term (from the plan's table, `Plan.taps`, where offsets fit 32 bits).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import pathlib
+import re
+from typing import NamedTuple
 
 import numpy as np
 
-from im2win.cuda.tuning import (ALGORITHMS, MAX_TABLE, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, TILES,
-                                MmaTile, Options, Tile, choose_mma_tile, choose_tile)
+from im2win.cuda.tuning import (ALGORITHMS, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, TILES, MmaTile,
+                                Options, Tile, choose_mma_tile, choose_tile)
 from im2win.problem import Problem
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
@@ -26,9 +27,45 @@ INT32_MAX = 2**31 - 1
 MAX_GRID_YZ = 65535
 
 
+class Geometry(NamedTuple):
+    """The kernels' `struct Geometry` (gemm.cuh), field for field in its order: 64-bit fields
+    first, then 32-bit ones (tests/test_plan.py checks the two against each other)."""
+
+    npix: int    # N*P*Q pixels of one launch
+    sn: int      # base(n, g, p, q) = n*sn + g*sg + p*sp + q*sq + base0
+    sg: int
+    sp: int
+    sq: int
+    base0: int
+    sc: int      # off(t) = c*sc + r*sr + s*ss
+    sr: int
+    ss: int
+    K: int
+    Kg: int
+    red: int     # (C/G)*R*S
+    redp: int    # red padded to the Tensor-Core kernel's slice
+    PQ: int
+    Q: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+    H: int
+    W: int
+    Cg: int
+    R: int
+    S: int
+    dh: int
+    dw: int
+
+
+GEOMETRY_64BIT = 9      # the first 9 fields are 64-bit (i64), the rest 32-bit (int)
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """Everything a launch needs, decided once.
+    """Everything a launch needs, decided once; immutable, and hashable as the key of what the
+    launch layer builds from it on a device.
 
     Attributes:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused" or "im2col_gemm".
@@ -38,8 +75,9 @@ class Plan:
             Cores), or None.
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
-        geometry: the kernel's Geometry fields for one launch of `chunk` images.
-        tables: whether the reduction offsets go to __constant__ memory.
+        geometry: the kernel's Geometry for one launch of `chunk` images (None for the others).
+        taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
+            every t; empty when offsets are computed in the kernel.
         workspace_bytes: extra device memory the plan allocates (the window chunk and the
             filter in window order).
     """
@@ -50,9 +88,14 @@ class Plan:
     file: str | None
     kernel: str | None
     chunk: int
-    geometry: dict
-    tables: bool
+    geometry: Geometry | None
+    taps: bytes = dataclasses.field(repr=False)
     workspace_bytes: int
+
+    @property
+    def tables(self) -> bool:
+        """Whether the kernel reads its reduction offsets from the table."""
+        return bool(self.taps)
 
     @property
     def block(self) -> int:
@@ -60,12 +103,21 @@ class Plan:
 
     def grid(self, images: int, G: int) -> tuple[int, int, int]:
         """Blocks for `images` images: (pixel tiles, filter tiles, groups)."""
-        pixels = images * self.geometry["PQ"]
-        return (-(-pixels // self.tile.BN), -(-self.geometry["Kg"] // self.tile.BM), G)
+        pixels = images * self.geometry.PQ
+        return (-(-pixels // self.tile.BN), -(-self.geometry.Kg // self.tile.BM), G)
 
     @property
     def tensor_cores(self) -> bool:
         return self.file == "im2win_mma"
+
+
+def geometry_fields(header: str) -> list[tuple[str, int]]:
+    """(name, bits) of each field of `struct Geometry` in the C++ text `header` (gemm.cuh)."""
+    body = re.search(r"struct Geometry \{(.*?)\};", header, re.S).group(1)
+    fields = []
+    for kind, names in re.findall(r"^\s*(i64|int) ([^;]+);", body, re.M):
+        fields += [(name.strip(), 64 if kind == "i64" else 32) for name in names.split(",")]
+    return fields
 
 
 def check_algorithm(algorithm) -> str:
@@ -105,7 +157,7 @@ def window_bytes(prob: Problem, images: int) -> int:
     return images * prob.C * prob.P * prob.Wp * prob.R * prob.dtype.itemsize
 
 
-def geometry(prob: Problem, fused: bool, images: int, x_strides) -> dict:
+def geometry(prob: Problem, fused: bool, images: int, x_strides) -> Geometry:
     """The kernel's Geometry for one launch over `images` images.
 
     Args:
@@ -130,7 +182,7 @@ def geometry(prob: Problem, fused: bool, images: int, x_strides) -> dict:
                        sq=prob.sw * prob.R * prob.C, sr=prob.C, ss=prob.dw * prob.R * prob.C,
                        base0=0)
     geo["sg"] = prob.Cg * geo["sc"]
-    return geo
+    return Geometry(**geo)
 
 
 def reduction_taps(prob: Problem, window_order: bool) -> tuple[np.ndarray, ...]:
@@ -148,12 +200,10 @@ def reduction_taps(prob: Problem, window_order: bool) -> tuple[np.ndarray, ...]:
     return c, r, s
 
 
-def reduction_tables(prob: Problem, geo: dict, window_order: bool):
-    """The __constant__ tables (off(t), (r*dh) << 16 | s*dw), or None when they do not fit."""
-    if prob.reduction > MAX_TABLE:
-        return None
+def reduction_tables(prob: Problem, geo: Geometry, window_order: bool):
+    """The tables (off(t), (r*dh) << 16 | s*dw), or None when they do not fit 32 bits."""
     c, r, s = reduction_taps(prob, window_order)
-    off = c * geo["sc"] + r * geo["sr"] + s * geo["ss"]
+    off = c * geo.sc + r * geo.sr + s * geo.ss
     dr, ds = r * prob.dh, s * prob.dw
     if np.abs(off).max(initial=0) > INT32_MAX or dr.max(initial=0) > 32767 or \
             ds.max(initial=0) > 65535:
@@ -183,14 +233,22 @@ def mma_kernel_name(prob: Problem, fused: bool, tile: MmaTile, options: Options,
     return f"im2win_mma<{', '.join(str(f).lower() for f in flags)}>"
 
 
-def contiguous_runs_of_8(prob: Problem, geo: dict) -> bool:
+def contiguous_runs_of_8(prob: Problem, geo: Geometry) -> bool:
     """Whether every 8 consecutive reduction entries starting at a multiple of 8 are one
     contiguous run at an offset divisible by 8 (16-byte copies, given an aligned base)."""
-    return prob.Cg % 8 == 0 and geo["sc"] == 1 and all(
-        geo[k] % 8 == 0 for k in ("sn", "sg", "sp", "sq", "base0", "sr", "ss"))
+    return prob.Cg % 8 == 0 and geo.sc == 1 and all(
+        getattr(geo, k) % 8 == 0 for k in ("sn", "sg", "sp", "sq", "base0", "sr", "ss"))
 
 
-@functools.lru_cache(maxsize=256)    # a call's planning (tables included) is done once
+def table_bytes(prob: Problem, geo: Geometry, window_order: bool, wanted: bool) -> bytes:
+    """The plan's reduction table (`Plan.taps`): interleaved int32 pairs, or b"" when not
+    wanted or the offsets do not fit."""
+    tables = reduction_tables(prob, geo, window_order) if wanted else None
+    if tables is None:
+        return b""
+    return np.stack(tables, axis=1).astype(np.int32).tobytes()
+
+
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
               options: Options | None = None, workspace_limit: int | None = None,
               tile: str | None = None, x_aligned: bool = True) -> Plan:
@@ -220,7 +278,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if algorithm == "auto":
         algorithm = "im2win_fused"
     if algorithm in ("direct", "im2col_gemm"):
-        return Plan(algorithm, None, options, None, None, max(prob.N, 1), {}, False, 0)
+        return Plan(algorithm, None, options, None, None, max(prob.N, 1), None, b"", 0)
 
     fused = algorithm == "im2win_fused"
     chunk = max(prob.N, 1)
@@ -250,10 +308,10 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                          f"{prob.dtype.name}")
     check_grid(prob, chosen)
     geo = geometry(prob, fused, chunk, x_strides)
-    tables = options.index_tables and reduction_tables(prob, geo, not fused) is not None
+    taps = table_bytes(prob, geo, not fused, options.index_tables)
     vector_filter = prob.reduction % 4 == 0 and w_aligned
-    name = kernel_name(prob, fused, chosen, options, tables, vector_filter)
-    return Plan(algorithm, chosen, options, "im2win_conv", name, chunk, geo, tables, workspace)
+    name = kernel_name(prob, fused, chosen, options, bool(taps), vector_filter)
+    return Plan(algorithm, chosen, options, "im2win_conv", name, chunk, geo, taps, workspace)
 
 
 def check_grid(prob: Problem, tile) -> None:
@@ -263,7 +321,7 @@ def check_grid(prob: Problem, tile) -> None:
 
 
 def mma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, chunk: int,
-             workspace: int, geo: dict, src_aligned: bool, w_aligned: bool) -> Plan:
+             workspace: int, geo: Geometry, src_aligned: bool, w_aligned: bool) -> Plan:
     """The Tensor-Core plan for float16: the reduction padded (by predication) to a multiple of
     32 once. `src_aligned`, `w_aligned`: whether B's and A's sources start 16-byte aligned."""
     if tile is not None and tile not in MMA_TILES:
@@ -272,12 +330,12 @@ def mma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, 
     chosen = MMA_TILES[tile or choose_mma_tile(prob.Kg, prob.reduction, prob.layout)]
     check_grid(prob, chosen)
     fused = algorithm == "im2win_fused"
-    geo["redp"] = -(-prob.reduction // MMA_BK) * MMA_BK
-    tables = options.index_tables and reduction_tables(prob, geo, not fused) is not None
+    geo = geo._replace(redp=-(-prob.reduction // MMA_BK) * MMA_BK)
+    taps = table_bytes(prob, geo, not fused, options.index_tables)
     vector_a = w_aligned and prob.reduction % 8 == 0
     vector_b = src_aligned and contiguous_runs_of_8(prob, geo)
-    name = mma_kernel_name(prob, fused, chosen, options, tables, vector_a, vector_b)
-    return Plan(algorithm, chosen, options, "im2win_mma", name, chunk, geo, tables, workspace)
+    name = mma_kernel_name(prob, fused, chosen, options, bool(taps), vector_a, vector_b)
+    return Plan(algorithm, chosen, options, "im2win_mma", name, chunk, geo, taps, workspace)
 
 
 def specializations() -> list[tuple[str, str]]:

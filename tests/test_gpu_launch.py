@@ -1,0 +1,126 @@
+"""The launch path on the GPU: CUDA graphs, concurrent streams and the remembered call.
+Skipped without a visible GPU."""
+
+import numpy as np
+import pytest
+
+import im2win
+from helpers import random_arrays, to_layout
+from im2win import cuda
+from im2win.cuda.plan import window_bytes
+from im2win.problem import make_problem
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy") if im2win.cuda.is_available() else None
+
+LAYOUTS = ["NCHW", "NHWC"]
+# The first two share a kernel instantiation (other padding and dilation: other tables), the
+# third does not.
+CASES = [((2, 16, 13, 11), (24, 16, 3, 3), dict(padding=1)),
+         ((2, 16, 13, 11), (24, 16, 3, 3), dict(padding=2, dilation=2)),
+         ((3, 5, 9, 10), (7, 5, 2, 3), dict(stride=(2, 1)))]
+
+
+def device_case(rng, case, dtype, layout, K_extra=0):
+    x_shape, w_shape, kwargs = case
+    w_shape = (w_shape[0] + K_extra,) + w_shape[1:]
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], dtype)
+    x, w = to_layout(layout, x, w)
+    return (cupy.asarray(x), cupy.asarray(w), cupy.asarray(b)), dict(kwargs, layout=layout)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("algorithm", ["im2win_fused", "im2win"])
+def test_captured_graph_replays_the_eager_results_bit_for_bit(rng, layout, dtype, algorithm):
+    calls = [device_case(rng, case, dtype, layout) for case in CASES]
+    probs = [make_problem(*arrays, **kw) for arrays, kw in calls]
+    kernels = [cuda._plan(prob, arrays[0], arrays[1], algorithm, None, None).kernel
+               for prob, (arrays, _) in zip(probs, calls)]
+    assert kernels[0] == kernels[1] != kernels[2]
+    if algorithm == "im2win":                          # one image at a time: chunked launches
+        calls[0][1]["workspace_limit"] = window_bytes(probs[0], 1) + \
+            probs[0].K * probs[0].reduction * probs[0].dtype.itemsize
+    eager = [im2win.conv2d(*arrays, algorithm=algorithm, **kw) for arrays, kw in calls]
+    # First seen inside the capture: compiled, planned and its table uploaded there; its
+    # filter is a non-contiguous view (a temporary copy) and its out is strided (another).
+    (x, w, b), kw = device_case(rng, CASES[2], dtype, layout, K_extra=np.dtype(dtype).itemsize)
+    w_view = cupy.stack([w, w], axis=-1)[..., 0]
+    fresh_out = cupy.full(make_problem(x, w, b, **kw).y_shape + (2,), np.nan, dtype)[..., 1]
+    outs = [cupy.full_like(y, np.nan) for y in eager]
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        for (arrays, kw_i), out in zip(calls, outs):
+            assert im2win.conv2d(*arrays, algorithm=algorithm, out=out, **kw_i) is out
+        im2win.conv2d(x, w_view, b, algorithm=algorithm, out=fresh_out, **kw)
+        graph = stream.end_capture()
+    assert all(bool(cupy.isnan(out).all()) for out in outs)          # captured, not run
+    fresh_eager = im2win.conv2d(x, w, b, algorithm=algorithm, **kw)
+    for _ in range(2):
+        # Other problems run in between (the same kernels with other tables), and memory
+        # freed since the capture is handed out again and must stay untouched by the replay.
+        (x2, w2, b2), kw2 = device_case(rng, CASES[0], dtype, layout)
+        im2win.conv2d(x2, w2, b2, algorithm=algorithm, **dict(kw2, padding=3, dilation=3))
+        bystanders = [cupy.full(1 << 16, 7, dtype) for _ in range(16)]
+        for out in outs + [fresh_out]:
+            out.fill(np.nan)
+        graph.launch(stream)
+        stream.synchronize()
+        for out, y in zip(outs, eager):
+            cupy.testing.assert_array_equal(out, y)
+        cupy.testing.assert_array_equal(fresh_out, fresh_eager)
+        assert all(bool((a == 7).all()) for a in bystanders)
+
+
+def test_concurrent_calls_on_two_streams_give_the_eager_results(rng):
+    """Problems sharing a kernel, interleaved on two streams with no synchronisation."""
+    calls = [device_case(rng, CASES[i], dtype, layout)
+             for i, (dtype, layout) in enumerate([(np.float32, "NCHW"), (np.float16, "NHWC")])]
+    calls += [device_case(rng, CASES[1], np.float32, "NCHW"),
+              device_case(rng, CASES[0], np.float16, "NHWC")]
+    eager = [im2win.conv2d(*arrays, **kw) for arrays, kw in calls]
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    results = [[] for _ in calls]
+    for _ in range(6):
+        for i, (arrays, kw) in enumerate(calls):
+            with streams[i % 2]:
+                results[i].append(im2win.conv2d(*arrays, **kw))
+    for s in streams:
+        s.synchronize()
+    for ys, y in zip(results, eager):
+        for got in ys:
+            cupy.testing.assert_array_equal(got, y)
+
+
+def test_a_remembered_call_still_refuses_bad_arguments():
+    x, w = cupy.ones((1, 2, 5, 5), cupy.float32), cupy.ones((3, 2, 3, 3), cupy.float32)
+    for _ in range(2):
+        im2win.conv2d(x, w, stride=1, groups=1, padding=[1, 1], workspace_limit=None)
+    for kwargs, error, match in [(dict(stride=True), TypeError, "stride must be an int"),
+                                 (dict(stride=1.0), TypeError, "stride must be an int"),
+                                 (dict(groups=True), TypeError, "groups must be an int"),
+                                 (dict(padding=[True, 1]), TypeError, "padding must be an int"),
+                                 (dict(workspace_limit=True), TypeError,
+                                  "workspace_limit must be an int")]:
+        with pytest.raises(error, match=match):
+            im2win.conv2d(x, w, **dict(dict(padding=[1, 1]), **kwargs))
+    # out of a remembered key (same shapes and strides), overlapping x this time
+    big, other = (cupy.ones((2, 3, 3, 3), cupy.float32) for _ in range(2))
+    w1 = cupy.ones((3, 2, 1, 1), cupy.float32)
+    im2win.conv2d(other[1:, :2], w1, out=big[1:])
+    with pytest.raises(ValueError, match="out overlaps x"):
+        im2win.conv2d(big[1:, :2], w1, out=big[1:])
+    with pytest.raises(TypeError, match="all arrays must be on one device"):
+        im2win.conv2d(x, cupy.asnumpy(w))
+
+
+def test_remembered_calls_are_bounded(monkeypatch, rng):
+    monkeypatch.setattr(cuda, "MAX_CALLS", 3)
+    cuda._calls.clear()
+    for pad in range(6):
+        (x, w, b), kw = device_case(rng, CASES[2], np.float32, "NCHW")
+        y = im2win.conv2d(x, w, b, **dict(kw, padding=pad))
+        assert len(cuda._calls) <= 3
+        expected = cuda.conv2d(make_problem(x, w, b, **dict(kw, padding=pad)), x, w, b)
+        cupy.testing.assert_array_equal(y, expected)

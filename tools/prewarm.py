@@ -1,0 +1,68 @@
+"""Compile, in parallel, the kernels that the benchmark layers plan, into CuPy's disk cache.
+
+``python3 tools/prewarm.py [--dtypes float32,float16] [--layouts NCHW,NHWC] [--jobs 16]``
+
+The GPU machine's time is scarce and NVRTC compiles one instantiation at a time on first use;
+this compiles them all at once beforehand (the benchmark then finds them cached). It uses only
+`make_plan`, `Plan.file`, `Plan.kernel` and `plan.source`, so it also warms older commits
+(run it with that commit's tree on PYTHONPATH).
+"""
+
+import argparse
+import concurrent.futures
+import multiprocessing
+
+import numpy as np
+
+from im2win.cuda.plan import CUDA_TYPES, make_plan, source
+from im2win.layers import LAYERS
+from im2win.problem import make_problem
+
+OPTIONS = ("-std=c++17",)
+
+
+def planned(dtypes, layouts, batch=128):
+    """(file, expression) of every kernel the benchmark layers run, default and materialised."""
+    out = set()
+    for dtype in dtypes:
+        for layout in layouts:
+            out.add(("window", f"image_to_window<{CUDA_TYPES[dtype][0]}, "
+                               f"{str(layout == 'NHWC').lower()}>"))
+            for layer in LAYERS.values():
+                x_shape, w_shape = layer.shapes(batch, layout)
+                x = np.lib.stride_tricks.as_strided(np.empty(1, dtype), x_shape,
+                                                    (0,) * 4)
+                w = np.lib.stride_tricks.as_strided(np.empty(1, dtype), w_shape, (0,) * 4)
+                prob = make_problem(x, w, stride=layer.stride, layout=layout)
+                N, C, H, W = prob.N, prob.C, prob.H, prob.W
+                strides = (C * H * W, H * W, W, 1) if layout == "NCHW" else \
+                    (H * W * C, 1, W * C, C)
+                for algorithm in ("auto", "im2win"):
+                    plan = make_plan(prob, x_strides=strides, w_aligned=True,
+                                     algorithm=algorithm)
+                    out.add((plan.file, plan.kernel))
+    return sorted(out)
+
+
+def compile_one(job):
+    import cupy
+    file, expression = job
+    cupy.RawModule(code=source(file), options=OPTIONS, name_expressions=[expression]).compile()
+    return expression
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dtypes", default="float32,float16")
+    parser.add_argument("--layouts", default="NCHW,NHWC")
+    parser.add_argument("--jobs", type=int, default=16)
+    args = parser.parse_args()
+    jobs = planned(args.dtypes.split(","), args.layouts.split(","))
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        done = list(pool.map(compile_one, jobs))
+    print(f"prewarmed {len(done)} kernels")
+
+
+if __name__ == "__main__":
+    main()
