@@ -57,6 +57,7 @@ def test_captured_graph_replays_the_eager_results_bit_for_bit(rng, layout, dtype
         graph = stream.end_capture()
     assert all(bool(cupy.isnan(out).all()) for out in outs)          # captured, not run
     fresh_eager = im2win.conv2d(x, w, b, algorithm=algorithm, **kw)
+    cupy.cuda.Device().synchronize()
     for _ in range(2):
         # Other problems run in between (the same kernels with other tables), and memory
         # freed since the capture is handed out again and must stay untouched by the replay.
@@ -65,8 +66,8 @@ def test_captured_graph_replays_the_eager_results_bit_for_bit(rng, layout, dtype
         bystanders = [cupy.full(1 << 16, 7, dtype) for _ in range(16)]
         for out in outs + [fresh_out]:
             out.fill(np.nan)
-        graph.launch(stream)
-        stream.synchronize()
+        graph.launch()                       # on the current stream, after the fills
+        cupy.cuda.Device().synchronize()
         for out, y in zip(outs, eager):
             cupy.testing.assert_array_equal(out, y)
         cupy.testing.assert_array_equal(fresh_out, fresh_eager)
@@ -80,6 +81,7 @@ def test_concurrent_calls_on_two_streams_give_the_eager_results(rng):
     calls += [device_case(rng, CASES[1], np.float32, "NCHW"),
               device_case(rng, CASES[0], np.float16, "NHWC")]
     eager = [im2win.conv2d(*arrays, **kw) for arrays, kw in calls]
+    cupy.cuda.Device().synchronize()         # the streams below do not wait for this one
     streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
     results = [[] for _ in calls]
     for _ in range(6):

@@ -5,7 +5,8 @@
 // from the table (or computed, where offsets do not fit 32 bits or the table is switched off).
 //
 // The table is a device buffer owned by the launch's plan, passed as a kernel argument
-// (`taps`: taps[t] = {off(t), (r*dh) << 16 | s*dw}) and read through the read-only data cache.
+// (`taps`: taps[t] = {off(t), (r*dh) << 16 | s*dw}, zero past the reduction up to a multiple of
+// 32 entries) and read through the read-only data cache.
 // Nothing here is module-global state, so launches of different problems never wait for each
 // other and a captured CUDA graph replays with its own tables.
 
@@ -46,14 +47,31 @@ struct Tap {
   int dr, ds;
 };
 
+__device__ __forceinline__ Tap tap_of(int2 entry) {
+  Tap tap;
+  tap.off = entry.x;
+  tap.dr = entry.y >> 16;
+  tap.ds = entry.y & 0xffff;
+  return tap;
+}
+
+// The 8 table entries of t0 .. t0 + 7 (t0 % 8 == 0) in four 16-byte loads; the table is padded
+// with zeros to whole 32-entry slices, so the loads never leave it.
+__device__ __forceinline__ void taps_of_8(const int2* __restrict__ taps, int t0, int2 (&out)[8]) {
+  const int4* p = reinterpret_cast<const int4*>(taps + t0);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int4 v = __ldg(p + q);
+    out[2 * q] = make_int2(v.x, v.y);
+    out[2 * q + 1] = make_int2(v.z, v.w);
+  }
+}
+
 template <bool kNHWC, bool kWindowOrder, bool kTable>
 __device__ __forceinline__ Tap tap_at(int t, const int2* __restrict__ taps, const Geometry& geo) {
   Tap tap;
   if (kTable) {
-    const int2 entry = __ldg(taps + t);
-    tap.off = entry.x;
-    tap.dr = entry.y >> 16;
-    tap.ds = entry.y & 0xffff;
+    tap = tap_of(__ldg(taps + t));
   } else {
     int c, rs, r, s;
     if (kNHWC) {

@@ -142,12 +142,14 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
         }
       } else {      // element by element (e.g. C = 3): gathered through registers
         unsigned short e[8];
+        int2 entries[8];   // the chunk's table entries, fetched together (few, wide loads)
+        if (kTable) taps_of_8(taps, t0, entries);
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const int t = t0 + k;
           e[k] = 0;
           if (px[i].valid && t < geo.red) {
-            const Tap tap = tap_at<kNHWC, !kFused, kTable>(t, taps, geo);
+            const Tap tap = kTable ? tap_of(entries[k]) : tap_at<kNHWC, !kFused, false>(t, taps, geo);
             if (inside[i] || ((unsigned)(px[i].h0 + tap.dr) < (unsigned)geo.H &&
                               (unsigned)(px[i].w0 + tap.ds) < (unsigned)geo.W))
               e[k] = src[px[i].base + tap.off].bits;

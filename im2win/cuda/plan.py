@@ -77,7 +77,8 @@ class Plan:
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry for one launch of `chunk` images (None for the others).
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
-            every t; empty when offsets are computed in the kernel.
+            every t, zeros past the reduction up to a multiple of 32 entries; empty when
+            offsets are computed in the kernel.
         workspace_bytes: extra device memory the plan allocates (the window chunk and the
             filter in window order).
     """
@@ -241,12 +242,15 @@ def contiguous_runs_of_8(prob: Problem, geo: Geometry) -> bool:
 
 
 def table_bytes(prob: Problem, geo: Geometry, window_order: bool, wanted: bool) -> bytes:
-    """The plan's reduction table (`Plan.taps`): interleaved int32 pairs, or b"" when not
-    wanted or the offsets do not fit."""
-    tables = reduction_tables(prob, geo, window_order) if wanted else None
+    """The plan's reduction table (`Plan.taps`): interleaved int32 pairs, zero-padded to whole
+    slices of MMA_BK entries (kernels read slices whole), or b"" when not wanted or the offsets
+    do not fit."""
+    tables = reduction_tables(prob, geo, window_order) if wanted and prob.reduction else None
     if tables is None:
         return b""
-    return np.stack(tables, axis=1).astype(np.int32).tobytes()
+    taps = np.zeros((-(-prob.reduction // MMA_BK) * MMA_BK, 2), np.int32)
+    taps[:prob.reduction] = np.stack(tables, axis=1)
+    return taps.tobytes()
 
 
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
