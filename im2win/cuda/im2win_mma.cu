@@ -61,7 +61,8 @@ __device__ __forceinline__ void store_pair(half_t* y, i64 i0, i64 i1, bool ok0, 
 
 template <bool kNHWC, bool kFused, int BM, int BN, int WM, int WN, int STAGES, bool kAsync,
           bool kVecA, bool kVecB, bool kLdmatrix, bool kSwizzle, bool kTable>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
+                                  (!kVecB && (WM / 16) * (WN / 8) <= 16) ? 4 : 1)
     im2win_mma(const half_t* __restrict__ src, const half_t* __restrict__ w,
                const half_t* __restrict__ bias, half_t* __restrict__ y,
                const int2* __restrict__ taps, Geometry geo, int g0) {
