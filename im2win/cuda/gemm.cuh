@@ -55,12 +55,14 @@ __device__ __forceinline__ Tap tap_of(int2 entry) {
   return tap;
 }
 
-// The 8 table entries of t0 .. t0 + 7 (t0 % 8 == 0) in four 16-byte loads; the table is padded
-// with zeros to whole 32-entry slices, so the loads never leave it.
-__device__ __forceinline__ void taps_of_8(const int2* __restrict__ taps, int t0, int2 (&out)[8]) {
+// The N table entries of t0 .. t0 + N - 1 in 16-byte loads (N even, t0 even); the table is
+// padded with zeros to whole 32-entry slices, so loads within a slice never leave it.
+template <int N>
+__device__ __forceinline__ void taps_of(const int2* __restrict__ taps, int t0, int2 (&out)[N]) {
+  static_assert(N % 2 == 0, "entries come in pairs");
   const int4* p = reinterpret_cast<const int4*>(taps + t0);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
+  for (int q = 0; q < N / 2; ++q) {
     const int4 v = __ldg(p + q);
     out[2 * q] = make_int2(v.x, v.y);
     out[2 * q + 1] = make_int2(v.z, v.w);

@@ -39,11 +39,11 @@
 //                  interleaved column mapping above.
 // The register micro-kernel is switched off by the 16x16 tile with TM = TN = 1.
 
-template <typename T, typename Acc, bool kNHWC, bool kFused, bool kTable>
+// B[t, pixel] at the tap `tap` of t (zero outside the reduction, the pixels or, fused, x).
+template <typename T, typename Acc, bool kFused>
 __device__ __forceinline__ Acc load_b(const T* __restrict__ src, const Pixel& px, int t,
-                                      const int2* __restrict__ taps, const Geometry& geo) {
+                                      const Tap& tap, const Geometry& geo) {
   if (!px.valid || t >= geo.red) return Acc(0);
-  const Tap tap = tap_at<kNHWC, !kFused, kTable>(t, taps, geo);
   if (kFused && ((unsigned)(px.h0 + tap.dr) >= (unsigned)geo.H ||
                  (unsigned)(px.w0 + tap.ds) >= (unsigned)geo.W))
     return Acc(0);
@@ -95,7 +95,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
         af[i] = m < geo.Kg ? to_acc(w_group[(i64)m * geo.red + t], Acc()) : Acc(0);
       }
 #pragma unroll
-      for (int j = 0; j < TN; ++j) bf[j] = load_b<T, Acc, kNHWC, kFused, kTable>(src, px[j], t, taps, geo);
+      for (int j = 0; j < TN; ++j)
+        bf[j] = load_b<T, Acc, kFused>(src, px[j], t, tap_at<kNHWC, !kFused, kTable>(t, taps, geo),
+                                       geo);
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -108,14 +110,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     constexpr int A_ELEMS = BM * BK, A_VECS = A_ELEMS / 4;
     constexpr int A_PER = kVecOk ? (A_VECS + NT - 1) / NT : (A_ELEMS + NT - 1) / NT;
     constexpr int A_REGS = kVecOk ? 4 * A_PER : A_PER;
-    // B mapping: along t (kAlongT: B_PER consecutive rows of pixel tid / (BK / B_PER)) or
-    // along pixels (rows b_row + i * B_ROWS of pixel tid % BN).
+    // B mapping: each thread loads the B_PER consecutive rows b_row + i of one pixel, its
+    // pixel along t (kAlongT: pixel tid / (BK / B_PER)) or along pixels (pixel tid % BN).
+    // The rows' table entries are then consecutive too: B_PER / 2 16-byte loads.
     constexpr bool kAlongT = (kNHWC || !kFused) && (BK * BN) % NT == 0 && BK * BN >= NT;
     constexpr int B_ROWS = NT / BN;
     constexpr int B_PER = kAlongT ? BK * BN / NT : (BK + B_ROWS - 1) / B_ROWS;
+    constexpr bool kPairs = kTable && B_PER % 2 == 0;
     Acc a_st[A_REGS], b_st[B_PER];
     const int b_col = kAlongT ? tid / (BK / B_PER) : tid % BN;
-    const int b_row = kAlongT ? (tid % (BK / B_PER)) * B_PER : tid / BN;
+    const int b_row = kAlongT ? (tid % (BK / B_PER)) * B_PER : (tid / BN) * B_PER;
     const Pixel px = pixel_at(j0 + b_col, g, geo);
 
     auto load_tiles = [&](int k0) {
@@ -138,11 +142,15 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
                         ? to_acc(w_group[(i64)(m0 + m) * geo.red + t], Acc()) : Acc(0);
         }
       }
+      int2 entries[kPairs ? B_PER : 2];
+      if constexpr (kPairs) {
+        if (b_row < BK) taps_of(taps, k0 + b_row, entries);
+      }
 #pragma unroll
       for (int i = 0; i < B_PER; ++i) {
-        const int row = kAlongT ? b_row + i : b_row + i * B_ROWS;
-        b_st[i] = row < BK ? load_b<T, Acc, kNHWC, kFused, kTable>(src, px, k0 + row, taps, geo)
-                           : Acc(0);
+        const int row = b_row + i, t = k0 + row;
+        const Tap tap = kPairs ? tap_of(entries[i]) : tap_at<kNHWC, !kFused, kTable>(t, taps, geo);
+        b_st[i] = row < BK ? load_b<T, Acc, kFused>(src, px, t, tap, geo) : Acc(0);
       }
     };
     auto store_tiles = [&](int buf) {
@@ -165,7 +173,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
       }
 #pragma unroll
       for (int i = 0; i < B_PER; ++i) {
-        const int row = kAlongT ? b_row + i : b_row + i * B_ROWS;
+        const int row = b_row + i;
         if (row < BK) Bs[buf][row][b_col] = b_st[i];
       }
     };

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
       } else {      // element by element (e.g. C = 3): gathered through registers
         unsigned short e[8];
         int2 entries[8];   // the chunk's table entries, fetched together (few, wide loads)
-        if (kTable) taps_of_8(taps, t0, entries);
+        if (kTable) taps_of<8>(taps, t0, entries);
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const int t = t0 + k;
