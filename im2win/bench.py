@@ -115,7 +115,7 @@ class GPU:
     def to_host(self, a):
         return self.cupy.asnumpy(a)
 
-    def back_to_back(self, fn, calls=20, repeats=5) -> float:
+    def back_to_back(self, fn, calls=10, repeats=3) -> float:
         """Median seconds per call of `calls` calls of `fn()` issued without synchronising,
         between CUDA events (after one warm-up call)."""
         cupy = self.cupy

@@ -1,6 +1,8 @@
 """The launch path on the GPU: CUDA graphs, concurrent streams and the remembered call.
 Skipped without a visible GPU."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -93,6 +95,32 @@ def test_concurrent_calls_on_two_streams_give_the_eager_results(rng):
     for ys, y in zip(results, eager):
         for got in ys:
             cupy.testing.assert_array_equal(got, y)
+
+
+def test_calls_from_several_threads_give_the_eager_results(rng):
+    """Remembered calls launched from threads at once (each thread has its own argument
+    buffers and its own default stream per device)."""
+    calls = [device_case(rng, CASES[i % 3], dtype, "NHWC")
+             for i, dtype in enumerate([np.float32, np.float16, np.float32, np.float16])]
+    eager = [im2win.conv2d(*arrays, **kw) for arrays, kw in calls]
+    cupy.cuda.Device().synchronize()
+    results = {}
+
+    def work(i):
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            arrays, kw = calls[i % len(calls)]
+            results[i] = [im2win.conv2d(*arrays, **kw) for _ in range(20)]
+        stream.synchronize()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == list(range(8))
+    for i, ys in results.items():
+        for y in ys:
+            cupy.testing.assert_array_equal(y, eager[i % len(calls)])
 
 
 def test_a_remembered_call_still_refuses_bad_arguments():

@@ -36,6 +36,7 @@ if [[ $step == ab ]]; then
   (cd "$OUT" && tar -czf ab.tgz ab && rm -rf ab)
 fi
 if [[ $step == sanitize || $step == all ]]; then
+  [[ $filter == float16 ]] && python3 tools/prewarm.py --specializations im2win_mma
   for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitize_cases.py $filter \
       > "$OUT/sanitizer-$tool.log" 2>&1

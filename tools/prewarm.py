@@ -1,6 +1,8 @@
 """Compile, in parallel, the kernels that the benchmark layers plan, into CuPy's disk cache.
 
-``python3 tools/prewarm.py [--dtypes float32,float16] [--layouts NCHW,NHWC] [--jobs 16]``
+``python3 tools/prewarm.py [--dtypes float32,float16] [--layouts NCHW,NHWC] [--jobs 16]
+[--specializations REGEX]``: the last compiles every specialisation CI compiles whose name
+expression matches REGEX instead (e.g. ``im2win_mma`` before compute-sanitizer runs).
 
 The GPU machine's time is scarce and NVRTC compiles one instantiation at a time on first use;
 this compiles them all at once beforehand (the benchmark then finds them cached). It uses only
@@ -11,6 +13,7 @@ this compiles them all at once beforehand (the benchmark then finds them cached)
 import argparse
 import concurrent.futures
 import multiprocessing
+import re
 
 import numpy as np
 
@@ -56,8 +59,13 @@ def main():
     parser.add_argument("--dtypes", default="float32,float16")
     parser.add_argument("--layouts", default="NCHW,NHWC")
     parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--specializations", metavar="REGEX")
     args = parser.parse_args()
-    jobs = planned(args.dtypes.split(","), args.layouts.split(","))
+    if args.specializations:
+        from im2win.cuda.plan import specializations
+        jobs = [job for job in specializations() if re.search(args.specializations, job[1])]
+    else:
+        jobs = planned(args.dtypes.split(","), args.layouts.split(","))
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
         done = list(pool.map(compile_one, jobs))

@@ -2,8 +2,9 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16]``: with ``float16``, only the Tensor-Core kernel's
-cases (every tile and switch).
+``python3 tools/sanitize_cases.py [float16]``: with ``float16``, every tile and switch of the
+Tensor-Core kernel only (float32 with the planner's choices). Last, a captured CUDA graph of
+several problems, replayed twice.
 """
 
 import sys
@@ -51,10 +52,10 @@ for layout in ("NCHW", "NHWC"):
         half = x.astype(cupy.float16), w.astype(cupy.float16), b.astype(cupy.float16)
         every_tile(*half, layout, kwargs, MMA_TILES)
         every_switch(*half, layout, kwargs, tensor_cores=True)
-        if ONLY_FLOAT16:
-            continue
         for algorithm in ("direct", "im2win", "im2win_fused"):
             im2win.conv2d(x, w, b, layout=layout, algorithm=algorithm, **kwargs)
+        if ONLY_FLOAT16:
+            continue
         every_tile(x, w, b, layout, kwargs, cuda.TILES)
         every_switch(x, w, b, layout, kwargs, tensor_cores=False)
         im2win.conv2d(x.astype(cupy.float64), w.astype(cupy.float64), b.astype(cupy.float64),

@@ -130,11 +130,18 @@ def im2col_gemm(prob: Problem, x, w, bias, y):
     return y
 
 
+# The arguments of a fused im2win kernel after its four pointers (src, w, bias, y), packed once
+# per launch: the table's address, the Geometry and g0, each where the C ABI wants it.
+FIXED_ARGS = np.dtype([("taps", np.uint64), ("geo", GEOMETRY), ("g0", np.int32)], align=True)
+
+
 class Executable:
     """A plan made ready on one device; immutable once built.
 
     Holds the compiled kernel, the plan's reduction table on the device, and for every launch
-    (chunks of images, groups in blocks of 65535) its offsets, grid and packed Geometry.
+    (chunks of images, groups in blocks of 65535) its offsets, grid and packed Geometry. A fused
+    plan's launches go straight to cuLaunchKernel with arguments packed once (`FIXED_ARGS`)
+    behind four pointers that each thread writes into buffers of its own.
     """
 
     def __init__(self, prob: Problem, plan: Plan):
@@ -158,6 +165,26 @@ class Executable:
                                      geometry_scalar(plan.geometry, images), np.int32(g0)))
         self.launches = tuple(launches)
         self.block = (plan.block,)
+        self.fixed = np.zeros(len(launches), FIXED_ARGS)
+        for i, (_, _, _, geo, g0) in enumerate(launches):
+            self.fixed[i] = (0 if self.taps is NULL else self.taps.data.ptr, geo, g0)
+        self.local = threading.local()
+
+    def _argument_buffers(self):
+        """This thread's (pointers, kernel-parameter arrays): four pointer slots, and per
+        launch the addresses of its seven arguments, as cuLaunchKernel reads them."""
+        buffers = getattr(self.local, "buffers", None)
+        if buffers is None:
+            pointers = np.zeros(4, np.uint64)
+            first = pointers.ctypes.data
+            fixed = self.fixed.ctypes.data
+            params = [np.array([first, first + 8, first + 16, first + 24] +
+                               [fixed + i * FIXED_ARGS.itemsize + FIXED_ARGS.fields[name][1]
+                                for name in FIXED_ARGS.names], np.uint64)
+                      for i in range(len(self.launches))]
+            buffers = self.local.buffers = (pointers, params,
+                                            [a.ctypes.data for a in params])
+        return buffers
 
     def __call__(self, x, w, bias, y, scratch: Scratch):
         """Write conv(x, w) + bias into the contiguous y; w and bias contiguous."""
@@ -166,11 +193,15 @@ class Executable:
             return direct(prob, x, w, bias, y)
         if plan.algorithm == "im2col_gemm":
             return im2col_gemm(prob, x, w, bias, y)
-        b = NULL if bias is None else bias
         if plan.algorithm == "im2win_fused":     # one launch (more only past 65535 groups)
-            for _, _, grid, geo, g0 in self.launches:
-                self.function(grid, self.block, (x, w, b, y, self.taps, geo, g0))
+            pointers, _, params = self._argument_buffers()
+            pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
+            pointers[2] = 0 if bias is None else bias.data.ptr
+            for (_, _, grid, _, _), param in zip(self.launches, params):
+                cupy.cuda.driver.launchKernel(self.function.ptr, *grid, self.block[0], 1, 1, 0,
+                                              scratch.stream, param, 0)
             return y
+        b = NULL if bias is None else bias
         # Materialised windows: the filter in window order (each pixel's reduction is then
         # the window's run), and the window tensor of `plan.chunk` images at a time.
         w_order = w.transpose((0, 1, 3, 2) if prob.layout == "NCHW" else (0, 2, 1, 3))
