@@ -147,6 +147,7 @@ class Executable:
     def __init__(self, prob: Problem, plan: Plan):
         self.prob, self.plan = prob, plan
         self.function = kernel(plan.file, plan.kernel) if plan.kernel else None
+        self.function_ptr = self.function.kernel.ptr if plan.kernel else 0   # its CUfunction
         self.taps = NULL
         if plan.taps:
             # Uploaded on a stream of its own, so that a first call made while another stream
@@ -175,6 +176,9 @@ class Executable:
         launch the addresses of its seven arguments, as cuLaunchKernel reads them."""
         buffers = getattr(self.local, "buffers", None)
         if buffers is None:
+            # cuLaunchKernel needs the device's context current in this thread; CuPy makes it
+            # current lazily, and setting the device does so at once.
+            cupy.cuda.runtime.setDevice(cupy.cuda.runtime.getDevice())
             pointers = np.zeros(4, np.uint64)
             first = pointers.ctypes.data
             fixed = self.fixed.ctypes.data
@@ -198,7 +202,7 @@ class Executable:
             pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
             pointers[2] = 0 if bias is None else bias.data.ptr
             for (_, _, grid, _, _), param in zip(self.launches, params):
-                cupy.cuda.driver.launchKernel(self.function.ptr, *grid, self.block[0], 1, 1, 0,
+                cupy.cuda.driver.launchKernel(self.function_ptr, *grid, self.block[0], 1, 1, 0,
                                               scratch.stream, param, 0)
             return y
         b = NULL if bias is None else bias
