@@ -410,21 +410,14 @@ def asv_cases(record, name):
             if v is not None and not math.isnan(v)}
 
 
-def asv_section(results, compare):
-    """From the newest h200 asv result that holds track_tflops: the geometric-mean TFLOPS per
-    (dtype, layout, implementation), what is not recorded, the spread between `default` and
-    `im2win_fused` (the same kernel), then the `asv compare` output, verbatim."""
-    records = [json.loads(p.read_text()) for p in results.glob("h200/*-existing-*.json")]
-    records = sorted((r for r in records if asv_cases(r, "track_tflops")),
-                     key=lambda r: r["date"])
-    if not records:
-        return None
-    record = records[-1]
+def asv_record_lines(record):
+    """One asv result's lines: geometric-mean TFLOPS per (dtype, layout, implementation), what
+    is not recorded, the `default`/`im2win_fused` spread, and the host time per call."""
     tflops = asv_cases(record, "track_tflops")
     layers, dtypes, layouts, impls = (list(dict.fromkeys(case[i] for case in tflops))
                                       for i in range(4))
-    lines = [ASV_NOTES, f"Commit {record['commit_hash'][:8]}, `track_tflops`, geometric mean "
-             "over the twelve layers:", "",
+    lines = [f"Commit {record['commit_hash'][:8]}, `track_tflops`, geometric mean over the "
+             "twelve layers:", "",
              "| dtype | layout | " + " | ".join(impls) + " |", "|---|---|" + "---|" * len(impls)]
     for dtype, layout in itertools.product(dtypes, layouts):
         means = []
@@ -447,6 +440,28 @@ def asv_section(results, compare):
         lines.append(f"`default` and `im2win_fused` run the same kernel on these layers; their "
                      f"`track_tflops` differ by up to {100 * (max(max(spread), 1 / min(spread)) - 1):.0f}% "
                      "in one run, a measure of the noise.")
+    host = record["results"].get("conv2d.HostTimeGPU.track_host_us")
+    if host:
+        values = dict(zip((name.strip("'") for name in host[1][0]), host[0]))
+        lines.append("`HostTimeGPU.track_host_us` (host time per cached call, "
+                     "`python -m im2win overhead`): " +
+                     ", ".join(f"{k} {v:.1f} us" for k, v in values.items()) + ".")
+    return lines + [""]
+
+
+def asv_section(results, compare):
+    """From the two newest h200 asv results that hold track_tflops: the geometric-mean TFLOPS
+    per (dtype, layout, implementation), what is not recorded, the spread between `default`
+    and `im2win_fused` (the same kernel), the host time per call where recorded, then the
+    `asv compare` output, verbatim."""
+    records = [json.loads(p.read_text()) for p in results.glob("h200/*-existing-*.json")]
+    records = sorted((r for r in records if asv_cases(r, "track_tflops")),
+                     key=lambda r: r["date"])
+    if not records:
+        return None
+    lines = [ASV_NOTES]
+    for record in reversed(records[-2:]):
+        lines += asv_record_lines(record)
     if compare.exists():
         text = compare.read_text().strip()
         commits = re.search(r"Before \[(\w+)\].*After \[(\w+)\]", text)
@@ -455,6 +470,76 @@ def asv_section(results, compare):
                   "reads every number as lower-is-better, so on `track_tflops` a `+` is faster, "
                   "a `-` slower):", "", "```", text, "```"]
     return "\n".join(lines) + "\n"
+
+
+LAUNCH_NOTES = """Issue 9 made the launch path light and graph-safe: each plan owns its reduction table
+(a device buffer, read by the kernels through the read-only cache) instead of the `__constant__`
+tables that the module shared between problems; a call seen before skips validation and
+planning; a fused call goes straight to `cuLaunchKernel` with arguments packed once. Two
+measurements follow: the host's time per call on a tiny convolution (`python -m im2win overhead`;
+"host" is the time until the last of 200 calls returns, "synchronised" until the GPU has
+finished them), and the twelve layers before and after, im2win's default only, each commit
+in its own process in one call on one machine (`python tools/ab_bench.py`). The GPU tables
+above come from the commits their headings name, before this change. Run to run, one layer
+moved by up to 10% on the same code, and the "before" float16 NHWC numbers by more: an earlier
+A/B on another machine, with the same Tensor-Core kernel, measured that geometric mean at 1.25x
+instead of 1.46x.
+float32 NHWC cv8 (the 128x128 tile with 16-deep slices: 139 registers instead of 130) is the
+one layer clearly slower after.
+"""
+
+
+def launch_section(data):
+    """The host-time table and the before/after A/B of the launch path, from
+    data/overhead*.json and data/ab-launch/*.json; "" when neither is there."""
+    lines = []
+    runs = [json.loads(p.read_text()) for p in sorted(data.glob("overhead*.json"))]
+    if runs:
+        case = runs[0]["case"]
+        lines += [f"Host time per cached call: x {tuple(case[0])}, w {tuple(case[1])}, padding "
+                  f"{case[2]}, float32, {runs[0]['calls']} calls, median of "
+                  f"{runs[0]['repeats']} runs, {machine_line(runs[0]['machine'])}", "",
+                  "| run | im2win host us | torch host us | ratio | im2win synchronised us | "
+                  "torch synchronised us |", "|---|---|---|---|---|---|"]
+        for i, run in enumerate(runs, 1):
+            us = run["us_per_call"]
+            lines.append(f"| {i} | {us['im2win']['host']:.2f} | {us['torch']['host']:.2f} | "
+                         f"{us['im2win']['host'] / us['torch']['host']:.2f}x | "
+                         f"{us['im2win']['synchronised']:.2f} | "
+                         f"{us['torch']['synchronised']:.2f} |")
+        lines.append("")
+    paths = sorted((data / "ab-launch").glob("*.json"))
+    if paths:
+        records = {}
+        for path in paths:
+            commit, dtype, layout = path.stem.split("-")
+            records.setdefault((dtype, layout), {})[commit] = json.loads(path.read_text())
+        commits = sorted({c for runs in records.values() for c in runs},
+                         key=lambda c: min(r["date"] for runs in records.values()
+                                           for k, r in runs.items() if k == c))
+        before, after = commits[0], commits[-1]
+        configs = sorted(records)
+        layers = [r["layer"] for r in records[configs[0]][before]["rows"]]
+        tflops = {(config, commit): {r["layer"]: r["tflops"] for r in runs[commit]["rows"]}
+                  for config, runs in records.items() for commit in (before, after)}
+        lines += [f"Before ({before}) / after ({after}): TFLOPS of im2win's default, batch 128, "
+                  f"and after/before:", "",
+                  "| layer | " + " | ".join(f"{d} {l}" for d, l in configs) + " |",
+                  "|---|" + "---|" * len(configs)]
+        ratios = {config: [] for config in configs}
+        for layer in layers:
+            cells = []
+            for config in configs:
+                old, new = tflops[config, before][layer], tflops[config, after][layer]
+                ratios[config].append(new / old)
+                cells.append(f"{old:.1f} / {new:.1f} ({new / old:.2f}x)")
+            lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+        lines += ["| geomean | " + " | ".join(f"{geomean(ratios[c]):.2f}x" for c in configs)
+                  + " |", ""]
+    if not lines:
+        return ""
+    return "\n".join(["## The launch path: host time and the tables owned by plans", "",
+                      LAUNCH_NOTES] + lines)
 
 
 def link(path, page):
@@ -498,6 +583,9 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
         chart = img / "ablation.png"
         ablation_chart(ablation, chart)
         page.append(ablation_section(ablation, link(chart, out)) + "\n")
+    launch = launch_section(data)
+    if launch:
+        page.append(launch)
     asv = asv_section(data.parent.parent / "asv_benchmarks" / "results",
                       data / "asv-compare.log")
     if asv:
