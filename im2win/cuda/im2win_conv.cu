@@ -112,11 +112,13 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     constexpr int A_REGS = kVecOk ? 4 * A_PER : A_PER;
     // B mapping: each thread loads the B_PER consecutive rows b_row + i of one pixel, its
     // pixel along t (kAlongT: pixel tid / (BK / B_PER)) or along pixels (pixel tid % BN).
-    // The rows' table entries are then consecutive too: B_PER / 2 16-byte loads.
+    // The rows' table entries are then consecutive too: 16-byte loads of two, kGroup entries
+    // at a time (at most 4, which keeps the registers of the largest tiles at the old count).
     constexpr bool kAlongT = (kNHWC || !kFused) && (BK * BN) % NT == 0 && BK * BN >= NT;
     constexpr int B_ROWS = NT / BN;
     constexpr int B_PER = kAlongT ? BK * BN / NT : (BK + B_ROWS - 1) / B_ROWS;
     constexpr bool kPairs = kTable && B_PER % 2 == 0;
+    constexpr int kGroup = kPairs && B_PER > 4 ? 4 : (kPairs ? B_PER : 1);
     Acc a_st[A_REGS], b_st[B_PER];
     const int b_col = kAlongT ? tid / (BK / B_PER) : tid % BN;
     const int b_row = kAlongT ? (tid % (BK / B_PER)) * B_PER : (tid / BN) * B_PER;
@@ -142,15 +144,19 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
                         ? to_acc(w_group[(i64)(m0 + m) * geo.red + t], Acc()) : Acc(0);
         }
       }
-      int2 entries[kPairs ? B_PER : 2];
-      if constexpr (kPairs) {
-        if (b_row < BK) taps_of(taps, k0 + b_row, entries);
-      }
 #pragma unroll
-      for (int i = 0; i < B_PER; ++i) {
-        const int row = b_row + i, t = k0 + row;
-        const Tap tap = kPairs ? tap_of(entries[i]) : tap_at<kNHWC, !kFused, kTable>(t, taps, geo);
-        b_st[i] = row < BK ? load_b<T, Acc, kFused>(src, px, t, tap, geo) : Acc(0);
+      for (int i0 = 0; i0 < B_PER; i0 += kGroup) {   // kGroup rows at a time: few live entries
+        int2 entries[kGroup];
+        if constexpr (kPairs) {
+          if (b_row < BK) taps_of(taps, k0 + b_row + i0, entries);
+        }
+#pragma unroll
+        for (int i = i0; i < i0 + kGroup && i < B_PER; ++i) {
+          const int row = b_row + i, t = k0 + row;
+          const Tap tap = kPairs ? tap_of(entries[i - i0])
+                                 : tap_at<kNHWC, !kFused, kTable>(t, taps, geo);
+          b_st[i] = row < BK ? load_b<T, Acc, kFused>(src, px, t, tap, geo) : Acc(0);
+        }
       }
     };
     auto store_tiles = [&](int buf) {

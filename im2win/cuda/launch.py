@@ -13,6 +13,7 @@ from `Scratch`: CuPy's pool, or graph-owned memory while the stream is being cap
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import weakref
@@ -228,8 +229,9 @@ _lock = threading.Lock()
 
 
 def executable(prob: Problem, plan: Plan) -> Executable:
-    """The plan's Executable on the current device, built on first use."""
-    key = (cupy.cuda.runtime.getDevice(), prob, plan)
+    """The plan's Executable on the current device, built on first use (whether the call has
+    a bias changes nothing the Executable holds, so it is not part of the key)."""
+    key = (cupy.cuda.runtime.getDevice(), dataclasses.replace(prob, has_bias=False), plan)
     exe = _executables.get(key)
     if exe is None:
         exe = Executable(prob, plan)
