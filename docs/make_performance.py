@@ -479,13 +479,13 @@ planning; a fused call goes straight to `cuLaunchKernel` with arguments packed o
 measurements follow: the host's time per call on a tiny convolution (`python -m im2win overhead`;
 "host" is the time until the last of 200 calls returns, "synchronised" until the GPU has
 finished them), and the twelve layers before and after, im2win's default only, each commit
-in its own process in one call on one machine (`python tools/ab_bench.py`). The GPU tables
-above come from the commits their headings name, before this change. Run to run, one layer
-moved by up to 10% on the same code, and the "before" float16 NHWC numbers by more: an earlier
-A/B on another machine, with the same Tensor-Core kernel, measured that geometric mean at 1.25x
-instead of 1.46x.
-float32 NHWC cv8 (the 128x128 tile with 16-deep slices: 139 registers instead of 130) is the
-one layer clearly slower after.
+in its own process in one call on one machine (`python tools/ab_bench.py`; float16 and float32
+in two calls, the float16 "after" commit 969025c holding the Tensor-Core kernel of 1b9afdc).
+The GPU tables above come from the commits their headings name, before this change. Run to
+run, one layer moved by up to 10% on the same code, and the "before" float16 NHWC numbers by
+more: an earlier A/B on another machine, with the same Tensor-Core kernel, measured that
+geometric mean at 1.25x instead of 1.46x. Slower in every A/B: float32 NCHW cv8 (0.94x) and
+float16 NCHW cv7 (0.87x to 0.93x, the element-by-element gather of a 27-long reduction).
 """
 
 
@@ -514,22 +514,23 @@ def launch_section(data):
         for path in paths:
             commit, dtype, layout = path.stem.split("-")
             records.setdefault((dtype, layout), {})[commit] = json.loads(path.read_text())
-        commits = sorted({c for runs in records.values() for c in runs},
-                         key=lambda c: min(r["date"] for runs in records.values()
-                                           for k, r in runs.items() if k == c))
-        before, after = commits[0], commits[-1]
         configs = sorted(records)
-        layers = [r["layer"] for r in records[configs[0]][before]["rows"]]
+        # per column: the earlier record is "before", the later "after"
+        pairs = {config: sorted(runs, key=lambda c: runs[c]["date"])
+                 for config, runs in records.items()}
+        layers = [r["layer"] for r in records[configs[0]][pairs[configs[0]][0]]["rows"]]
         tflops = {(config, commit): {r["layer"]: r["tflops"] for r in runs[commit]["rows"]}
-                  for config, runs in records.items() for commit in (before, after)}
-        lines += [f"Before ({before}) / after ({after}): TFLOPS of im2win's default, batch 128, "
-                  f"and after/before:", "",
-                  "| layer | " + " | ".join(f"{d} {l}" for d, l in configs) + " |",
+                  for config, runs in records.items() for commit in runs}
+        lines += ["TFLOPS of im2win's default, batch 128, before / after (each column names its "
+                  "two commits), and after/before:", "",
+                  "| layer | " + " | ".join(f"{d} {l} ({pairs[d, l][0]} / {pairs[d, l][-1]})"
+                                         for d, l in configs) + " |",
                   "|---|" + "---|" * len(configs)]
         ratios = {config: [] for config in configs}
         for layer in layers:
             cells = []
             for config in configs:
+                before, after = pairs[config][0], pairs[config][-1]
                 old, new = tflops[config, before][layer], tflops[config, after][layer]
                 ratios[config].append(new / old)
                 cells.append(f"{old:.1f} / {new:.1f} ({new / old:.2f}x)")
