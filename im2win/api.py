@@ -1,12 +1,13 @@
-"""`im2win.conv2d`: the one public entry point, NumPy on the CPU and CuPy on the GPU."""
+"""`im2win.conv2d` (NumPy on the CPU and CuPy on the GPU) and its two gradients."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from im2win import baselines, cpu, cuda
-from im2win.arrays import checked_problem, on_gpu
+from im2win import baselines, cpu, cuda, reference
+from im2win.arrays import checked_problem, native, on_gpu, same_device
 from im2win.cuda.plan import check_algorithm, check_options, check_workspace_limit
+from im2win.problem import make_backward_data_problem, make_backward_filter_problem
 
 CPU_ALGORITHMS = ("auto", "im2win", "im2col_gemm")
 
@@ -112,3 +113,88 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     if prob.N == 0:
         return y
     return cpu.conv2d(prob, x, w, bias, y)
+
+
+def _backward(make, compute, a, b, shape, kwargs):
+    """Check a backward call (`make`: its problem's checks) and run `compute` on the CPU."""
+    gpu = same_device(a, b, None, None)
+    if not gpu:
+        a, b = native(a), native(b)
+    make(a, b, shape, **kwargs)                                 # every check, before any work
+    if gpu:
+        raise NotImplementedError("the backward passes run on the CPU (NumPy arrays) so far; "
+                                  "their GPU kernels are not written yet")
+    return compute(a, b, shape, **kwargs)
+
+
+def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                         layout="NCHW"):
+    """Compute the gradient of `conv2d` with respect to x (a transposed convolution).
+
+    ``dx[n, g*C/G + c, h, v] = sum of dy[n, g*K/G + k, p, q] * w[g*K/G + k, c, r, s] over the
+    (k, p, q, r, s) with p*sh + r*dh - pt == h and q*sw + s*dw - pl == v``; it is the adjoint of
+    conv2d in x: ``<conv2d(x, w), dy> == <x, conv2d_backward_data(dy, w, x.shape)>``.
+
+    Args:
+        dy: the output's gradient, (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC".
+        w: (K, C/G, R, S) for "NCHW" or (K, R, S, C/G) for "NHWC", dy's dtype.
+        x_shape: x's shape, (N, C, H, W) or (N, H, W, C).
+        stride, padding, dilation, groups, layout: those of the forward `conv2d`.
+
+    Returns:
+        dx of `x_shape`, dy's dtype (NumPy). Computed by the reference's window formulation
+        (`im2win.reference.conv2d_backward_data`): float64 sums, rounded once.
+
+    Raises:
+        TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
+            bad x_shape.
+        NotImplementedError: CuPy arrays (the GPU kernels are not written yet).
+
+    Example:
+        >>> import numpy as np, im2win
+        >>> im2win.conv2d_backward_data(np.ones((1, 1, 2, 2)), np.ones((1, 1, 2, 2)),
+        ...                             (1, 1, 3, 3))[0, 0]
+        array([[1., 2., 1.],
+               [2., 4., 2.],
+               [1., 2., 1.]])
+    """
+    return _backward(make_backward_data_problem, reference.conv2d_backward_data, dy, w, x_shape,
+                     dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
+                          layout=layout))
+
+
+def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
+                           layout="NCHW"):
+    """Compute the gradient of `conv2d` with respect to w.
+
+    ``dw[g*K/G + k, c, r, s] = sum_{n, p, q} dy[n, g*K/G + k, p, q] * xp[n, g*C/G + c,
+    p*sh + r*dh, q*sw + s*dw]`` (xp: x zero-padded); the adjoint of conv2d in w:
+    ``<conv2d(x, w), dy> == <w, conv2d_backward_filter(x, dy, w.shape)>``. The gradient of the
+    bias is dy summed over N, P and Q (``dy.sum(axis=(0, 2, 3))`` in NCHW, ``(0, 1, 2)`` in
+    NHWC).
+
+    Args:
+        x: (N, C, H, W) for "NCHW" or (N, H, W, C) for "NHWC".
+        dy: the output's gradient, (N, K, P, Q) or (N, P, Q, K), x's dtype.
+        w_shape: w's shape, (K, C/G, R, S) or (K, R, S, C/G).
+        stride, padding, dilation, groups, layout: those of the forward `conv2d`.
+
+    Returns:
+        dw of `w_shape`, x's dtype (NumPy), deterministic (the same bits every run). Computed
+        by the reference's window formulation (`im2win.reference.conv2d_backward_filter`):
+        float64 sums, rounded once.
+
+    Raises:
+        TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
+            bad w_shape.
+        NotImplementedError: CuPy arrays (the GPU kernels are not written yet).
+
+    Example:
+        >>> im2win.conv2d_backward_filter(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)),
+        ...                               (1, 1, 2, 2))[0, 0]
+        array([[4., 4.],
+               [4., 4.]])
+    """
+    return _backward(make_backward_filter_problem, reference.conv2d_backward_filter, x, dy,
+                     w_shape, dict(stride=stride, padding=padding, dilation=dilation,
+                                   groups=groups, layout=layout))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
@@ -287,3 +288,50 @@ def make_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
     return Problem(layout=layout, dtype=dtype, N=N, C=C, H=H, W=W, K=K, R=R, S=S, G=G,
                    sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pb=pb, pl=pl, pr=pr,
                    has_bias=bias is not None)
+
+
+class _Given(NamedTuple):
+    """Stands for an array a backward pass does not take, only its shape (and dtype)."""
+
+    shape: tuple
+    dtype: np.dtype
+
+
+def check_shape(name: str, shape) -> tuple[int, ...]:
+    """Return `shape` as a tuple of 4 non-negative ints; raise otherwise."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__"):
+        raise TypeError(f"{name} must be a sequence of 4 ints, got {shape!r}")
+    if len(shape) != 4:
+        raise ValueError(f"{name} must have 4 entries, got {tuple(shape)}")
+    out = tuple(check_int(name, n) for n in shape)
+    if min(out) < 0:
+        raise ValueError(f"{name} must not have negative entries, got {out}")
+    return out
+
+
+def check_dy(dy, prob: Problem, other: str) -> None:
+    """Raise unless dy has y's shape and the dtype of `other` (the problem's)."""
+    if np.dtype(dy.dtype) != prob.dtype:
+        raise TypeError(f"dy and {other} must have the same dtype, got dy "
+                        f"{np.dtype(dy.dtype)} and {other} {prob.dtype}")
+    if tuple(dy.shape) != prob.y_shape:
+        raise ValueError(f"expected dy of shape {prob.y_shape} (the output's for layout "
+                         f"{prob.layout!r}), got dy of shape {tuple(dy.shape)}")
+
+
+def make_backward_data_problem(dy, w, x_shape, **kwargs) -> Problem:
+    """The `Problem` of the convolution whose x-gradient is asked for: x of `x_shape` with
+    dy's dtype, w, and `kwargs` as `make_problem` takes them; dy checked against it."""
+    x_shape = check_shape("x_shape", x_shape)
+    prob = make_problem(_Given(x_shape, np.dtype(w.dtype)), w, **kwargs)
+    check_dy(dy, prob, "weight")
+    return prob
+
+
+def make_backward_filter_problem(x, dy, w_shape, **kwargs) -> Problem:
+    """The `Problem` of the convolution whose w-gradient is asked for: x, w of `w_shape` with
+    x's dtype, and `kwargs` as `make_problem` takes them; dy checked against it."""
+    w_shape = check_shape("w_shape", w_shape)
+    prob = make_problem(x, _Given(w_shape, np.dtype(x.dtype)), **kwargs)
+    check_dy(dy, prob, "x")
+    return prob

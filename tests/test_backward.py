@@ -1,0 +1,167 @@
+"""The two gradients of conv2d: exact adjoints, against tap-by-tap oracles and finite
+differences, with the forward's argument checks."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import im2win
+from helpers import problems, random_arrays, to_layout
+from im2win import reference
+
+AWKWARD = [((3, 5, 13, 11), (7, 5, 3, 2), dict(padding=1, stride=(2, 1))),
+           ((2, 6, 19, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 3), dilation=(1, 2),
+                                                padding=((2, 0), (1, 3)))),
+           ((1, 3, 23, 23), (13, 3, 5, 5), dict(stride=4)),                  # stride > kernel
+           ((2, 4, 9, 9), (4, 1, 3, 3), dict(groups=4, padding="same")),     # depthwise
+           ((5, 8, 7, 5), (9, 8, 7, 5), dict())]                             # P = Q = 1
+
+
+def case(rng, layout, x_shape, w_shape, dtype=np.float64):
+    x, w, _ = random_arrays(rng, x_shape, w_shape, w_shape[0], dtype, bias=False)
+    return to_layout(layout, x, w)
+
+
+def inner(a, b):
+    return float(np.sum(np.asarray(a, np.float64) * np.asarray(b, np.float64)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(problem=problems(max_n=2), layout=st.sampled_from(["NCHW", "NHWC"]),
+       seed=st.integers(0, 2**16))
+def test_both_gradients_are_exact_adjoints(problem, layout, seed):
+    """<conv2d(x, w), dy> == <x, backward_data(dy, w)> == <w, backward_filter(x, dy)>."""
+    x_shape, w_shape, kwargs = problem
+    rng = np.random.default_rng(seed)
+    x, w = case(rng, layout, x_shape, w_shape)
+    y = reference.conv2d(x, w, layout=layout, **kwargs)
+    dy = rng.uniform(-1, 1, y.shape)
+    dx = im2win.conv2d_backward_data(dy, w, x.shape, layout=layout, **kwargs)
+    dw = im2win.conv2d_backward_filter(x, dy, w.shape, layout=layout, **kwargs)
+    assert dx.shape == x.shape and dw.shape == w.shape
+    forward = inner(y, dy)
+    scale = max(abs(forward), np.abs(y).sum() + 1.0)
+    assert abs(inner(x, dx) - forward) <= 1e-12 * scale
+    assert abs(inner(w, dw) - forward) <= 1e-12 * scale
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", AWKWARD)
+def test_windows_agree_with_the_tap_by_tap_oracles(rng, layout, x_shape, w_shape, kwargs):
+    x, w = case(rng, layout, x_shape, w_shape)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout=layout, **kwargs).shape)
+    np.testing.assert_allclose(
+        reference.conv2d_backward_data(dy, w, x.shape, layout=layout, **kwargs),
+        reference.conv2d_backward_data_direct(dy, w, x.shape, layout=layout, **kwargs),
+        rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        reference.conv2d_backward_filter(x, dy, w.shape, layout=layout, **kwargs),
+        reference.conv2d_backward_filter_direct(x, dy, w.shape, layout=layout, **kwargs),
+        rtol=0, atol=1e-11)
+
+
+def test_finite_differences(rng):
+    """The loss L = <conv2d(x, w), dy>: central differences along random directions."""
+    x, w = case(rng, "NCHW", (2, 3, 9, 8), (4, 3, 3, 2))
+    kwargs = dict(stride=2, padding=1, dilation=(2, 1))
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, **kwargs).shape)
+    loss = lambda x, w: inner(reference.conv2d(x, w, **kwargs), dy)  # noqa: E731
+    u, v, h = rng.standard_normal(x.shape), rng.standard_normal(w.shape), 1e-3
+    dx = im2win.conv2d_backward_data(dy, w, x.shape, **kwargs)
+    dw = im2win.conv2d_backward_filter(x, dy, w.shape, **kwargs)
+    assert (loss(x + h * u, w) - loss(x - h * u, w)) / (2 * h) == pytest.approx(inner(dx, u),
+                                                                              rel=1e-9)
+    assert (loss(x, w + h * v) - loss(x, w - h * v)) / (2 * h) == pytest.approx(inner(dw, v),
+                                                                              rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_results_keep_the_dtype_and_round_the_float64_sums_once(rng, dtype):
+    x, w = case(rng, "NHWC", (2, 4, 7, 6), (5, 4, 3, 3), dtype)
+    dy = rng.uniform(-1, 1, (2, 5, 4, 5)).astype(dtype)
+    dx = im2win.conv2d_backward_data(dy, w, x.shape, layout="NHWC")
+    dw = im2win.conv2d_backward_filter(x, dy, w.shape, layout="NHWC")
+    assert dx.dtype == dtype and dw.dtype == dtype
+    wide = [a.astype(np.float64) for a in (x, w, dy)]
+    np.testing.assert_array_equal(dx, reference.conv2d_backward_data_direct(
+        wide[2], wide[1], x.shape, layout="NHWC").astype(dtype))
+    np.testing.assert_array_equal(dw, reference.conv2d_backward_filter_direct(
+        wide[0], wide[2], w.shape, layout="NHWC").astype(dtype))
+
+
+def test_empty_batch_and_zero_channels(rng):
+    w = rng.uniform(-1, 1, (4, 3, 3, 3))
+    assert im2win.conv2d_backward_data(np.zeros((0, 4, 6, 6)), w, (0, 3, 8, 8)).shape == \
+        (0, 3, 8, 8)
+    dw = im2win.conv2d_backward_filter(np.zeros((0, 3, 8, 8)), np.zeros((0, 4, 6, 6)),
+                                       (4, 3, 3, 3))
+    assert dw.shape == (4, 3, 3, 3) and not dw.any()
+    dx = im2win.conv2d_backward_data(np.ones((2, 4, 6, 6)), np.zeros((4, 0, 3, 3)),
+                                     (2, 0, 8, 8))
+    assert dx.shape == (2, 0, 8, 8)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda dy, w, x: im2win.conv2d_backward_data(dy[:, :, 1:], w, x.shape), ValueError,
+     r"expected dy of shape \(2, 4, 6, 6\)"),
+    (lambda dy, w, x: im2win.conv2d_backward_data(dy.astype(np.float32), w, x.shape),
+     TypeError, "dy and weight must have the same dtype"),
+    (lambda dy, w, x: im2win.conv2d_backward_filter(x.astype(np.float32), dy, w.shape),
+     TypeError, "dy and x must have the same dtype"),
+    (lambda dy, w, x: im2win.conv2d_backward_data(dy, w, (2, 3, 8)), ValueError,
+     "x_shape must have 4 entries"),
+    (lambda dy, w, x: im2win.conv2d_backward_data(dy, w, "2x3x8x8"), TypeError,
+     "x_shape must be a sequence of 4 ints"),
+    (lambda dy, w, x: im2win.conv2d_backward_filter(x, dy, (4, 3, 3.0, 3)), TypeError,
+     "w_shape must be an int"),
+    (lambda dy, w, x: im2win.conv2d_backward_data(dy, w, x.shape, stride=0), ValueError,
+     "non-positive stride"),
+    (lambda dy, w, x: im2win.conv2d_backward_filter(x, dy, w.shape, groups=2), ValueError,
+     "groups=2"),
+])
+def test_bad_arguments_are_refused_before_any_work(rng, call, error, match):
+    x, w = case(rng, "NCHW", (2, 3, 8, 8), (4, 3, 3, 3))
+    dy = rng.uniform(-1, 1, (2, 4, 6, 6))
+    before = [a.copy() for a in (x, w, dy)]
+    with pytest.raises(error, match=match):
+        call(dy, w, x)
+    for a, b in zip((x, w, dy), before):
+        np.testing.assert_array_equal(a, b)                  # nothing the caller passed changed
+
+
+def test_array_likes_and_views(rng):
+    x, w = case(rng, "NCHW", (2, 3, 8, 8), (4, 3, 3, 3))
+    dy = rng.uniform(-1, 1, (2, 4, 6, 6))
+    np.testing.assert_array_equal(
+        im2win.conv2d_backward_data(dy.tolist(), w[::-1][::-1], x.shape),
+        im2win.conv2d_backward_data(dy, w, x.shape))
+    np.testing.assert_array_equal(
+        im2win.conv2d_backward_filter(x[:, ::-1][:, ::-1], dy, list(w.shape)),
+        im2win.conv2d_backward_filter(x, dy, w.shape))
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kwargs, torch_kwargs", [
+    ((3, 5, 13, 11), (7, 5, 3, 2), dict(padding=1, stride=(2, 1)), dict(padding=1, stride=(2, 1))),
+    ((2, 6, 19, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 3), dilation=(1, 2), padding=2),
+     dict(groups=2, stride=(2, 3), dilation=(1, 2), padding=2)),
+    ((1, 3, 23, 23), (13, 3, 5, 5), dict(stride=4), dict(stride=4))])
+def test_against_pytorch(rng, x_shape, w_shape, kwargs, torch_kwargs):
+    torch = pytest.importorskip("torch")
+    x, w = case(rng, "NCHW", x_shape, w_shape)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, **kwargs).shape)
+    tx, tw, tdy = (torch.from_numpy(a) for a in (x, w, dy))
+    np.testing.assert_allclose(im2win.conv2d_backward_data(dy, w, x.shape, **kwargs),
+                               torch.nn.grad.conv2d_input(x.shape, tw, tdy, **torch_kwargs),
+                               rtol=0, atol=1e-11)
+    np.testing.assert_allclose(im2win.conv2d_backward_filter(x, dy, w.shape, **kwargs),
+                               torch.nn.grad.conv2d_weight(tx, w.shape, tdy, **torch_kwargs),
+                               rtol=0, atol=1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im2win.cuda.is_available(), reason="needs CuPy and a visible CUDA GPU")
+def test_gpu_arrays_are_refused_clearly():
+    import cupy
+    with pytest.raises(NotImplementedError, match="run on the CPU"):
+        im2win.conv2d_backward_data(cupy.ones((1, 1, 2, 2)), cupy.ones((1, 1, 2, 2)),
+                                    (1, 1, 3, 3))
