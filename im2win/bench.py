@@ -1,7 +1,12 @@
 """The main job: time im2win on the twelve benchmark layers, check every result, print a table.
 
-``python -m im2win [bench] [--layers cv1,cv5] [--batch N] [--dtype float32] [--layout NCHW]
-[--device auto|cpu|gpu] [--compare] [--json PATH]``
+``python -m im2win [bench] [--suite NETWORK|all] [--layers cv1,cv5] [--batch N]
+[--dtype float32] [--layout NCHW] [--device auto|cpu|gpu] [--compare] [--json PATH]``
+
+With ``--suite``, the layers are every distinct convolution of a network of `im2win.networks`
+(ResNet-50, MobileNetV2, EfficientNet-B0, ConvNeXt-T, ResNeXt-50 32x4d, or all), and a summary
+follows the table: speed against the baseline by layer class and by network, each layer
+weighted by how often the network runs it.
 
 Every row times what a user pays for (the window transform, padding, layout copies, allocation,
 the host's work) after a warm-up call, as the median of repeated synchronised calls, and counts
@@ -37,6 +42,7 @@ import numpy as np
 import im2win
 from im2win import baselines, cuda, reference
 from im2win.layers import LAYERS, Layer
+from im2win.networks import NETWORKS
 from im2win.problem import make_problem
 from im2win.testing import allowed_error, relative_error
 
@@ -44,6 +50,8 @@ from im2win.testing import allowed_error, relative_error
 # --compare), well inside the minute the main job may take there.
 CPU_BATCH = 8
 GPU_BATCH = 128
+# The networks' convolutions (--suite): batch 32 on the GPU (issue 12's), 2 on the CPU.
+SUITE_BATCH = {"gpu": 32, "cpu": 2}
 
 
 class CPU:
@@ -190,8 +198,9 @@ def select_device(name: str):
     return CPU
 
 
-def cudnn(x, w, stride, layout):
-    """PyTorch's conv2d (cuDNN, best algorithm, TF32 off) on the same CuPy arrays, zero-copy.
+def cudnn(x, w, *, layout, **kwargs):
+    """PyTorch's conv2d (cuDNN, best algorithm, TF32 off) on the same CuPy arrays, zero-copy,
+    with conv2d's stride, padding (symmetric), dilation and groups.
 
     NHWC arrays become channels-last NCHW tensors, cuDNN's NHWC path; the result comes back
     as a CuPy array of the layout's shape.
@@ -201,7 +210,7 @@ def cudnn(x, w, stride, layout):
     tx, tw = torch.from_dlpack(x), torch.from_dlpack(w)
     if layout == "NHWC":
         tx, tw = tx.permute(0, 3, 1, 2), tw.permute(0, 3, 1, 2)
-    ty = torch.nn.functional.conv2d(tx, tw, stride=stride)
+    ty = torch.nn.functional.conv2d(tx, tw, **kwargs)
     if layout == "NHWC":
         ty = ty.permute(0, 2, 3, 1)
     return cupy.from_dlpack(ty)
@@ -278,7 +287,7 @@ def prepare(layer: Layer, batch: int, dtype: str, layout: str, device):
     """Random inputs of `layer` on `device`; return (problem, host x, host w, device x, device w)."""
     x_host, w_host = make_inputs(layer, batch, dtype, layout)
     x, w = device.asarray(x_host), device.asarray(w_host)
-    return make_problem(x, w, stride=layer.stride, layout=layout), x_host, w_host, x, w
+    return make_problem(x, w, layout=layout, **layer.kwargs), x_host, w_host, x, w
 
 
 def rotation(x, device) -> list:
@@ -295,25 +304,60 @@ def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compa
     prob, x_host, w_host, x, w = prepare(layer, batch, dtype, layout, device)
     sample = sample_images(batch)
     ref = reference.conv2d(x_host[sample].astype(np.float64), w_host.astype(np.float64),
-                           stride=layer.stride, layout=layout)
+                           layout=layout, **layer.kwargs)
     inputs = rotation(x, device)
     rows = []
     for impl, fn in implementations(device, compare).items():
         turn = itertools.cycle(inputs)
 
         def call():
-            return fn(next(turn), w, stride=layer.stride, layout=layout)
-        y = device.to_host(fn(x, w, stride=layer.stride, layout=layout))[sample]
+            return fn(next(turn), w, layout=layout, **layer.kwargs)
+        y = device.to_host(fn(x, w, layout=layout, **layer.kwargs))[sample]
         seconds = device.time(call)
         gpu_seconds = device.back_to_back(call)
         rows.append(Row(
             layer=layer.name, impl=impl, x_shape=tuple(x.shape), w_shape=tuple(w.shape),
-            stride=layer.stride, gflop=prob.flops / 1e9, time_ms=seconds * 1e3,
+            stride=layer.kwargs["stride"], gflop=prob.flops / 1e9, time_ms=seconds * 1e3,
             tflops=prob.flops / seconds / 1e12,
             gpu_ms=None if gpu_seconds is None else gpu_seconds * 1e3,
             extra_bytes=device.extra_memory(call),
             rel_error=relative_error(y, ref), allowed_error=allowed_error(dtype, prob.reduction)))
     return rows
+
+
+def suite_summary(rows: list[Row], convs: list) -> dict | None:
+    """im2win against the first baseline measured (cuDNN, else im2col+GEMM): the geometric
+    mean of per-layer speed ratios by layer class (a layer counts in each class it has,
+    `NetConv.kinds`), and by network the ratio of total times, each layer weighted by how
+    often the network runs it. None without a baseline."""
+    times = {(r.layer, r.impl): r.time_ms for r in rows}
+    base = next((b for b in ("cudnn", "im2col+gemm") if any(r.impl == b for r in rows)), None)
+    if base is None:
+        return None
+    by_kind, by_net = {}, {}
+    for conv in convs:
+        ratio = times[conv.name, base] / times[conv.name, "im2win"]
+        for kind in conv.kinds:
+            by_kind.setdefault(kind, []).append(ratio)
+        ours, theirs = by_net.get(conv.name.split(".")[0], (0.0, 0.0))
+        by_net[conv.name.split(".")[0]] = (ours + conv.count * times[conv.name, "im2win"],
+                                           theirs + conv.count * times[conv.name, base])
+    geo = lambda v: math.exp(sum(map(math.log, v)) / len(v))  # noqa: E731
+    return {"baseline": base,
+            "kinds": {k: {"layers": len(v), "speedup": geo(v)} for k, v in by_kind.items()},
+            "networks": {n: {"im2win_ms": ours, f"{base}_ms": theirs, "speedup": theirs / ours}
+                         for n, (ours, theirs) in by_net.items()}}
+
+
+def format_summary(summary: dict) -> str:
+    base = summary["baseline"]
+    lines = [f"speed against {base} (>1: im2win faster), by layer class (geometric mean):"]
+    lines += [f"  {kind:>10}: {v['speedup']:.2f}x over {v['layers']} layers"
+              for kind, v in summary["kinds"].items()]
+    lines.append("by network (total time of its convolutions, each as often as it occurs):")
+    lines += [f"  {net:>16}: {v['speedup']:.2f}x ({v['im2win_ms']:.2f} ms against "
+              f"{v[base + '_ms']:.2f} ms)" for net, v in summary["networks"].items()]
+    return "\n".join(lines)
 
 
 def progress(done: int, total: int, label: str) -> None:
@@ -441,11 +485,16 @@ def parse_args(argv):
     parser.add_argument("command", nargs="?", default="bench", choices=["bench", "overhead"],
                         help="what to run: 'bench' (the default: the twelve layers) or "
                              "'overhead' (the host's time per cached call)")
-    parser.add_argument("--layers", default=",".join(LAYERS),
-                        help="comma-separated layer names (default: all twelve)")
+    parser.add_argument("--suite", choices=list(NETWORKS) + ["all"],
+                        help="instead of the twelve layers, every distinct convolution of a "
+                             "network (im2win.networks; 'all': the five), with a summary per "
+                             "layer class and per network")
+    parser.add_argument("--layers", default=None,
+                        help="comma-separated layer names (default: all of them)")
     parser.add_argument("--batch", type=int, default=None,
                         help=f"images per call (default: {GPU_BATCH} on the GPU, {CPU_BATCH} on "
-                             f"the CPU)")
+                             f"the CPU; with --suite {SUITE_BATCH['gpu']} and "
+                             f"{SUITE_BATCH['cpu']})")
     parser.add_argument("--dtype", default="float32", choices=["float16", "float32", "float64"])
     parser.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
@@ -460,10 +509,16 @@ def parse_args(argv):
     parser.add_argument("--repeats", type=int, default=5,
                         help="overhead: timed runs, median taken (default 5)")
     args = parser.parse_args(argv)
-    names = [name.strip() for name in args.layers.split(",") if name.strip()]
-    unknown = [name for name in names if name not in LAYERS]
+    if args.suite:
+        args.pool = {c.name: c for net in (NETWORKS if args.suite == "all" else [args.suite])
+                     for c in NETWORKS[net]}
+    else:
+        args.pool = dict(LAYERS)
+    names = list(args.pool) if args.layers is None else \
+        [name.strip() for name in args.layers.split(",") if name.strip()]
+    unknown = [name for name in names if name not in args.pool]
     if unknown or not names:
-        parser.error(f"unknown layer(s) {unknown}; choose from {', '.join(LAYERS)}")
+        parser.error(f"unknown layer(s) {unknown}; choose from {', '.join(args.pool)}")
     args.layers = names
     if args.batch is not None and args.batch <= 0:
         parser.error("--batch must be positive")
@@ -482,15 +537,20 @@ def main(argv=None) -> int:
         return 2
     if args.command == "overhead":
         return overhead_main(args, device)
-    batch = args.batch or device.batch
+    batch = args.batch or (SUITE_BATCH[device.name] if args.suite else device.batch)
     print(f"im2win {im2win.__version__} on {device.name}: batch {batch}, {args.dtype}, "
           f"{args.layout}; median time after warm-up, everything a call allocates included")
     rows = []
     for i, name in enumerate(args.layers):
         progress(i, len(args.layers), name)
-        rows += bench_layer(LAYERS[name], batch, args.dtype, args.layout, device, args.compare)
+        rows += bench_layer(args.pool[name], batch, args.dtype, args.layout, device,
+                            args.compare)
     progress(len(args.layers), len(args.layers), "done")
     print(format_table(rows))
+    summary = suite_summary(rows, [args.pool[name] for name in args.layers]) \
+        if args.suite else None
+    if summary:
+        print(format_summary(summary))
     wrong = [f"{r.layer}/{r.impl}" for r in rows if not r.ok]
     print(f"{len(rows) - len(wrong)} of {len(rows)} results correct"
           + (f"; WRONG: {', '.join(wrong)}" if wrong else ""))
@@ -499,7 +559,7 @@ def main(argv=None) -> int:
                                                             else argv),
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   "batch": batch, "dtype": args.dtype, "layout": args.layout,
-                  "machine": machine_info(device),
+                  "machine": machine_info(device), "suite": args.suite, "summary": summary,
                   "rows": [dict(dataclasses.asdict(r), ok=r.ok) for r in rows]}
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)

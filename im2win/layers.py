@@ -27,6 +27,11 @@ class Layer:
             return (batch, self.C, self.H, self.W), (self.K, self.C, self.R, self.S)
         return (batch, self.H, self.W, self.C), (self.K, self.R, self.S, self.C)
 
+    @property
+    def kwargs(self) -> dict:
+        """The hyper-parameters as im2win.conv2d takes them (im2win.networks.NetConv alike)."""
+        return dict(stride=self.stride)
+
 
 LAYERS = {layer.name: layer for layer in (
     Layer("cv1", 3, 227, 227, 96, 11, 11, 4),

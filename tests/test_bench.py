@@ -97,3 +97,38 @@ def test_asv_suite_runs_a_cpu_case_and_skips_gpu_without_one():
     if not cuda.is_available():
         with pytest.raises(NotImplementedError):
             module.Conv2dGPU().setup("cv12", "float32", "NCHW", "default")
+
+
+def test_network_suite_runs_layers_with_their_hyper_parameters(tmp_path, capsys):
+    path = tmp_path / "suite.json"
+    status = bench.main(["--suite", "mobilenet_v2", "--layers",
+                         "mobilenet_v2.0,mobilenet_v2.1,mobilenet_v2.2", "--batch", "1",
+                         "--device", "cpu", "--compare", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert status == 0 and "6 of 6 results correct" in out
+    assert "by layer class" in out and "by network" in out
+    record = json.loads(path.read_text())
+    assert record["suite"] == "mobilenet_v2"
+    summary = record["summary"]
+    assert summary["baseline"] == "im2col+gemm"
+    assert set(summary["kinds"]) == {"stem", "strided", "depthwise", "1x1"}
+    assert list(summary["networks"]) == ["mobilenet_v2"]
+    from im2win.networks import NETWORKS
+    convs = {c.name: c for c in NETWORKS["mobilenet_v2"]}
+    times = {(r["layer"], r["impl"]): r["time_ms"] for r in record["rows"]}
+    ours = sum(convs[n].count * times[n, "im2win"] for n in convs if (n, "im2win") in times)
+    assert summary["networks"]["mobilenet_v2"]["im2win_ms"] == pytest.approx(ours)
+
+
+def test_network_data_are_consistent():
+    """Every entry is a valid convolution; the counts add up to the networks' Conv2d layers."""
+    from im2win.networks import NETWORKS
+    from im2win.problem import make_problem
+    totals = {"resnet50": 53, "mobilenet_v2": 52, "efficientnet_b0": 81, "convnext_tiny": 22,
+              "resnext50_32x4d": 53}
+    assert {net: sum(c.count for c in convs) for net, convs in NETWORKS.items()} == totals
+    for convs in NETWORKS.values():
+        for conv in convs:
+            x_shape, w_shape = conv.shapes(1, "NHWC")
+            make_problem(np.empty(x_shape, np.float32), np.empty(w_shape, np.float32),
+                         layout="NHWC", **conv.kwargs)

@@ -1,7 +1,7 @@
 """im2win.conv2d and its baselines on the twelve benchmark layers, for airspeed velocity.
 
-Two classes, one parameter grid each (layer, dtype, layout, implementation), and a third for
-the host's cost of a call:
+Two classes, one parameter grid each (layer, dtype, layout, implementation), and two more for
+whole networks and for the host's cost of a call:
 
 * `Conv2dGPU`: batch 128, float32 and float16, NCHW and NHWC, and six implementations: the
   planner's default (``algorithm="auto"``), each GPU algorithm forced (``im2win_fused``,
@@ -9,6 +9,9 @@ the host's cost of a call:
   GPU (or without PyTorch with CUDA, for cuDNN) `setup` raises NotImplementedError: asv
   reports the case as skipped.
 * `Conv2dCPU`: batch 8 (`bench.CPU_BATCH`), float32, the default and im2col_gemm.
+* `NetworksGPU`: `track_speedup_vs_cudnn` per network of `im2win.networks` and dtype (float32
+  NCHW, float16 NHWC), batch 32: cuDNN's total time over im2win's, each convolution weighted by
+  how often the network runs it.
 * `HostTimeGPU`: `track_host_us`, microseconds of host time per cached call of a tiny
   convolution (issuing it; the GPU runs behind), im2win and PyTorch
   (``python -m im2win overhead``).
@@ -138,3 +141,38 @@ class HostTimeGPU:
         return bench.host_overhead(self.device)[impl]["host"]
 
     track_host_us.unit = "us"
+
+
+class NetworksGPU:
+    """Each network of `im2win.networks` at batch 32 (`bench.SUITE_BATCH`): im2win's speed
+    against cuDNN over all its convolutions, each weighted by how often the network runs it
+    (``python -m im2win --suite NETWORK --compare`` gives the layer-by-layer table)."""
+
+    params = (["resnet50", "mobilenet_v2", "efficientnet_b0", "convnext_tiny",
+               "resnext50_32x4d"], ["float32", "float16"])
+    param_names = ["network", "dtype"]
+    timeout = 600
+
+    def setup(self, network, dtype):
+        if not hasattr(bench, "suite_summary"):
+            raise NotImplementedError("this commit's im2win.bench has no network suites")
+        self.device = bench.select_device("gpu")
+        if not bench.torch_cuda_available():
+            raise NotImplementedError("cuDNN needs PyTorch with CUDA")
+
+    def track_speedup_vs_cudnn(self, network, dtype):
+        from im2win.networks import NETWORKS
+        layout = "NCHW" if dtype == "float32" else "NHWC"      # cuDNN's best layout for each
+        ours = theirs = 0.0
+        for conv in NETWORKS[network]:
+            x, w = device_inputs(conv, bench.SUITE_BATCH["gpu"], dtype, layout, self.device)
+            for impl, fn in (("im2win", conv2d), ("cudnn", bench.cudnn)):
+                t = self.device.time(lambda: fn(x, w, layout=layout, **conv.kwargs),
+                                     min_seconds=0.05)
+                if impl == "im2win":
+                    ours += conv.count * t
+                else:
+                    theirs += conv.count * t
+        return theirs / ours
+
+    track_speedup_vs_cudnn.unit = "x"
