@@ -348,8 +348,8 @@ def specializations() -> list[tuple[str, str]]:
     CI compiles each of them with nvcc for sm_80 and sm_90, so no specialisation reaches a GPU
     untested by the compiler: for every dtype, layout and window mode, every tile the planner
     picks under every optimisation set (full, and each optimisation off alone), with and
-    without 16-byte filter loads (they depend on alignment) and __constant__ tables (they
-    depend on the reduction length); every other tile (autotuning) with the full set; and for
+    without 16-byte filter loads (they depend on alignment) and the reduction table (it depends
+    on whether the offsets fit 32 bits); every other tile (autotuning) with the full set; and for
     float16 every Tensor-Core tile under every Tensor-Core optimisation set, with and without
     16-byte B copies (NHWC only) and tables.
     """

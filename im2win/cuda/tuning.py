@@ -87,7 +87,7 @@ class Options:
         async_copy: cp.async 16-byte global-to-shared copies (off: through registers).
         ldmatrix: ldmatrix fragment loads (off: 32-bit shared loads).
     Both:
-        index_tables: reduction offsets in __constant__ memory (off: div/mod per element).
+        index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores) or a
             three-stage pipeline (Tensor Cores) (off: one buffer, load then compute).
         conflict_free: shared-memory access free of bank conflicts: padded, interleaved
@@ -127,8 +127,6 @@ TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_fre
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm")
 
-# Reduction entries that fit the __constant__ tables (two int32 tables of this length).
-MAX_TABLE = 6144
 
 
 def choose_tile(Kg: int, pixels: int, reduction: int, layout: str, dtype_name: str) -> str:
