@@ -1,6 +1,7 @@
 """The GPU planner is pure: its choices, offsets and errors are tested here without a GPU."""
 
 import dataclasses
+import re
 import types
 
 import numpy as np
@@ -8,9 +9,8 @@ import pytest
 
 from im2win import reference
 from im2win.cuda import TILES, Options
-from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, Geometry, geometry, geometry_fields,
-                              make_plan, reduction_taps, reduction_tables, specializations,
-                              window_bytes)
+from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, Geometry, geometry, make_plan,
+                              reduction_taps, reduction_tables, specializations, window_bytes)
 from im2win.cuda.tuning import NO_MICRO_KERNEL, choose_tile
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
@@ -94,7 +94,10 @@ def test_plans_are_immutable_and_hashable():
 def test_geometry_matches_the_kernel_struct():
     """One contract: Geometry (Python) and struct Geometry (gemm.cuh) agree field by field."""
     header = (KERNEL_DIR / "gemm.cuh").read_text()
-    fields = geometry_fields(header)
+    body = re.search(r"struct Geometry \{(.*?)\};", header, re.S).group(1)
+    fields = [(name.strip(), 64 if kind == "i64" else 32)
+              for kind, names in re.findall(r"^\s*(i64|int) ([^;]+);", body, re.M)
+              for name in names.split(",")]
     assert [name for name, _ in fields] == list(Geometry._fields)
     assert [bits for _, bits in fields] == [64] * GEOMETRY_64BIT + \
         [32] * (len(Geometry._fields) - GEOMETRY_64BIT)

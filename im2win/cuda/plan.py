@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import re
 from typing import NamedTuple
 
 import numpy as np
@@ -110,15 +109,6 @@ class Plan:
     @property
     def tensor_cores(self) -> bool:
         return self.file == "im2win_mma"
-
-
-def geometry_fields(header: str) -> list[tuple[str, int]]:
-    """(name, bits) of each field of `struct Geometry` in the C++ text `header` (gemm.cuh)."""
-    body = re.search(r"struct Geometry \{(.*?)\};", header, re.S).group(1)
-    fields = []
-    for kind, names in re.findall(r"^\s*(i64|int) ([^;]+);", body, re.M):
-        fields += [(name.strip(), 64 if kind == "i64" else 32) for name in names.split(",")]
-    return fields
 
 
 def check_algorithm(algorithm) -> str:
