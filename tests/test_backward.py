@@ -165,3 +165,15 @@ def test_gpu_arrays_are_refused_clearly():
     with pytest.raises(NotImplementedError, match="run on the CPU"):
         im2win.conv2d_backward_data(cupy.ones((1, 1, 2, 2)), cupy.ones((1, 1, 2, 2)),
                                     (1, 1, 3, 3))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_window_to_image_is_the_adjoint_of_image_to_window(rng, layout):
+    x, _ = case(rng, layout, (2, 3, 11, 9), (1, 3, 1, 1))
+    kwargs = dict(stride=(3, 1), dilation=(2, 1), padding=((2, 1), (1, 3)), layout=layout)
+    x_win = reference.image_to_window(x, 3, **kwargs)
+    v = rng.uniform(-1, 1, x_win.shape)
+    H, W = (x.shape[2], x.shape[3]) if layout == "NCHW" else (x.shape[1], x.shape[2])
+    back = reference.window_to_image(v, H, W, 3, **kwargs)
+    assert back.shape == x.shape
+    assert inner(x_win, v) == pytest.approx(inner(x, back), rel=1e-13)

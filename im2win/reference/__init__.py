@@ -242,16 +242,16 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
     dy = _nchw(dy, layout).astype(np.float64).reshape(N, G, Kg, P, Q)
     w_win = filter_to_window(_nchw(w, layout).astype(np.float64)).reshape(G, Kg, Cg, S * R)
     m = np.arange(Q) * prob.sw
-    dx_win = np.zeros((N, G, Cg, P, prob.Wp, R))
-    for n in range(N):
+    dx = np.empty((N, G * Cg, prob.H, prob.W))
+    for n in range(N):                      # image by image: one image's window at a time
         runs = np.einsum("gkpq,gkct->gcpqt", dy[n], w_win,
                          optimize=True).reshape(G, Cg, P, Q, S, R)
-        image = dx_win[n]
+        dx_win = np.zeros((G, Cg, P, prob.Wp, R))
         for s in range(S):                  # for one s, the columns q*sw + s*dw are distinct
-            image[:, :, :, m + s * prob.dw, :] += runs[:, :, :, :, s, :]
-    dx = window_to_image(dx_win.reshape(N, G * Cg, P, prob.Wp * R), prob.H, prob.W, R,
-                         stride=prob.sh, dilation=prob.dh,
-                         padding=((prob.pt, prob.pb), (prob.pl, prob.pr)))
+            dx_win[:, :, :, m + s * prob.dw, :] += runs[:, :, :, :, s, :]
+        dx[n] = window_to_image(dx_win.reshape(1, G * Cg, P, prob.Wp * R), prob.H, prob.W, R,
+                                stride=prob.sh, dilation=prob.dh,
+                                padding=((prob.pt, prob.pb), (prob.pl, prob.pr)))[0]
     return (dx if layout == "NCHW" else dx.transpose(0, 2, 3, 1)).astype(prob.dtype)
 
 
