@@ -66,7 +66,6 @@ class NetConv:
 
 
 NETWORKS = {
-
     "resnet50": (
         NetConv("resnet50.0", 3, 224, 224, 64, 7, 7, (2, 2), (3, 3), (1, 1), 1, False, 1),
         NetConv("resnet50.1", 64, 56, 56, 64, 1, 1, (1, 1), (0, 0), (1, 1), 1, False, 1),
