@@ -14,10 +14,12 @@ import dataclasses
 import numbers
 from typing import NamedTuple
 
+import ml_dtypes
 import numpy as np
 
 LAYOUTS = ("NCHW", "NHWC")
-DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32),
+          np.dtype(np.float64))
 
 _X_LETTERS = {"NCHW": "(N, C, H, W)", "NHWC": "(N, H, W, C)"}
 _W_LETTERS = {"NCHW": "(K, C/G, R, S)", "NHWC": "(K, R, S, C/G)"}
@@ -194,11 +196,12 @@ def check_dilation(dilation) -> tuple[int, int]:
 
 
 def check_dtype(name: str, dtype) -> np.dtype:
-    """Return `dtype` if float16, float32 or float64 (native byte order); raise TypeError otherwise."""
+    """Return `dtype` if float16, bfloat16 (ml_dtypes), float32 or float64 (native byte order);
+    raise TypeError otherwise."""
     dtype = np.dtype(dtype)
     if dtype not in DTYPES:
-        raise TypeError(f"{name} has dtype {dtype}; supported dtypes are float16, float32 "
-                        f"and float64")
+        raise TypeError(f"{name} has dtype {dtype}; supported dtypes are float16, bfloat16 "
+                        f"(ml_dtypes.bfloat16), float32 and float64")
     return dtype
 
 

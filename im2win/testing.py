@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 
@@ -11,12 +12,12 @@ def allowed_error(dtype, reduction: int) -> float:
     """Largest accepted `relative_error` of a result in `dtype` with `reduction`-long sums.
 
     One rounding of the output to `dtype`, plus the accumulation error of the sum in the
-    accumulator (float32 for float16 and float32, float64 for float64), which grows like
-    sqrt(reduction) for random data; 8 is the margin over that growth.
+    accumulator (float32 for float16, bfloat16 and float32, float64 for float64), which grows
+    like sqrt(reduction) for random data; 8 is the margin over that growth.
     """
     dtype = np.dtype(dtype)
     acc = np.float64 if dtype == np.float64 else np.float32
-    return float(np.finfo(dtype).eps + 8 * np.finfo(acc).eps * math.sqrt(max(reduction, 1)))
+    return float(ml_dtypes.finfo(dtype).eps + 8 * np.finfo(acc).eps * math.sqrt(max(reduction, 1)))
 
 
 def relative_error(y, ref) -> float:

@@ -1,5 +1,6 @@
 """im2win.conv2d on CuPy arrays against the float64 reference. Skipped without a visible GPU."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -7,7 +8,7 @@ import im2win
 from helpers import random_arrays, to_layout
 from im2win import reference
 from im2win.cuda import TILES, Options
-from im2win.cuda.tuning import MMA_TILES
+from im2win.cuda.tuning import MMA_TILES, WGMMA_TILES
 from im2win.problem import make_problem
 from im2win.testing import assert_close
 
@@ -113,10 +114,21 @@ TENSOR_CORE_CASES = AWKWARD[:4] + [
 ]
 
 
+def hopper() -> bool:
+    from im2win.cuda import compute_capability
+    return compute_capability(cupy.cuda.runtime.getDevice()) == 90
+
+
+def skip_unless_hopper(tile):
+    if tile in WGMMA_TILES and not hopper():
+        pytest.skip("the wgmma kernel needs compute capability 9.0")
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("algorithm", WINDOWS)
-@pytest.mark.parametrize("tile", list(MMA_TILES))
+@pytest.mark.parametrize("tile", list(MMA_TILES) + list(WGMMA_TILES))
 def test_every_tensor_core_tile_matches_reference(rng, layout, algorithm, tile):
+    skip_unless_hopper(tile)
     for x_shape, w_shape, kwargs in TENSOR_CORE_CASES:
         x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
         run(x, w, b, layout, kwargs, dtype=np.float16, tile=tile, algorithm=algorithm)
@@ -131,6 +143,34 @@ def test_every_tensor_core_switch_matches_reference(rng, layout, algorithm, swit
     for x_shape, w_shape, kwargs in TENSOR_CORE_CASES:
         x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
         run(x, w, b, layout, kwargs, dtype=np.float16, algorithm=algorithm, options=options)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", WINDOWS)
+@pytest.mark.parametrize("switch", list(Options.ablations(hopper=True)))
+@pytest.mark.parametrize("tile", ["wg128x128", "wg256x64"])
+def test_every_hopper_switch_matches_reference(rng, layout, algorithm, switch, tile):
+    skip_unless_hopper(tile)
+    for x_shape, w_shape, kwargs in TENSOR_CORE_CASES:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        run(x, w, b, layout, kwargs, dtype=np.float16, tile=tile, algorithm=algorithm,
+            options=Options.ablations(hopper=True)[switch])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", WINDOWS + ["direct"])
+@pytest.mark.parametrize("kernel", ["default", "mma.sync", "wg128x256", "wg256x96"])
+def test_bfloat16_matches_reference(rng, layout, algorithm, kernel):
+    tile = kernel if kernel.startswith("wg") else None
+    if tile and algorithm == "direct":
+        pytest.skip("tiles are the im2win kernels'")
+    skip_unless_hopper(tile)
+    options = Options(hopper=False) if kernel == "mma.sync" else None
+    for x_shape, w_shape, kwargs in TENSOR_CORE_CASES:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        y = run(x, w, b, layout, kwargs, dtype=ml_dtypes.bfloat16, tile=tile,
+                algorithm=algorithm, options=options)
+        assert y.dtype == ml_dtypes.bfloat16
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

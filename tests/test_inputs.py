@@ -140,7 +140,7 @@ def test_row14_mixed_dtypes(conv, x_dtype, w_dtype, b_dtype):
 def test_row15_unsupported_dtype(conv, dtype):
     if np.dtype(dtype) == np.float64:
         pytest.skip("long double is float64 on this platform")
-    with pytest.raises(TypeError, match="supported dtypes are float16, float32 and float64"):
+    with pytest.raises(TypeError, match="supported dtypes are float16, bfloat16"):
         call(conv, x=X.astype(dtype), w=Wt.astype(dtype), groups=2)
 
 

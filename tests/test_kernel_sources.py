@@ -1,4 +1,5 @@
-"""Every kernel specialisation compiles for sm_80 and sm_90, with no GPU (nvcc only)."""
+"""Every kernel specialisation compiles, with no GPU (nvcc only): for sm_80 and sm_90, and the
+Hopper kernel (wgmma) for sm_90a. Instantiations are compiled in chunks, in parallel."""
 
 import concurrent.futures
 import os
@@ -8,17 +9,29 @@ import subprocess
 
 import pytest
 
-from im2win.cuda.plan import source, specializations
+from im2win.cuda.plan import FILE_ARCH, source, specializations
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
                                 if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 ARCHS = ("sm_80", "sm_90")
+CHUNK = 40      # instantiations per nvcc run: many runs keep every core busy to the end
 
 
-def instantiating_source(file: str) -> str:
-    """The kernel file with every planned instantiation of it forced (by taking its address)."""
-    names = [expr for f, expr in specializations() if f == file]
-    assert names, f"no specialisation of {file}.cu is planned"
+def archs(file: str) -> tuple[str, ...]:
+    """The targets a kernel file is compiled for (the wgmma kernel exists only for sm_90a)."""
+    return (FILE_ARCH[file],) if file in FILE_ARCH else ARCHS
+
+
+def arch_flags(arch: str) -> list[str]:
+    # The -gencode form: with some nvcc versions -arch=sm_90a also runs a plain sm_90 pass,
+    # which rejects wgmma.
+    if arch.endswith("a"):
+        return [f"-gencode=arch=compute_{arch[3:]},code={arch}"]
+    return [f"-arch={arch}"]
+
+
+def instantiating_source(file: str, names: list[str]) -> str:
+    """The kernel file with the named instantiations forced (by taking their addresses)."""
     return source(file) + "\n" + "\n".join(f"auto* instance_{i} = &{name};"
                                           for i, name in enumerate(names)) + "\n"
 
@@ -27,14 +40,17 @@ def instantiating_source(file: str) -> str:
 def test_every_specialisation_compiles(tmp_path):
     jobs = []
     for file in sorted({f for f, _ in specializations()}):
-        path = tmp_path / f"{file}.cu"
-        path.write_text(instantiating_source(file))
-        jobs += [(path, arch) for arch in ARCHS]
+        names = [expr for f, expr in specializations() if f == file]
+        for start in range(0, len(names), CHUNK):
+            path = tmp_path / f"{file}-{start // CHUNK}.cu"
+            path.write_text(instantiating_source(file, names[start:start + CHUNK]))
+            jobs += [(path, arch) for arch in archs(file)]
+    jobs.sort(key=lambda job: "wgmma" not in job[0].name)   # the slowest chunks first
 
     def compile_one(job):
         path, arch = job
         cubin = path.with_suffix(f".{arch}.cubin")
-        done = subprocess.run([NVCC, "-std=c++17", "-cubin", f"-arch={arch}", "-Xptxas",
+        done = subprocess.run([NVCC, "-std=c++17", "-cubin", *arch_flags(arch), "-Xptxas",
                                "-warn-spills", "-o", str(cubin), str(path)],
                               capture_output=True, text=True)
         return path.name, arch, done.returncode, done.stderr
@@ -49,4 +65,4 @@ def test_kernel_files_ship_with_the_package():
     kernel_dir = pathlib.Path(source.__globals__["KERNEL_DIR"])
     assert {p.name for p in kernel_dir.glob("*.cu*")} == {"common.cuh", "gemm.cuh", "direct.cu",
                                                            "window.cu", "im2win_conv.cu",
-                                                           "im2win_mma.cu"}
+                                                           "im2win_mma.cu", "im2win_wgmma.cu"}

@@ -4,6 +4,7 @@ import dataclasses
 import re
 import types
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -71,7 +72,7 @@ def test_tables_hold_the_offsets_and_taps():
 def test_the_plan_owns_its_table_and_falls_back_to_computed_offsets():
     prob = problem((1, 700, 6, 6), (5, 700, 3, 3))
     plan = plan_for(prob)
-    assert plan.tables and len(plan.taps) == 8 * 6304         # no length limit; whole slices
+    assert plan.tables and len(plan.taps) == 8 * 6336         # no length limit; whole slices
     taps = np.frombuffer(plan.taps, np.int32).reshape(-1, 2)
     np.testing.assert_array_equal(taps[:6300].T, reduction_tables(prob, plan.geometry, False))
     assert not taps[6300:].any()
@@ -119,14 +120,16 @@ def test_every_tile_the_planner_picks_for_the_layers_is_compiled_in_ci():
     compiled = {expr for _, expr in specializations()}
     for layer in LAYERS.values():
         for layout in ("NCHW", "NHWC"):
-            for dtype in (np.float16, np.float32, np.float64):
+            for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64):
                 x_shape, w_shape = layer.shapes(128, layout)
                 prob = problem(x_shape, w_shape, dtype, stride=layer.stride, layout=layout)
                 for algorithm in ("im2win", "im2win_fused"):
                     for options in [*Options.ablations().values(),
-                                    *Options.ablations(tensor_cores=True).values()]:
-                        assert plan_for(prob, algorithm=algorithm,
-                                        options=options).kernel in compiled
+                                    *Options.ablations(tensor_cores=True).values(),
+                                    *Options.ablations(hopper=True).values()]:
+                        for arch in (80, 90):
+                            assert plan_for(prob, algorithm=algorithm, options=options,
+                                            arch=arch).kernel in compiled
 
 
 def test_workspace_limit_chunks_whole_images():
@@ -179,7 +182,7 @@ def test_float16_runs_on_tensor_cores_with_16_byte_copies_where_runs_allow():
     nhwc = problem((2, 9, 9, 16), (8, 3, 3, 16), np.float16, layout="NHWC")
     plan = plan_for(nhwc)
     assert plan.tensor_cores and plan.geometry.redp == 160
-    assert plan.kernel.startswith("im2win_mma<true, true") and ", true, true, true, true>" in \
+    assert plan.kernel.startswith("im2win_mma<half_t, true, true") and ", true, true, true, true>" in \
         plan.kernel                                           # cp.async, 16-byte B, ldmatrix...
     odd = plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), np.float16, layout="NHWC"))
     assert odd.geometry.redp == 32 and "3, true, false," in odd.kernel   # C = 3: no 16-byte B
@@ -205,3 +208,22 @@ def test_memos_forget_the_oldest_past_their_bound(monkeypatch):
     for i in range(5):
         cuda._remember(memo, i, str(i))
     assert memo == {2: "2", 3: "3", 4: "4"}
+
+
+def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
+    cv8 = problem((128, 112, 112, 64), (128, 3, 3, 64), np.float16, layout="NHWC")
+    cv1 = problem((128, 227, 227, 3), (96, 11, 11, 3), np.float16, stride=4, layout="NHWC")
+    assert plan_for(cv8, arch=90).file == "im2win_wgmma"
+    assert plan_for(cv8, arch=80).file == "im2win_mma"
+    assert plan_for(cv8).file == "im2win_mma"                            # device unknown
+    assert plan_for(cv8, arch=90, options=Options(hopper=False)).file == "im2win_mma"
+    assert plan_for(cv1, arch=90).file == "im2win_mma"                   # C = 3: gathers
+    assert plan_for(cv1, arch=90, tile="wg256x96").file == "im2win_wgmma"  # forced
+    plan = plan_for(cv8, arch=90)
+    assert plan.persistent and plan.smem == plan.tile.smem_bytes() <= 227 * 1024
+    assert plan.geometry.redp % 64 == 0 and len(plan.taps) % (64 * 8) == 0
+    assert plan_for(cv8, arch=90, options=Options(double_buffer=False)).smem == \
+        plan.tile.smem_bytes(1)
+    bf16 = problem((2, 9, 9, 16), (128, 3, 3, 16), ml_dtypes.bfloat16, layout="NHWC")
+    assert "bf16_t" in plan_for(bf16, arch=90, tile="wg128x128").kernel
+    assert plan_for(bf16, options=Options(tensor_cores=False)).file == "im2win_mma"

@@ -99,7 +99,15 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None):
     return planning.make_plan(prob, x_strides=x_strides, w_aligned=w_aligned,
                               algorithm=algorithm, options=options,
                               workspace_limit=workspace_limit, tile=tile,
-                              x_aligned=x.data.ptr % 16 == 0)
+                              x_aligned=x.data.ptr % 16 == 0,
+                              arch=compute_capability(x.data.device_id))
+
+
+@functools.cache
+def compute_capability(device: int) -> int:
+    """The device's compute capability as major*10 + minor (90 on an H100 or H200)."""
+    import cupy
+    return int(cupy.cuda.Device(device).compute_capability)
 
 
 def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
@@ -155,7 +163,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     from im2win.arrays import checked_problem
     from im2win.cuda import launch
     from im2win.cuda.plan import accumulator_bytes
-    from im2win.cuda.tuning import MMA_TILES, NO_MICRO_KERNEL
+    from im2win.cuda.tuning import MMA_TILES, NO_MICRO_KERNEL, WGMMA_TILES
 
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
@@ -166,8 +174,9 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
                          f"{algorithms!r}")
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a positive int, got {repeat!r}")
-    if tiles is None and prob.dtype.name == "float16":
-        tiles = list(MMA_TILES)
+    if tiles is None and prob.dtype.name in ("float16", "bfloat16"):
+        hopper = compute_capability(x.data.device_id) == 90
+        tiles = list(WGMMA_TILES if hopper else MMA_TILES)
     tiles = tiles or [name for name, tile in TILES.items()
                       if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))]
     results = []

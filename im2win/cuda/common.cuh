@@ -1,7 +1,7 @@
 // common.cuh: element types and conversions shared by every im2win kernel.
 //
 // No CUDA headers are included, so the same text compiles under CuPy's NVRTC and under nvcc
-// (CI compiles it for sm_80 and sm_90 without a GPU). float16 is carried as its raw 16 bits
+// (CI compiles it for sm_80 and sm_90 without a GPU). float16 and bfloat16 are carried as their raw 16 bits
 // (CuPy passes a float16 array as a plain pointer) and converted with one PTX instruction.
 // Python concatenates this file in front of each .cu file, because CuPy's kernel cache does not
 // see headers pulled in with #include.
@@ -9,6 +9,10 @@
 typedef long long i64;
 
 struct half_t {
+  unsigned short bits;
+};
+
+struct bf16_t {                 // bfloat16, carried the same way (ml_dtypes.bfloat16 arrays)
   unsigned short bits;
 };
 
@@ -20,12 +24,20 @@ __device__ __forceinline__ float to_acc(half_t v, float) {
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
   return f;
 }
+__device__ __forceinline__ float to_acc(bf16_t v, float) {
+  return __uint_as_float((unsigned)v.bits << 16);
+}
 
 template <typename T> __device__ __forceinline__ T from_acc(float v);
 template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
 template <> __device__ __forceinline__ half_t from_acc<half_t>(float v) {
   half_t h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+  return h;
+}
+template <> __device__ __forceinline__ bf16_t from_acc<bf16_t>(float v) {
+  bf16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
   return h;
 }
 template <typename T> __device__ __forceinline__ T from_acc(double v);

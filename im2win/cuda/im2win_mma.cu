@@ -1,5 +1,6 @@
-// im2win_mma.cu: float16 im2win convolution on Tensor Cores (mma.sync m16n8k16, FP32
-// accumulation), the whole batch in one launch.
+// im2win_mma.cu: float16 / bfloat16 im2win convolution on Tensor Cores (mma.sync m16n8k16,
+// FP32 accumulation), the whole batch in one launch; the Tensor-Core kernel of sm_80 (Hopper
+// has im2win_wgmma.cu).
 //
 // The same GEMM per group as im2win_conv.cu (M = K/G filters, N = N*P*Q pixels, reduction
 // t < red; gemm.cuh), with the reduction padded once to `redp`, a multiple of BK: A columns and
@@ -46,11 +47,12 @@ template <bool kSwizzle> __device__ __forceinline__ int chunk_at(int row, int ch
   return row * 64 + 16 * (kSwizzle ? chunk ^ ((row >> 1) & 3) : chunk);
 }
 
-// y[i0] = v0 if ok0 and y[i1] = v1 if ok1, in float16: one 4-byte store when both are
+// y[i0] = v0 if ok0 and y[i1] = v1 if ok1, in 16 bits: one 4-byte store when both are
 // adjacent (i1 == i0 + 1) and 4-byte aligned.
-__device__ __forceinline__ void store_pair(half_t* y, i64 i0, i64 i1, bool ok0, bool ok1,
-                                           float v0, float v1) {
-  const half_t h0 = from_acc<half_t>(v0), h1 = from_acc<half_t>(v1);
+template <typename T>
+__device__ __forceinline__ void store_pair(T* y, i64 i0, i64 i1, bool ok0, bool ok1, float v0,
+                                           float v1) {
+  const T h0 = from_acc<T>(v0), h1 = from_acc<T>(v1);
   if (ok0 && ok1 && i1 == i0 + 1 && reinterpret_cast<unsigned long long>(y + i0) % 4 == 0) {
     *reinterpret_cast<unsigned*>(y + i0) = h0.bits | (unsigned)h1.bits << 16;
     return;
@@ -59,12 +61,26 @@ __device__ __forceinline__ void store_pair(half_t* y, i64 i0, i64 i1, bool ok0, 
   if (ok1) y[i1] = h1;
 }
 
-template <bool kNHWC, bool kFused, int BM, int BN, int WM, int WN, int STAGES, bool kAsync,
-          bool kVecA, bool kVecB, bool kLdmatrix, bool kSwizzle, bool kTable>
+// acc += a * b on one m16n8k16 tile (fragments as mma.sync lays them out).
+#define MMA16816(TY)                                                                        \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, "      \
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                    \
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&acc)[4], const unsigned (&a)[4],
+                                         const unsigned (&b)[2]) {
+  if constexpr (same_type<T, bf16_t>::value) MMA16816("bf16");
+  else MMA16816("f16");
+}
+
+template <typename T, bool kNHWC, bool kFused, int BM, int BN, int WM, int WN, int STAGES,
+          bool kAsync, bool kVecA, bool kVecB, bool kLdmatrix, bool kSwizzle, bool kTable>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
                                   (!kVecB && (WM / 16) * (WN / 8) <= 16) ? 4 : 1)
-    im2win_mma(const half_t* __restrict__ src, const half_t* __restrict__ w,
-               const half_t* __restrict__ bias, half_t* __restrict__ y,
+    im2win_mma(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
+               T* __restrict__ y,
                const int2* __restrict__ taps, Geometry geo, int g0) {
   constexpr int BK = 32;                       // halves per shared row: 64 bytes, 4 chunks
   constexpr int WARPS_N = BN / WN, NT = (BM / WM) * WARPS_N * 32;
@@ -81,7 +97,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
   const int g = g0 + blockIdx.z;
   const int m0 = blockIdx.y * BM;
   const i64 j0 = (i64)blockIdx.x * BN;
-  const half_t* w_group = w + (i64)g * geo.Kg * geo.red;
+  const T* w_group = w + (i64)g * geo.Kg * geo.red;
 
   // Each thread copies chunks (row = idx / 4, chunk = idx % 4), idx = tid + i * NT; the pixel
   // of each B row is fixed for the whole reduction, so its base is computed once.
@@ -102,7 +118,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
     for (int i = 0; i < A_CHUNKS; ++i) {
       const int idx = tid + i * NT, row = idx / 4, chunk = idx % 4, t0 = k0 + chunk * 8;
       const bool row_ok = m0 + row < geo.Kg;
-      const half_t* from = w_group + (i64)(row_ok ? m0 + row : 0) * geo.red;
+      const T* from = w_group + (i64)(row_ok ? m0 + row : 0) * geo.red;
       unsigned char* to = &As[stage][chunk_at<kSwizzle>(row, chunk)];
       if (kVecA) {  // red % 8 == 0: the chunk lies wholly inside or wholly past the row
         const bool ok = row_ok && t0 < geo.red;
@@ -133,7 +149,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
         if (kFused)
           ok = ok && (unsigned)(px[i].h0 + tap.dr) < (unsigned)geo.H &&
                (unsigned)(px[i].w0 + tap.ds) < (unsigned)geo.W;
-        const half_t* from = src + (ok ? px[i].base + tap.off : 0);
+        const T* from = src + (ok ? px[i].base + tap.off : 0);
         if (kAsync) {
           cp_async16(to, from, ok);
         } else {
@@ -220,12 +236,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
       for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int j = 0; j < NI; ++j)
-          asm volatile(
-              "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-              "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-              : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]), "+f"(acc[i][j][3])
-              : "r"(af[kk % 2][i][0]), "r"(af[kk % 2][i][1]), "r"(af[kk % 2][i][2]),
-                "r"(af[kk % 2][i][3]), "r"(bf[kk % 2][j][0]), "r"(bf[kk % 2][j][1]));
+          mma16816<T>(acc[i][j], af[kk % 2][i], bf[kk % 2][j]);
     }
   };
 

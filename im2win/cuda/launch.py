@@ -22,7 +22,7 @@ import cupy
 import numpy as np
 
 from im2win import baselines
-from im2win.cuda.plan import CUDA_TYPES, GEOMETRY_64BIT, Geometry, Plan, source
+from im2win.cuda.plan import CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan, source
 from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
@@ -33,10 +33,20 @@ GEOMETRY = np.dtype([(name, np.int64 if i < GEOMETRY_64BIT else np.int32)
 NULL = np.uint64(0)
 
 
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
 @functools.cache
 def _kernel(device: int, file: str, expression: str):
-    module = cupy.RawModule(code=source(file), options=OPTIONS, name_expressions=[expression])
+    options = OPTIONS + ((f"-arch={FILE_ARCH[file]}",) if file in FILE_ARCH else ())
+    module = cupy.RawModule(code=source(file), options=options, name_expressions=[expression])
     return module.get_function(expression)
+
+
+@functools.cache
+def sm_count(device: int) -> int:
+    return cupy.cuda.runtime.deviceGetAttribute(
+        cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, device)
 
 
 def kernel(file: str, expression: str):
@@ -149,6 +159,10 @@ class Executable:
         self.prob, self.plan = prob, plan
         self.function = kernel(plan.file, plan.kernel) if plan.kernel else None
         self.function_ptr = self.function.kernel.ptr if plan.kernel else 0   # its CUfunction
+        self.smem = plan.smem if plan.kernel else 0
+        if self.smem > 48 * 1024:
+            cupy.cuda.driver.funcSetAttribute(
+                self.function_ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)
         self.taps = NULL
         if plan.taps:
             # Uploaded on a stream of its own, so that a first call made while another stream
@@ -163,8 +177,11 @@ class Executable:
                 groups = min(65535, prob.G - g0)
                 for n0 in range(0, max(prob.N, 1), plan.chunk):
                     images = min(plan.chunk, prob.N - n0)
-                    launches.append((n0, images, plan.grid(images, groups),
-                                     geometry_scalar(plan.geometry, images), np.int32(g0)))
+                    grid = plan.grid(images, groups)
+                    if plan.persistent:
+                        grid = (min(grid[0], sm_count(cupy.cuda.runtime.getDevice())), 1, 1)
+                    launches.append((n0, images, grid, geometry_scalar(plan.geometry, images),
+                                     np.int32(g0)))
         self.launches = tuple(launches)
         self.block = (plan.block,)
         self.fixed = np.zeros(len(launches), FIXED_ARGS)
@@ -203,8 +220,8 @@ class Executable:
             pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
             pointers[2] = 0 if bias is None else bias.data.ptr
             for (_, _, grid, _, _), param in zip(self.launches, params):
-                cupy.cuda.driver.launchKernel(self.function_ptr, *grid, self.block[0], 1, 1, 0,
-                                              scratch.stream, param, 0)
+                cupy.cuda.driver.launchKernel(self.function_ptr, *grid, self.block[0], 1, 1,
+                                              self.smem, scratch.stream, param, 0)
             return y
         b = NULL if bias is None else bias
         # Materialised windows: the filter in window order (each pixel's reduction is then
@@ -216,7 +233,7 @@ class Executable:
         for n0, images, grid, geo, g0 in self.launches:
             image_to_window(prob, x[n0:n0 + images], x_win[:images])
             self.function(grid, self.block, (x_win, w_win, b, y[n0:n0 + images], self.taps,
-                                             geo, g0))
+                                             geo, g0), shared_mem=self.smem)
         return y
 
 

@@ -14,14 +14,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from im2win.cuda.tuning import (ALGORITHMS, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, TILES, MmaTile,
-                                Options, Tile, choose_mma_tile, choose_tile)
+from im2win.cuda.tuning import (ALGORITHMS, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, TILES, WGMMA_BK,
+                                WGMMA_TILES, MmaTile, Options, Tile, WgmmaTile, choose_mma_tile,
+                                choose_tile, choose_wgmma_tile)
 from im2win.problem import Problem
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
-GEMM_FILES = ("im2win_conv", "im2win_mma")
-CUDA_TYPES = {"float16": ("half_t", "float"), "float32": ("float", "float"),
-              "float64": ("double", "double")}
+GEMM_FILES = ("im2win_conv", "im2win_mma", "im2win_wgmma")
+# The target each kernel file is compiled for beyond the device's own (wgmma needs sm_90a).
+FILE_ARCH = {"im2win_wgmma": "sm_90a"}
+CUDA_TYPES = {"float16": ("half_t", "float"), "bfloat16": ("bf16_t", "float"),
+              "float32": ("float", "float"), "float64": ("double", "double")}
+TENSOR_CORE_DTYPES = ("float16", "bfloat16")
+HOPPER = 90             # compute capability of the wgmma kernel
+TABLE_SLICE = 64        # the reduction table is padded to whole slices of this many entries
 INT32_MAX = 2**31 - 1
 MAX_GRID_YZ = 65535
 
@@ -71,7 +77,7 @@ class Plan:
         tile: the im2win kernels' tile (None for the others).
         options: the optimisation switches in force.
         file: the kernel's .cu file ("im2win_conv" on CUDA cores, "im2win_mma" on Tensor
-            Cores), or None.
+            Cores with mma.sync, "im2win_wgmma" on Hopper's), or None.
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry for one launch of `chunk` images (None for the others).
@@ -83,7 +89,7 @@ class Plan:
     """
 
     algorithm: str
-    tile: Tile | MmaTile | None
+    tile: Tile | MmaTile | WgmmaTile | None
     options: Options
     file: str | None
     kernel: str | None
@@ -102,13 +108,28 @@ class Plan:
         return self.tile.threads if self.tile else 256
 
     def grid(self, images: int, G: int) -> tuple[int, int, int]:
-        """Blocks for `images` images: (pixel tiles, filter tiles, groups)."""
+        """Blocks for `images` images: (pixel tiles, filter tiles, groups); for the wgmma
+        kernel (tiles, 1, 1), of which a persistent launch starts at most one per SM."""
         pixels = images * self.geometry.PQ
+        if self.file == "im2win_wgmma":
+            return (-(-pixels // self.tile.BM) * -(-self.geometry.Kg // self.tile.BN) * G, 1, 1)
         return (-(-pixels // self.tile.BN), -(-self.geometry.Kg // self.tile.BM), G)
 
     @property
     def tensor_cores(self) -> bool:
-        return self.file == "im2win_mma"
+        return self.file in ("im2win_mma", "im2win_wgmma")
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the launch has at most one block per SM (the kernel loops over tiles)."""
+        return self.file == "im2win_wgmma" and self.options.persistent
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory per block, bytes."""
+        if self.file != "im2win_wgmma":
+            return 0
+        return self.tile.smem_bytes(self.tile.STAGES if self.options.double_buffer else 1)
 
 
 def check_algorithm(algorithm) -> str:
@@ -221,7 +242,19 @@ def mma_kernel_name(prob: Problem, fused: bool, tile: MmaTile, options: Options,
     flags = [prob.layout == "NHWC", fused, tile.BM, tile.BN, tile.WM, tile.WN,
              3 if options.double_buffer else 1, options.async_copy, vector_a, vector_b,
              options.ldmatrix, options.conflict_free, tables]
-    return f"im2win_mma<{', '.join(str(f).lower() for f in flags)}>"
+    T = CUDA_TYPES[prob.dtype.name][0]
+    return f"im2win_mma<{T}, {', '.join(str(f).lower() for f in flags)}>"
+
+
+def wgmma_kernel_name(prob: Problem, fused: bool, tile: WgmmaTile, options: Options,
+                      tables: bool, vector_x: bool, vector_w: bool) -> str:
+    """The CuPy name expression of one im2win_wgmma instantiation (vector_x: 16-byte copies
+    of the window operand, vector_w: of the filter)."""
+    flags = [prob.layout == "NHWC", fused, tile.BM, tile.BN,
+             tile.STAGES if options.double_buffer else 1, vector_x, vector_w,
+             options.conflict_free, tables, options.persistent]
+    T = CUDA_TYPES[prob.dtype.name][0]
+    return f"im2win_wgmma<{T}, {', '.join(str(f).lower() for f in flags)}>"
 
 
 def contiguous_runs_of_8(prob: Problem, geo: Geometry) -> bool:
@@ -233,19 +266,19 @@ def contiguous_runs_of_8(prob: Problem, geo: Geometry) -> bool:
 
 def table_bytes(prob: Problem, geo: Geometry, window_order: bool, wanted: bool) -> bytes:
     """The plan's reduction table (`Plan.taps`): interleaved int32 pairs, zero-padded to whole
-    slices of MMA_BK entries (kernels read slices whole), or b"" when not wanted or the offsets
-    do not fit."""
+    slices of TABLE_SLICE entries (kernels read slices whole), or b"" when not wanted or the
+    offsets do not fit."""
     tables = reduction_tables(prob, geo, window_order) if wanted and prob.reduction else None
     if tables is None:
         return b""
-    taps = np.zeros((-(-prob.reduction // MMA_BK) * MMA_BK, 2), np.int32)
+    taps = np.zeros((-(-prob.reduction // TABLE_SLICE) * TABLE_SLICE, 2), np.int32)
     taps[:prob.reduction] = np.stack(tables, axis=1)
     return taps.tobytes()
 
 
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
               options: Options | None = None, workspace_limit: int | None = None,
-              tile: str | None = None, x_aligned: bool = True) -> Plan:
+              tile: str | None = None, x_aligned: bool = True, arch: int | None = None) -> Plan:
     """Decide how to run `prob` on the GPU.
 
     Args:
@@ -257,6 +290,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         workspace_limit: bytes the materialised window may use; None for the whole batch.
         tile: force a tile by name (autotuning and tests); None lets the planner choose.
         x_aligned: whether x starts on a 16-byte boundary (float16 copies of 16 bytes).
+        arch: the device's compute capability as major*10 + minor (90: the wgmma kernel is
+            there for float16 and bfloat16); None: unknown, the mma.sync kernel.
 
     Raises:
         ValueError: a forced choice that cannot run this problem (the message says why).
@@ -271,6 +306,10 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     per_image = window_bytes(prob, 1)
     if algorithm == "auto":
         algorithm = "im2win_fused"
+    if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
+        raise ValueError("algorithm='im2col_gemm' does not take bfloat16 on the GPU (CuPy's "
+                         "matmul has no bfloat16); use 'auto', 'im2win_fused', 'im2win' or "
+                         "'direct'")
     if algorithm in ("direct", "im2col_gemm"):
         return Plan(algorithm, None, options, None, None, max(prob.N, 1), None, b"", 0)
 
@@ -287,9 +326,15 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     # Materialised windows also hold the filter in window order (K*(C/G)*R*S elements).
     workspace = 0 if fused else window_bytes(prob, chunk) + prob.K * prob.reduction * \
         prob.dtype.itemsize
-    if prob.dtype == np.float16 and options.tensor_cores:
-        return mma_plan(prob, algorithm, options, tile, chunk, workspace,
-                        geometry(prob, fused, chunk, x_strides), x_aligned or not fused,
+    if prob.dtype.name in TENSOR_CORE_DTYPES and (options.tensor_cores or
+                                                  prob.dtype.name == "bfloat16"):
+        geo = geometry(prob, fused, chunk, x_strides)
+        src_aligned = x_aligned or not fused
+        if options.hopper and arch == HOPPER and (
+                tile in WGMMA_TILES or (tile is None and wgmma_pays(prob, geo, src_aligned))):
+            return wgmma_plan(prob, algorithm, options, tile, chunk, workspace, geo,
+                              src_aligned, w_aligned or not fused)
+        return mma_plan(prob, algorithm, options, tile, chunk, workspace, geo, src_aligned,
                         w_aligned or not fused)
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
@@ -332,6 +377,37 @@ def mma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, 
     return Plan(algorithm, chosen, options, "im2win_mma", name, chunk, geo, taps, workspace)
 
 
+WGMMA_MIN_TILES = 128   # fewer tiles than about one per SM leave the persistent grid idle
+
+
+def wgmma_pays(prob: Problem, geo: Geometry, src_aligned: bool) -> bool:
+    """Whether the planner takes the wgmma kernel over mma.sync on Hopper (the forced tile of
+    either kernel overrides it). Read off the first H200 measurements (docs/performance.md,
+    "Hopper"): it wins where the window operand is copied 16 bytes at a time (NHWC, C/G a
+    multiple of 8), the filter tile is wider than 64 (N = 64 wgmmas are bound by shared-memory
+    reads) and there are enough tiles to fill the SMs; elsewhere (C = 3, NCHW gathers, 64
+    filters, small layers) mma.sync measured faster."""
+    if not (src_aligned and contiguous_runs_of_8(prob, geo)) or prob.Kg <= 64:
+        return False
+    tile = WGMMA_TILES[choose_wgmma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    tiles = -(-prob.N * prob.P * prob.Q // tile.BM) * -(-prob.Kg // tile.BN) * prob.G
+    return tiles >= WGMMA_MIN_TILES
+
+
+def wgmma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, chunk: int,
+               workspace: int, geo: Geometry, src_aligned: bool, w_aligned: bool) -> Plan:
+    """The Hopper plan (float16, bfloat16; compute capability 9.0): the reduction padded (by
+    predication) to a multiple of 64 once, pixels x filters tiles, a persistent grid."""
+    chosen = WGMMA_TILES[tile or choose_wgmma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    fused = algorithm == "im2win_fused"
+    geo = geo._replace(redp=-(-prob.reduction // WGMMA_BK) * WGMMA_BK)
+    taps = table_bytes(prob, geo, not fused, options.index_tables)
+    vector_w = w_aligned and prob.reduction % 8 == 0
+    vector_x = src_aligned and contiguous_runs_of_8(prob, geo)
+    name = wgmma_kernel_name(prob, fused, chosen, options, bool(taps), vector_x, vector_w)
+    return Plan(algorithm, chosen, options, "im2win_wgmma", name, chunk, geo, taps, workspace)
+
+
 def specializations() -> list[tuple[str, str]]:
     """Every (file, name expression) the planner can instantiate.
 
@@ -340,8 +416,9 @@ def specializations() -> list[tuple[str, str]]:
     picks under every optimisation set (full, and each optimisation off alone), with and
     without 16-byte filter loads (they depend on alignment) and the reduction table (it depends
     on whether the offsets fit 32 bits); every other tile (autotuning) with the full set; and for
-    float16 every Tensor-Core tile under every Tensor-Core optimisation set, with and without
-    16-byte B copies (NHWC only) and tables.
+    float16 every Tensor-Core tile of both Tensor-Core kernels (mma.sync for sm_80, wgmma for
+    sm_90a) under every optimisation set of that kernel, with and without 16-byte copies of
+    either operand and tables; bfloat16 the same tiles under the full set.
     """
     from im2win.cuda.tuning import TILES, choose_tile
     out = set()
@@ -350,13 +427,17 @@ def specializations() -> list[tuple[str, str]]:
             planned = {choose_tile(Kg, pixels, reduction, layout, dtype)
                        for Kg in (32, 64, 96, 128) for pixels in (1, 1 << 21)
                        for reduction in (27, 300, 5000)}
-            prob = Problem(layout=layout, dtype=np.dtype(dtype), N=1, C=1, H=1, W=1, K=1, R=1,
-                           S=1, G=1, sh=1, sw=1, dh=1, dw=1, pt=0, pb=0, pl=0, pr=0,
+            prob = Problem(layout=layout, dtype=np.dtype(dtype_of(dtype)), N=1, C=1, H=1, W=1,
+                           K=1, R=1, S=1, G=1, sh=1, sw=1, dh=1, dw=1, pt=0, pb=0, pl=0, pr=0,
                            has_bias=False)
             nhwc = str(layout == "NHWC").lower()
             out.add(("direct", f"direct_conv<{T}, {Acc}, {nhwc}>"))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             for fused in (False, True):
+                if dtype in TENSOR_CORE_DTYPES:
+                    out |= tensor_core_specializations(prob, fused, True)
+                if dtype == "bfloat16":
+                    continue
                 for options in Options.ablations().values():
                     tiles = planned if options.micro_kernel else {NO_MICRO_KERNEL}
                     if options == Options():
@@ -366,16 +447,38 @@ def specializations() -> list[tuple[str, str]]:
                             for tables in {True, False} & {options.index_tables, False}:
                                 out.add(("im2win_conv", kernel_name(
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
-                if dtype != "float16":
-                    continue
-                for options in Options.ablations(tensor_cores=True).values():
-                    for tile in MMA_TILES.values():
-                        for vector_a, vector_b in {(False, False), (True, False),
-                                                   (True, layout == "NHWC")}:
-                            for tables in {True, False} & {options.index_tables, False}:
-                                out.add(("im2win_mma", mma_kernel_name(
-                                    prob, fused, tile, options, tables, vector_a, vector_b)))
     return sorted(out)
+
+
+def tensor_core_specializations(prob: Problem, fused: bool, ablations: bool) -> set:
+    """The mma.sync and wgmma instantiations of one (dtype, layout, window mode): every tile,
+    every alignment case (16-byte copies of the filter, and in NHWC of the window, each on or
+    off), with and without tables, under the full option set; with `ablations` (float16, what
+    tools/ablation.py runs) also every tile under each optimisation off alone, with tables as
+    that set says."""
+    out = set()
+    vectors = [(f, x) for f in (False, True) for x in (False, prob.layout == "NHWC")]
+    for hopper, file, tiles, name in ((False, "im2win_mma", MMA_TILES, mma_kernel_name),
+                                      (True, "im2win_wgmma", WGMMA_TILES, wgmma_kernel_name)):
+        sets = Options.ablations(tensor_cores=True, hopper=hopper)
+        for label, options in sets.items():
+            if label != "full" and not ablations:
+                continue
+            for tile in tiles.values():
+                for filter_16, window_16 in set(vectors):
+                    for tables in ({True, False} if label == "full" else {options.index_tables}):
+                        vector = ((filter_16, window_16) if file == "im2win_mma"
+                                  else (window_16, filter_16))
+                        out.add((file, name(prob, fused, tile, options, tables, *vector)))
+    return out
+
+
+def dtype_of(name: str):
+    """The NumPy dtype of a CUDA_TYPES name (bfloat16 from ml_dtypes)."""
+    if name == "bfloat16":
+        import ml_dtypes
+        return ml_dtypes.bfloat16
+    return name
 
 
 def source(file: str) -> str:

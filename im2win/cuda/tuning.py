@@ -74,6 +74,36 @@ MMA_BK = 32
 
 
 @dataclasses.dataclass(frozen=True)
+class WgmmaTile:
+    """The Hopper kernel's (im2win_wgmma.cu) BM x BN block tile, pixels x filters, and its ring
+    of STAGES shared-memory slices of 64 reduction elements; three warpgroups (a producer and
+    two consumers of BM/2 pixel rows each)."""
+
+    name: str
+    BM: int
+    BN: int
+    STAGES: int
+
+    threads = 384
+
+    def smem_bytes(self, stages: int | None = None) -> int:
+        """Dynamic shared memory of a block (im2win_wgmma.cu's smem_bytes)."""
+        stages = self.STAGES if stages is None else stages
+        return 1024 + stages * (self.BM + self.BN) * 128 + 16 * stages + 16 * self.BM
+
+
+WGMMA_TILES = {tile.name: tile for tile in (
+    WgmmaTile("wg128x256", 128, 256, 4),
+    WgmmaTile("wg256x128", 256, 128, 4),
+    WgmmaTile("wg128x128", 128, 128, 6),
+    WgmmaTile("wg256x96", 256, 96, 4),
+    WgmmaTile("wg256x64", 256, 64, 5),
+)}
+WGMMA_BK = 64
+SMEM_OPTIN_LIMIT = 227 * 1024       # dynamic shared memory a block may opt into on sm_90
+
+
+@dataclasses.dataclass(frozen=True)
 class Options:
     """Optimisations of the im2win kernels, each on by default and switchable alone.
 
@@ -82,16 +112,24 @@ class Options:
         micro_kernel: each thread computes a TM x TN register tile (off: the 16x16 tile, one
             output per thread).
         vector_loads: 16-byte (float4) filter loads and shared-memory reads.
-    Tensor-Core kernel (float16):
-        tensor_cores: use it (off: float16 runs on the CUDA-core kernel).
-        async_copy: cp.async 16-byte global-to-shared copies (off: through registers).
-        ldmatrix: ldmatrix fragment loads (off: 32-bit shared loads).
+    Tensor-Core kernels (float16, bfloat16):
+        tensor_cores: use them (off: float16 runs on the CUDA-core kernel; bfloat16 needs
+            them).
+        hopper: on compute capability 9.0, the wgmma kernel (im2win_wgmma.cu); off: the
+            mma.sync kernel (im2win_mma.cu), which is the only one elsewhere.
+        async_copy: cp.async 16-byte global-to-shared copies (off: through registers;
+            mma.sync kernel).
+        ldmatrix: ldmatrix fragment loads (off: 32-bit shared loads; mma.sync kernel).
+        persistent: one block per SM takes tiles in turn (off: one block per tile; wgmma
+            kernel).
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
-        double_buffer: overlap loads with math: two shared buffers (CUDA cores) or a
-            three-stage pipeline (Tensor Cores) (off: one buffer, load then compute).
+        double_buffer: overlap loads with math: two shared buffers (CUDA cores), a
+            three-stage pipeline (mma.sync) or the tile's ring of stages (wgmma) (off: one
+            buffer, load then compute).
         conflict_free: shared-memory access free of bank conflicts: padded, interleaved
-            columns (CUDA cores) or XOR-swizzled 16-byte chunks (Tensor Cores).
+            columns (CUDA cores), XOR-swizzled 16-byte chunks (mma.sync) or wgmma's 128-byte
+            swizzle (off: plain core matrices).
     """
 
     smem: bool = True
@@ -103,6 +141,8 @@ class Options:
     tensor_cores: bool = True
     async_copy: bool = True
     ldmatrix: bool = True
+    hopper: bool = True
+    persistent: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -111,10 +151,15 @@ class Options:
                                 f"{getattr(self, field.name)!r}")
 
     @classmethod
-    def ablations(cls, tensor_cores: bool = False) -> dict[str, "Options"]:
-        """The full set, then each optimisation of one kernel switched off alone, by name."""
-        names = TENSOR_CORE_SWITCHES if tensor_cores else CUDA_CORE_SWITCHES
-        full = cls()
+    def ablations(cls, tensor_cores: bool = False, hopper: bool = False) -> dict[str, "Options"]:
+        """The full set, then each optimisation of one kernel switched off alone, by name:
+        the CUDA-core kernel's, the mma.sync kernel's (tensor_cores), or the wgmma kernel's
+        (hopper)."""
+        if hopper:
+            names = HOPPER_SWITCHES
+        else:
+            names = TENSOR_CORE_SWITCHES if tensor_cores else CUDA_CORE_SWITCHES
+        full = cls() if hopper or not tensor_cores else cls(hopper=False)
         return {"full": full} | {f"no_{name}": dataclasses.replace(full, **{name: False})
                                  for name in names}
 
@@ -123,6 +168,7 @@ CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "
                       "conflict_free")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
+HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent")
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm")
@@ -168,3 +214,17 @@ def choose_mma_tile(Kg: int, reduction: int, layout: str) -> str:
     if Kg <= 64 and (layout == "NHWC" or reduction < 256):
         return "mma64x128"
     return "mma128x64"
+
+
+def choose_wgmma_tile(Kg: int, pixels: int) -> str:
+    """Pick the Hopper tile for K/G filters per group and N*P*Q pixels: the filter tile
+    covers the group's filters where it can (each block then reads its window rows once),
+    256 pixel rows where there are 128 filters or fewer, 128 with 256 filters (the two
+    consumers' accumulators are 128 registers each either way)."""
+    if Kg <= 64:
+        return "wg256x64"
+    if Kg <= 96:
+        return "wg256x96"
+    if Kg <= 128:
+        return "wg256x128" if pixels >= 256 * 132 else "wg128x128"
+    return "wg128x256"

@@ -1,0 +1,435 @@
+// im2win_wgmma.cu: float16 / bfloat16 im2win convolution on Hopper Tensor Cores (sm_90a:
+// wgmma.mma_async with both operands in shared memory, FP32 accumulation), the whole batch in
+// one persistent launch.
+//
+// The same GEMM per group as im2win_mma.cu (gemm.cuh: B[t, pixel] = src[base(pixel) + off(t)],
+// the reduction t in window order for materialised windows), transposed so that a tile's rows
+// are pixels and its columns filters: D[pixel, filter] = sum_t X[pixel, t] * W[filter, t].
+// Both operands are "K-major" (t contiguous), wgmma's natural layout: each pixel's window run
+// and each filter row are 64-element (128-byte) rows of shared memory. In NHWC the two
+// accumulators a thread holds side by side are neighbouring filters of one pixel: adjacent in y.
+//
+// Block: three warpgroups (384 threads), warp-specialised (setmaxnreg moves registers from the
+// producer to the consumers).
+//   producer (warpgroup 0): for each BK = 64 slice, copies the BM x 64 window tile and the
+//     BN x 64 filter tile into the next free stage of a STAGES-deep ring: 16-byte cp.async
+//     (zero-filled outside x, past the reduction and past the last pixel or filter) where
+//     8 consecutive t are one aligned run (kVecX, kVecW), element by element otherwise. A
+//     stage is published LAG slices later (cp.async.wait_group, then fence.proxy.async so that
+//     the Tensor Cores see the copies, then an arrive on the stage's `full` mbarrier), so
+//     LAG + 1 slices of copies are in flight per thread.
+//   consumers (warpgroups 1, 2): each owns BM/2 pixel rows x BN filters of the tile as MI = BM/128
+//     wgmma m64nBNk16 accumulators; waits on `full`, issues the slice's 4*MI wgmmas, and frees
+//     the previous stage (its `empty` mbarrier) once those have retired (wgmma.wait_group 1).
+//     The epilogue (bias, conversion, stores straight from registers) of one tile overlaps
+//     the producer's copies for the next.
+// Tiles (pixel tile, filter tile, group) are dealt round-robin to a grid of at most one block
+// per SM (kPersistent; off: one block per tile), filter tiles fastest, so blocks running together
+// share their window rows in L2.
+//
+// Shared-memory rows are 128 bytes: with kSwizzle the 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8) (wgmma's 128-byte swizzle; conflict-free for the producer's writes and wgmma's
+// reads); without, rows are stored as wgmma's plain 8 x 16-byte core matrices (conflicting
+// writes), for the ablation.
+
+typedef unsigned long long u64;
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+
+template <int N> __device__ __forceinline__ void cp_async_wait_n() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void st_shared16(unsigned dst, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w) : "memory");
+}
+
+// mbarriers: `full[s]` completes when the producer's 128 threads have published stage s,
+// `empty[s]` when the consumers' 8 warps have finished reading it.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+
+// Wait until the phase of parity `parity` of `bar` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads or writes across wgmma.wait_group.
+template <int N> __device__ __forceinline__ void pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// wgmma's shared-memory matrix descriptor of a K-major tile starting at byte `addr` (rows of
+// 128 bytes, 8-row groups 1024 bytes apart): 128-byte swizzle, or plain core matrices whose
+// two 16-byte columns of a k16 step lie 128 bytes apart.
+template <bool kSwizzle> __device__ __forceinline__ u64 descriptor(unsigned addr) {
+  const u64 start = (addr & 0x3FFFF) >> 4, stride = 1024 >> 4;
+  if (kSwizzle) return start | (u64)1 << 16 | stride << 32 | (u64)1 << 62;
+  return start | (u64)(128 >> 4) << 16 | stride << 32;
+}
+
+// Byte offset of 16-byte chunk c (0..7) of row r in a 128-byte-row tile, and the descriptor
+// advance of one k16 step (two chunks).
+template <bool kSwizzle> __device__ __forceinline__ unsigned chunk_offset(int r, int c) {
+  if (kSwizzle) return r * 128 + ((c ^ (r & 7)) << 4);
+  return ((r >> 3) * 8 + c) * 128 + (r & 7) * 16;
+}
+template <bool kSwizzle> __device__ constexpr unsigned k16_advance() { return kSwizzle ? 32 : 256; }
+
+// wgmma m64nNk16 with FP32 accumulators d[N/2] (+= A * B; scale_d = 0 overwrites). Inline asm
+// takes no arrays, so the register lists are written out.
+#define WG_F8(i)                                                                          \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_REGS_32                                                                         \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_REGS_48                                                                          \
+  WG_REGS_32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define WG_REGS_64                                                                          \
+  WG_REGS_48 ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REGS_128                                                                          \
+  WG_REGS_64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, "    \
+             "%79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, "  \
+             "%95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, " \
+             "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "  \
+             "%122, %123, %124, %125, %126, %127"
+#define WG_OUT_32 WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24)
+#define WG_OUT_48 WG_OUT_32, WG_F8(32), WG_F8(40)
+#define WG_OUT_64 WG_OUT_48, WG_F8(48), WG_F8(56)
+#define WG_OUT_128 WG_OUT_64, WG_F8(64), WG_F8(72), WG_F8(80), WG_F8(88), WG_F8(96), WG_F8(104), \
+                   WG_F8(112), WG_F8(120)
+#define WG_MMA(N, TY, REGS, OUTS, A, B, S)                                                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                              \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, %" A \
+               ", %" B ", p, 1, 1, 0, 0;\n}\n"                                                \
+               : OUTS                                                                        \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <int N, typename T>
+__device__ __forceinline__ void wgmma(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
+  constexpr bool bf = same_type<T, bf16_t>::value;
+  static_assert(N == 64 || N == 96 || N == 128 || N == 256, "wgmma N of the tile table");
+  if constexpr (N == 64) {
+    if constexpr (bf) WG_MMA(64, "bf16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
+    else WG_MMA(64, "f16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
+  } else if constexpr (N == 96) {
+    if constexpr (bf) WG_MMA(96, "bf16", WG_REGS_48, WG_OUT_48, "48", "49", "50");
+    else WG_MMA(96, "f16", WG_REGS_48, WG_OUT_48, "48", "49", "50");
+  } else if constexpr (N == 128) {
+    if constexpr (bf) WG_MMA(128, "bf16", WG_REGS_64, WG_OUT_64, "64", "65", "66");
+    else WG_MMA(128, "f16", WG_REGS_64, WG_OUT_64, "64", "65", "66");
+  } else {
+    if constexpr (bf) WG_MMA(256, "bf16", WG_REGS_128, WG_OUT_128, "128", "129", "130");
+    else WG_MMA(256, "f16", WG_REGS_128, WG_OUT_128, "128", "129", "130");
+  }
+}
+
+// 8 elements gathered through registers into one 16-byte shared chunk.
+__device__ __forceinline__ uint4 pack8(const unsigned short (&e)[8]) {
+  return make_uint4(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16,
+                    e[4] | (unsigned)e[5] << 16, e[6] | (unsigned)e[7] << 16);
+}
+
+// y[i0] = v0 if ok0 and y[i0 + 1] = v1 if ok1: one 4-byte store when both go and it is aligned.
+template <typename T>
+__device__ __forceinline__ void store_adjacent(T* y, i64 i0, bool ok0, bool ok1, float v0,
+                                               float v1) {
+  const T h0 = from_acc<T>(v0), h1 = from_acc<T>(v1);
+  if (ok0 && ok1 && reinterpret_cast<u64>(y + i0) % 4 == 0) {
+    *reinterpret_cast<unsigned*>(y + i0) = h0.bits | (unsigned)h1.bits << 16;
+    return;
+  }
+  if (ok0) y[i0] = h0;
+  if (ok1) y[i0 + 1] = h1;
+}
+
+// Dynamic shared memory of one block (plan.py's WgmmaTile.smem_bytes says the same): 1 KB of
+// alignment slack, the ring, its 2 * STAGES mbarriers, and 16 bytes per pixel row.
+__host__ __device__ constexpr int smem_bytes(int BM, int BN, int STAGES) {
+  return 1024 + STAGES * (BM + BN) * 128 + 16 * STAGES + 16 * BM;
+}
+
+constexpr int INT_MIN_ = -2147483647 - 1;
+
+__device__ __forceinline__ void producer_sync() {   // the producer warpgroup's own barrier
+  asm volatile("bar.sync 1, 128;\n" ::: "memory");
+}
+
+struct PixelRow {
+  i64 base;
+  int h0, w0;
+};
+
+// Row r of the producer's pixel table: a plain shared-memory load (ordered by the barriers
+// around the table's writes), so that the compiler may batch the loads of a slice.
+__device__ __forceinline__ PixelRow pixel_row(const int4* table, int r) {
+  const int4 v = table[r];
+  PixelRow px;
+  px.base = (i64)((u64)(unsigned)v.y << 32 | (unsigned)v.x);
+  px.h0 = v.z;
+  px.w0 = v.w;
+  return px;
+}
+
+struct TileAt {
+  i64 m0;      // first pixel
+  int n0, g;   // first filter of the group, group
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ TileAt tile_at(i64 tile, i64 ptiles, int ftiles, int g0) {
+  TileAt at;
+  const i64 rest = tile / ftiles;
+  at.n0 = (int)(tile - rest * ftiles) * BN;
+  const i64 gi = rest / ptiles;
+  at.m0 = (rest - gi * ptiles) * BM;
+  at.g = g0 + (int)gi;
+  return at;
+}
+
+template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
+          bool kSwizzle, bool kTable, bool kPersistent>
+__global__ void __launch_bounds__(384, 1)
+    im2win_wgmma(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
+                 T* __restrict__ y, const int2* __restrict__ taps, Geometry geo, int g0) {
+  constexpr int BK = 64;                             // elements per shared row (128 bytes)
+  constexpr int MI = BM / 128;                       // m64 accumulators per consumer
+  constexpr int LAG = STAGES > 1 ? STAGES - 2 : 0;   // slices a stage is published after
+  constexpr int A_BYTES = BM * 128, STAGE_BYTES = (BM + BN) * 128;
+  constexpr int ROWS_X = BM / 16, ROWS_W = BN / 16;  // rows per producer thread
+  // Registers per thread: the block starts with 168 (__launch_bounds__(384, 1)); setmaxnreg
+  // moves them between warpgroups within that pool (asking for more than it holds hangs).
+  constexpr int POOL = 168 * 3;
+  constexpr int PRODUCER_REGS = 96;
+  constexpr int CONSUMER_REGS = ((POOL - PRODUCER_REGS) / 2) & ~7;
+  static_assert(BM == 128 || BM == 256, "two consumer warpgroups of 64 or 128 pixel rows");
+  static_assert(STAGES >= 1 && smem_bytes(BM, BN, STAGES) <= 227 * 1024,
+                "the ring fits shared memory");
+
+  extern __shared__ unsigned char dynamic_smem[];
+  const unsigned ring = (smem_addr(dynamic_smem) + 1023) & ~1023u;  // swizzle atoms: 1 KB
+  const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
+  // The producer's table of the tile's pixels, after the barriers.
+  const int4* pixels = reinterpret_cast<const int4*>(dynamic_smem + (empty + 8 * STAGES -
+                                                                      smem_addr(dynamic_smem)));
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 128);
+      mbar_init(empty + 8 * s, 8);
+    }
+  }
+  __syncthreads();
+
+  const int groups = min(geo.K / geo.Kg - g0, 65535);
+  const i64 ptiles = (geo.npix + BM - 1) / BM;
+  const int ftiles = (geo.Kg + BN - 1) / BN;
+  const i64 tiles = ptiles * ftiles * groups;
+  const int slices = geo.redp / BK;
+
+  if (tid < 128) {  // ------------------------------------------------------------ producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    const int chunk = tid % 8, row0 = tid / 8;       // rows row0 + 16 * i, chunk `chunk`
+    unsigned it = 0;
+    for (i64 tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
+      const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
+      // The tile's pixels, once: {base (2 words), h0, w0}, h0 = w0 = INT_MIN past the last.
+      producer_sync();                               // the previous tile's are no longer read
+#pragma unroll
+      for (int r = tid; r < BM; r += 128) {
+        const Pixel px = pixel_at(at.m0 + r, at.g, geo);
+        const int h = px.valid ? px.h0 : INT_MIN_, wq = px.valid ? px.w0 : INT_MIN_;
+        const_cast<int4*>(pixels)[r] = make_int4((int)px.base, (int)(px.base >> 32), h, wq);
+      }
+      producer_sync();
+      const T* w_tile = w + ((i64)at.g * geo.Kg + at.n0) * geo.red;
+      for (int slice = 0; slice < slices; ++slice, ++it) {
+        const int stage = it % STAGES;
+        mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
+        const unsigned a = ring + stage * STAGE_BYTES, b = a + A_BYTES;
+        const int t0 = slice * BK + chunk * 8;
+        const bool t_ok = t0 < geo.red;
+        if (kVecX) {  // 8 consecutive t: one contiguous, aligned run of x or the window tensor
+          const Tap tap = tap_at<kNHWC, !kFused, kTable>(t_ok ? t0 : 0, taps, geo);
+          const unsigned H = geo.H, W = geo.W;
+#pragma unroll
+          for (int i0 = 0; i0 < ROWS_X; i0 += 4) {   // 4 rows' pixels loaded, then copied
+            PixelRow px[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) px[i] = pixel_row(pixels, row0 + 16 * (i0 + i));
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              bool ok = t_ok && px[i].w0 != INT_MIN_;
+              if (kFused)
+                ok = ok && (unsigned)(px[i].h0 + tap.dr) < H && (unsigned)(px[i].w0 + tap.ds) < W;
+              cp_async16_to(a + chunk_offset<kSwizzle>(row0 + 16 * (i0 + i), chunk),
+                            src + (ok ? px[i].base + tap.off : 0), ok);
+            }
+          }
+        } else {      // element by element (C = 3, NCHW): the chunk's 8 table entries at once
+          int2 entries[8];
+          if (kTable) taps_of<8>(taps, t0, entries);
+#pragma unroll
+          for (int i = 0; i < ROWS_X; ++i) {
+            const PixelRow px = pixel_row(pixels, row0 + 16 * i);
+            unsigned short e[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const int t = t0 + k;
+              e[k] = 0;
+              if (px.w0 != INT_MIN_ && t < geo.red) {
+                const Tap tap = kTable ? tap_of(entries[k])
+                                       : tap_at<kNHWC, !kFused, false>(t, taps, geo);
+                if (!kFused || ((unsigned)(px.h0 + tap.dr) < (unsigned)geo.H &&
+                                (unsigned)(px.w0 + tap.ds) < (unsigned)geo.W))
+                  e[k] = src[px.base + tap.off].bits;
+              }
+            }
+            st_shared16(a + chunk_offset<kSwizzle>(row0 + 16 * i, chunk), pack8(e));
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < ROWS_W; ++j) {
+          const int row = row0 + 16 * j;
+          const bool row_ok = at.n0 + row < geo.Kg;
+          const T* from = w_tile + (i64)(row_ok ? row : 0) * geo.red;
+          const unsigned to = b + chunk_offset<kSwizzle>(row, chunk);
+          if (kVecW) {  // red % 8 == 0: the chunk lies wholly inside or wholly past the row
+            const bool ok = row_ok && t_ok;
+            cp_async16_to(to, from + (ok ? t0 : 0), ok);
+          } else {
+            unsigned short e[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) e[k] = row_ok && t0 + k < geo.red ? from[t0 + k].bits : 0;
+            st_shared16(to, pack8(e));
+          }
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        if (it >= LAG) {  // publish slice it - LAG: its copies have landed
+          cp_async_wait_n<LAG>();
+          fence_async_shared();
+          mbar_arrive(full + 8 * ((it - LAG) % STAGES));
+        }
+      }
+    }
+    cp_async_wait_n<0>();
+    fence_async_shared();
+    for (unsigned j = it > LAG ? it - LAG : 0; j < it; ++j) mbar_arrive(full + 8 * (j % STAGES));
+    return;
+  }
+  // ------------------------------------------------------------------------------ consumers
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  const int consumer = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const int row_base = consumer * (BM / 2) + warp * 16 + lane / 4;   // + i*64 (+8)
+  const int col_base = (lane % 4) * 2;                               // + j*8 (+1)
+  unsigned it = 0;
+  for (i64 tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
+    const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
+    float acc[MI][BN / 2];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
+    int previous = -1;
+    for (int slice = 0; slice < slices; ++slice, ++it) {
+      const int stage = it % STAGES;
+      mbar_wait(full + 8 * stage, (it / STAGES) & 1);
+      const unsigned a = ring + stage * STAGE_BYTES + consumer * (BM / 2) * 128;
+      const unsigned b = ring + stage * STAGE_BYTES + A_BYTES;
+#pragma unroll
+      for (int i = 0; i < MI; ++i) pin(acc[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < BK / 16; ++k)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+          wgmma<BN, T>(acc[i], descriptor<kSwizzle>(a + i * 64 * 128 + k * k16_advance<kSwizzle>()),
+                       descriptor<kSwizzle>(b + k * k16_advance<kSwizzle>()), 1);
+      wgmma_commit();
+#pragma unroll
+      for (int i = 0; i < MI; ++i) pin(acc[i]);
+      if (STAGES > 1) {
+        wgmma_wait<1>();             // the previous slice's wgmmas have read their stage
+        if (previous >= 0) {
+          __syncwarp();
+          if (lane == 0) mbar_arrive(empty + 8 * previous);
+        }
+        previous = stage;
+      } else {
+        wgmma_wait<0>();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * stage);
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MI; ++i) pin(acc[i]);
+    if (STAGES > 1 && previous >= 0) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + 8 * previous);
+    }
+
+    // Epilogue: accumulator (i, 4*j + e) is pixel at.m0 + row_base + 64*i (+8 for e >= 2) and
+    // filter at.n0 + col_base + 8*j (+1 for odd e). y is overwritten, never added to.
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i64 pix = at.m0 + row_base + 64 * i + 8 * h;
+        if (pix >= geo.npix) continue;
+        const i64 n = kNHWC ? 0 : pix / geo.PQ, pq = kNHWC ? 0 : pix - n * geo.PQ;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          const int m = at.n0 + col_base + 8 * j;          // filters m, m + 1 of group at.g
+          const bool ok0 = m < geo.Kg, ok1 = m + 1 < geo.Kg;
+          const int k = at.g * geo.Kg + m;
+          float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
+          if (bias) {
+            if (ok0) v0 += to_acc(bias[k], 0.f);
+            if (ok1) v1 += to_acc(bias[k + 1], 0.f);
+          }
+          if (kNHWC) {
+            store_adjacent(y, pix * geo.K + k, ok0, ok1, v0, v1);
+          } else {
+            const i64 at0 = (n * geo.K + k) * geo.PQ + pq;
+            if (ok0) y[at0] = from_acc<T>(v0);
+            if (ok1) y[at0 + geo.PQ] = from_acc<T>(v1);
+          }
+        }
+      }
+  }
+}
