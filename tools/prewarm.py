@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from im2win.cuda.plan import CUDA_TYPES, make_plan, source
+from im2win.cuda.plan import CUDA_TYPES, FILE_ARCH, make_plan, source
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
 
@@ -50,7 +50,8 @@ def planned(dtypes, layouts, batch=128):
 def compile_one(job):
     import cupy
     file, expression = job
-    cupy.RawModule(code=source(file), options=OPTIONS, name_expressions=[expression]).compile()
+    options = OPTIONS + ((f"-arch={FILE_ARCH[file]}",) if file in FILE_ARCH else ())
+    cupy.RawModule(code=source(file), options=options, name_expressions=[expression]).compile()
     return expression
 
 
