@@ -14,10 +14,11 @@
 //   producer (warpgroup 0): for each BK = 64 slice, copies the BM x 64 window tile and the
 //     BN x 64 filter tile into the next free stage of a STAGES-deep ring: 16-byte cp.async
 //     (zero-filled outside x, past the reduction and past the last pixel or filter) where
-//     8 consecutive t are one aligned run (kVecX, kVecW), element by element otherwise. A
-//     stage is published LAG slices later (cp.async.wait_group, then fence.proxy.async so that
-//     the Tensor Cores see the copies, then an arrive on the stage's `full` mbarrier), so
-//     LAG + 1 slices of copies are in flight per thread.
+//     8 consecutive t are one aligned run (kVecX, kVecW), element by element through
+//     registers otherwise (then fence.proxy.async, so that the Tensor Cores see the stores).
+//     Each thread publishes a stage with cp.async.mbarrier.arrive on its `full` mbarrier,
+//     which fires when the thread's copies into it have landed: the producer never waits for
+//     its own copies, only for free stages, so up to STAGES - 1 slices are in flight.
 //   consumers (warpgroups 1, 2): each owns BM/2 pixel rows x BN filters of the tile as MI = BM/128
 //     wgmma m64nBNk16 accumulators; waits on `full`, issues the slice's 4*MI wgmmas, and frees
 //     the previous stage (its `empty` mbarrier) once those have retired (wgmma.wait_group 1).
@@ -69,6 +70,12 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
       "{\n.reg .pred done;\nWAIT:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// Arrive on `bar` once all of this thread's earlier cp.async copies have landed (counted as
+// one of the barrier's expected arrivals: .noinc).
+__device__ __forceinline__ void cp_async_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
 __device__ __forceinline__ void fence_async_shared() {
@@ -227,7 +234,6 @@ __global__ void __launch_bounds__(384, 1)
                  T* __restrict__ y, const int2* __restrict__ taps, Geometry geo, int g0) {
   constexpr int BK = 64;                             // elements per shared row (128 bytes)
   constexpr int MI = BM / 128;                       // m64 accumulators per consumer
-  constexpr int LAG = STAGES > 1 ? STAGES - 2 : 0;   // slices a stage is published after
   constexpr int A_BYTES = BM * 128, STAGE_BYTES = (BM + BN) * 128;
   constexpr int ROWS_X = BM / 16, ROWS_W = BN / 16;  // rows per producer thread
   // Registers per thread: the block starts with 168 (__launch_bounds__(384, 1)); setmaxnreg
@@ -338,17 +344,13 @@ __global__ void __launch_bounds__(384, 1)
             st_shared16(to, pack8(e));
           }
         }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-        if (it >= LAG) {  // publish slice it - LAG: its copies have landed
-          cp_async_wait_n<LAG>();
-          fence_async_shared();
-          mbar_arrive(full + 8 * ((it - LAG) % STAGES));
-        }
+        // Publish the stage: stores through registers are fenced for the Tensor Cores now;
+        // the arrive itself happens when this thread's copies into it have landed.
+        if (!kVecX || !kVecW) fence_async_shared();
+        cp_async_arrive(full + 8 * stage);
       }
     }
     cp_async_wait_n<0>();
-    fence_async_shared();
-    for (unsigned j = it > LAG ? it - LAG : 0; j < it; ++j) mbar_arrive(full + 8 * (j % STAGES));
     return;
   }
   // ------------------------------------------------------------------------------ consumers
