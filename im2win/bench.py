@@ -234,14 +234,16 @@ def materialised(x, w, **kwargs):
     return im2win.conv2d(x, w, algorithm="im2win", **kwargs)
 
 
-def implementations(device, compare: bool) -> dict:
+def implementations(device, compare: bool, dtype: str = "float32") -> dict:
     """The callables to time, by name: im2win (the planner's default), then on the GPU its
-    materialised mode, then the baselines on the same device."""
+    materialised mode, then the baselines on the same device (no im2col+GEMM for bfloat16 on
+    the GPU)."""
     impls = {"im2win": im2win.conv2d}
     if compare:
         if device.name == "gpu":
             impls["im2win-materialised"] = materialised
-        impls["im2col+gemm"] = baselines.im2col_gemm
+        if not (device.name == "gpu" and dtype == "bfloat16"):
+            impls["im2col+gemm"] = baselines.im2col_gemm
         if device.name == "gpu" and torch_cuda_available():
             impls["cudnn"] = cudnn
     return impls
@@ -307,7 +309,7 @@ def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compa
                            layout=layout, **layer.kwargs)
     inputs = rotation(x, device)
     rows = []
-    for impl, fn in implementations(device, compare).items():
+    for impl, fn in implementations(device, compare, dtype).items():
         turn = itertools.cycle(inputs)
 
         def call():
@@ -495,7 +497,10 @@ def parse_args(argv):
                         help=f"images per call (default: {GPU_BATCH} on the GPU, {CPU_BATCH} on "
                              f"the CPU; with --suite {SUITE_BATCH['gpu']} and "
                              f"{SUITE_BATCH['cpu']})")
-    parser.add_argument("--dtype", default="float32", choices=["float16", "float32", "float64"])
+    parser.add_argument("--dtype", default="float32",
+                        choices=["float16", "bfloat16", "float32", "float64"],
+                        help="bfloat16: ml_dtypes.bfloat16 arrays (cuDNN in bfloat16 as the "
+                             "baseline; no im2col+cuBLAS on the GPU, CuPy's matmul has none)")
     parser.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
                         help="where to run (default: the GPU when CuPy sees one, else the CPU)")

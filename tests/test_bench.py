@@ -33,13 +33,20 @@ def test_bench_prints_a_checked_table_and_writes_json(tmp_path, capsys):
                                    "cv7": 2 * 2 * 64 * 222 * 222 * 3 * 9 / 1e9})
 
 
+def test_bench_runs_bfloat16(capsys):
+    status = bench.main(["--layers", "cv12", "--batch", "1", "--device", "cpu", "--compare",
+                         "--dtype", "bfloat16", "--layout", "NHWC"])
+    out = capsys.readouterr().out
+    assert status == 0 and "2 of 2 results correct" in out and "bfloat16" in out
+
+
 def test_bench_fails_on_a_wrong_result(monkeypatch, capsys):
     def off_by_a_little(x, w, **kwargs):
         y = bench.im2win.conv2d(x, w, **kwargs)
         y[0, 0, 0, 0] += 1e-3 * np.abs(y).max()
         return y
     monkeypatch.setattr(bench, "implementations",
-                        lambda device, compare: {"im2win": off_by_a_little})
+                        lambda device, compare, dtype: {"im2win": off_by_a_little})
     assert bench.main(["--layers", "cv12", "--batch", "1", "--device", "cpu"]) == 1
     assert "WRONG: cv12/im2win" in capsys.readouterr().out
 

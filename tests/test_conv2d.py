@@ -1,5 +1,6 @@
 """im2win.conv2d on NumPy arrays (the CPU path) against the float64 reference."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -10,7 +11,7 @@ from im2win import cpu, reference
 from im2win.problem import make_problem
 from im2win.testing import assert_close
 
-DTYPES = [np.float16, np.float32, np.float64]
+DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 
 AWKWARD = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments (INPUTS.md rows 21-25)
     ((2, 3, 7, 5), (4, 3, 3, 3), dict()),

@@ -38,7 +38,8 @@ def make_performance():
 
 def test_asv_grids(suite):
     layers, dtypes, layouts, impls = suite.Conv2dGPU.params
-    assert len(layers) == 12 and dtypes == ["float32", "float16"] and layouts == ["NCHW", "NHWC"]
+    assert len(layers) == 12 and dtypes == ["float32", "float16", "bfloat16"]
+    assert layouts == ["NCHW", "NHWC"]
     assert impls == ["default", "im2win_fused", "im2win", "direct", "im2col_gemm", "cudnn"]
     assert suite.Conv2dCPU.params[3] == ["default", "im2col_gemm"]
     assert suite.Conv2dCPU.param_names == ["layer", "dtype", "layout", "implementation"]
@@ -97,8 +98,12 @@ def test_ablation_table_lists_every_variant_and_marks_differences(ablation):
 
 
 def test_ablation_variants_follow_options(ablation):
-    assert list(ablation.variants(True)) == list(Options.ablations(tensor_cores=True))
-    assert ablation.DTYPES == {"float32": False, "float16": True}
+    assert list(ablation.variants("float16")) == list(Options.ablations(tensor_cores=True))
+    assert ablation.variants("float16")["full"] == Options(hopper=False)   # mma.sync
+    assert list(ablation.variants("float16-wgmma")) == list(Options.ablations(hopper=True))
+    assert list(ablation.variants("float32")) == list(Options.ablations())
+    assert {k: d for k, (d, _) in ablation.DTYPES.items()} == {
+        "float32": "float32", "float16": "float16", "float16-wgmma": "float16"}
 
 
 def test_make_performance_writes_page_and_charts_elsewhere(tmp_path, ablation,

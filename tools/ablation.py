@@ -2,8 +2,10 @@
 
 ``python3 tools/ablation.py OUT.json [--layers cv1,cv5] [--batch 128] [--layouts NHWC]``
 
-For float32 (`Options.ablations(tensor_cores=False)`, the CUDA-core kernel) and float16
-(`Options.ablations(tensor_cores=True)`, the Tensor-Core kernel), on each layer and layout:
+For float32 (`Options.ablations(tensor_cores=False)`, the CUDA-core kernel), float16 on the
+mma.sync kernel (`Options.ablations(tensor_cores=True)`) and, on Hopper, float16 on the wgmma
+kernel ("float16-wgmma", `Options.ablations(hopper=True)`, on the layers where the planner takes
+it), on each layer and layout:
 time ``im2win.conv2d(x, w, stride=, layout=, options=)`` for the full option set and for each
 variant (`im2win.bench.GPU.time`: median of CUDA-event timings after a warm-up call, inputs
 rotated past the L2), check each variant's result against the full set's (first and last image, same inputs;
@@ -21,12 +23,22 @@ import sys
 
 import numpy as np
 
-DTYPES = {"float32": False, "float16": True}     # dtype: Options.ablations(tensor_cores=...)
+# kernel set: (dtype, Options.ablations keyword arguments)
+DTYPES = {"float32": ("float32", {}), "float16": ("float16", dict(tensor_cores=True)),
+          "float16-wgmma": ("float16", dict(hopper=True))}
 
 
-def variants(tensor_cores: bool) -> dict:
+def variants(kernels: str) -> dict:
     from im2win.cuda import Options
-    return Options.ablations(tensor_cores=tensor_cores)
+    return Options.ablations(**DTYPES[kernels][1])
+
+
+def runs_on_wgmma(prob, x) -> bool:
+    """Whether the planner takes the wgmma kernel for this problem on this device."""
+    from im2win import cuda
+    from im2win.cuda import launch, plan
+    return plan.make_plan(prob, x_strides=launch.element_strides(x, prob.layout), w_aligned=True,
+                          arch=cuda.compute_capability(x.data.device_id)).file == "im2win_wgmma"
 
 
 def slowdowns(rows: list[dict]) -> list[dict]:
@@ -68,21 +80,25 @@ def record(command: str, machine: dict, batch: int, rows: list[dict]) -> dict:
             "batch": batch, "machine": machine, "rows": slowdowns(rows)}
 
 
-def measure_layer(layer, dtype: str, layout: str, batch: int, device) -> list[dict]:
-    """Time the full option set and each variant on one layer; check each against the full."""
+def measure_layer(layer, kernels: str, layout: str, batch: int, device) -> list[dict]:
+    """Time the full option set and each variant of a kernel set on one layer; check each
+    against the full."""
     import im2win
     from im2win import bench
     from im2win.problem import make_problem
     from im2win.testing import allowed_error, relative_error
 
+    dtype = DTYPES[kernels][0]
     _, _, _, x, w = bench.prepare(layer, batch, dtype, layout, device)
     prob = make_problem(x, w, stride=layer.stride, layout=layout)
+    if kernels.endswith("wgmma") and not runs_on_wgmma(prob, x):
+        return []
     inputs = bench.rotation(x, device)
     # Both results are within allowed_error of the exact answer, so within twice it of each other.
     tolerance = 2 * allowed_error(dtype, prob.reduction)
     sample = bench.sample_images(batch)
     rows, y_full = [], None
-    for name, options in variants(DTYPES[dtype]).items():
+    for name, options in variants(kernels).items():
         turn = itertools.cycle(inputs)
 
         def call():
@@ -93,10 +109,10 @@ def measure_layer(layer, dtype: str, layout: str, batch: int, device) -> list[di
         y_full = y if y_full is None else y_full
         error = relative_error(y, y_full)
         seconds = device.time(call, min_runs=5, max_runs=50, min_seconds=0.1)
-        rows.append({"layer": layer.name, "dtype": dtype, "layout": layout, "variant": name,
+        rows.append({"layer": layer.name, "dtype": kernels, "layout": layout, "variant": name,
                      "ms": seconds * 1e3, "tflops": prob.flops / seconds / 1e12,
                      "rel_error_vs_full": error, "ok": bool(error <= tolerance)})
-        print(f"{layer.name} {dtype} {layout} {name}: {seconds * 1e3:.3f} ms", file=sys.stderr)
+        print(f"{layer.name} {kernels} {layout} {name}: {seconds * 1e3:.3f} ms", file=sys.stderr)
     return rows
 
 

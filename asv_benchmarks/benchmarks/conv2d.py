@@ -3,7 +3,8 @@
 Two classes, one parameter grid each (layer, dtype, layout, implementation), and two more for
 whole networks and for the host's cost of a call:
 
-* `Conv2dGPU`: batch 128, float32 and float16, NCHW and NHWC, and six implementations: the
+* `Conv2dGPU`: batch 128, float32, float16 and bfloat16 (no im2col_gemm: CuPy's matmul has
+  none; skipped on commits without bfloat16), NCHW and NHWC, and six implementations: the
   planner's default (``algorithm="auto"``), each GPU algorithm forced (``im2win_fused``,
   ``im2win`` materialised, ``direct``, ``im2col_gemm``) and cuDNN through PyTorch. Without a
   GPU (or without PyTorch with CUDA, for cuDNN) `setup` raises NotImplementedError: asv
@@ -87,6 +88,12 @@ class _Conv2d:
     device_name = None
 
     def setup(self, layer, dtype, layout, impl):
+        if dtype == "bfloat16":
+            from im2win import problem
+            if not any(d.name == "bfloat16" for d in problem.DTYPES):
+                raise NotImplementedError("this commit's im2win has no bfloat16")
+            if impl == "im2col_gemm":
+                raise NotImplementedError("CuPy's matmul has no bfloat16")
         self.device = bench.select_device(self.device_name)
         fn = implementation(impl, self.device)
         spec = LAYERS[layer]
@@ -113,7 +120,8 @@ class _Conv2d:
 
 
 class Conv2dGPU(_Conv2d):
-    params = (list(LAYERS), ["float32", "float16"], ["NCHW", "NHWC"], list(IMPLEMENTATIONS))
+    params = (list(LAYERS), ["float32", "float16", "bfloat16"], ["NCHW", "NHWC"],
+              list(IMPLEMENTATIONS))
     device_name = "gpu"
 
 

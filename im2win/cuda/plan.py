@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -330,12 +330,10 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                                                   prob.dtype.name == "bfloat16"):
         geo = geometry(prob, fused, chunk, x_strides)
         src_aligned = x_aligned or not fused
-        if options.hopper and arch == HOPPER and (
-                tile in WGMMA_TILES or (tile is None and wgmma_pays(prob, geo, src_aligned))):
-            return wgmma_plan(prob, algorithm, options, tile, chunk, workspace, geo,
-                              src_aligned, w_aligned or not fused)
-        return mma_plan(prob, algorithm, options, tile, chunk, workspace, geo, src_aligned,
-                        w_aligned or not fused)
+        hopper = options.hopper and arch == HOPPER and (
+            tile in WGMMA_TILES or (tile is None and wgmma_pays(prob, geo, src_aligned)))
+        return tensor_core_plan(WGMMA if hopper else MMA, prob, algorithm, options, tile, chunk,
+                                workspace, geo, src_aligned, w_aligned or not fused)
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
     if tile is not None and tile not in TILES:
@@ -359,53 +357,63 @@ def check_grid(prob: Problem, tile) -> None:
                          f"tiles of {tile.BM}")
 
 
-def mma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, chunk: int,
-             workspace: int, geo: Geometry, src_aligned: bool, w_aligned: bool) -> Plan:
-    """The Tensor-Core plan for float16: the reduction padded (by predication) to a multiple of
-    32 once. `src_aligned`, `w_aligned`: whether B's and A's sources start 16-byte aligned."""
-    if tile is not None and tile not in MMA_TILES:
-        raise ValueError(f"tile must be one of {', '.join(MMA_TILES)} on Tensor Cores, got "
-                         f"{tile!r}")
-    chosen = MMA_TILES[tile or choose_mma_tile(prob.Kg, prob.reduction, prob.layout)]
-    check_grid(prob, chosen)
-    fused = algorithm == "im2win_fused"
-    geo = geo._replace(redp=-(-prob.reduction // MMA_BK) * MMA_BK)
-    taps = table_bytes(prob, geo, not fused, options.index_tables)
-    vector_a = w_aligned and prob.reduction % 8 == 0
-    vector_b = src_aligned and contiguous_runs_of_8(prob, geo)
-    name = mma_kernel_name(prob, fused, chosen, options, bool(taps), vector_a, vector_b)
-    return Plan(algorithm, chosen, options, "im2win_mma", name, chunk, geo, taps, workspace)
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A Tensor-Core kernel family: its .cu file, tile table, reduction slice, the planner's
+    tile choice, and its instantiation name from (problem, fused, tile, options, tables,
+    16-byte filter copies, 16-byte window copies)."""
+
+    file: str
+    tiles: dict
+    slice: int
+    choose: Callable[[Problem], str]
+    name: Callable[..., str]
 
 
+MMA = Family("im2win_mma", MMA_TILES, MMA_BK,
+             lambda p: choose_mma_tile(p.Kg, p.reduction, p.layout),
+             lambda prob, fused, tile, options, tables, vec_w, vec_x: mma_kernel_name(
+                 prob, fused, tile, options, tables, vec_w, vec_x))
+WGMMA = Family("im2win_wgmma", WGMMA_TILES, WGMMA_BK,
+               lambda p: choose_wgmma_tile(p.Kg, p.N * p.P * p.Q),
+               lambda prob, fused, tile, options, tables, vec_w, vec_x: wgmma_kernel_name(
+                   prob, fused, tile, options, tables, vec_x, vec_w))
 WGMMA_MIN_TILES = 128   # fewer tiles than about one per SM leave the persistent grid idle
 
 
 def wgmma_pays(prob: Problem, geo: Geometry, src_aligned: bool) -> bool:
     """Whether the planner takes the wgmma kernel over mma.sync on Hopper (the forced tile of
-    either kernel overrides it). Read off the first H200 measurements (docs/performance.md,
-    "Hopper"): it wins where the window operand is copied 16 bytes at a time (NHWC, C/G a
-    multiple of 8), the filter tile is wider than 64 (N = 64 wgmmas are bound by shared-memory
-    reads) and there are enough tiles to fill the SMs; elsewhere (C = 3, NCHW gathers, 64
-    filters, small layers) mma.sync measured faster."""
+    either kernel overrides it). Read off the first H200 measurements (docs/hopper.md): it wins
+    where the window operand is copied 16 bytes at a time (NHWC, C/G a multiple of 8), the
+    filter tile is wider than 64 (N = 64 wgmmas are bound by shared-memory reads) and there
+    are enough tiles to fill the SMs; elsewhere (C = 3, NCHW gathers, 64 filters, small
+    layers) mma.sync measured faster."""
     if not (src_aligned and contiguous_runs_of_8(prob, geo)) or prob.Kg <= 64:
         return False
-    tile = WGMMA_TILES[choose_wgmma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    tile = WGMMA_TILES[WGMMA.choose(prob)]
     tiles = -(-prob.N * prob.P * prob.Q // tile.BM) * -(-prob.Kg // tile.BN) * prob.G
     return tiles >= WGMMA_MIN_TILES
 
 
-def wgmma_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, chunk: int,
-               workspace: int, geo: Geometry, src_aligned: bool, w_aligned: bool) -> Plan:
-    """The Hopper plan (float16, bfloat16; compute capability 9.0): the reduction padded (by
-    predication) to a multiple of 64 once, pixels x filters tiles, a persistent grid."""
-    chosen = WGMMA_TILES[tile or choose_wgmma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Options,
+                     tile: str | None, chunk: int, workspace: int, geo: Geometry,
+                     src_aligned: bool, w_aligned: bool) -> Plan:
+    """The Tensor-Core plan of `family` (float16, bfloat16): the reduction padded (by
+    predication) to a multiple of the family's slice once. `src_aligned`, `w_aligned`: whether
+    the window operand's and the filter's sources start 16-byte aligned."""
+    if tile is not None and tile not in family.tiles:
+        raise ValueError(f"tile must be one of {', '.join(family.tiles)} on Tensor Cores, got "
+                         f"{tile!r}")
+    chosen = family.tiles[tile or family.choose(prob)]
+    if family is MMA:
+        check_grid(prob, chosen)
     fused = algorithm == "im2win_fused"
-    geo = geo._replace(redp=-(-prob.reduction // WGMMA_BK) * WGMMA_BK)
+    geo = geo._replace(redp=-(-prob.reduction // family.slice) * family.slice)
     taps = table_bytes(prob, geo, not fused, options.index_tables)
     vector_w = w_aligned and prob.reduction % 8 == 0
     vector_x = src_aligned and contiguous_runs_of_8(prob, geo)
-    name = wgmma_kernel_name(prob, fused, chosen, options, bool(taps), vector_x, vector_w)
-    return Plan(algorithm, chosen, options, "im2win_wgmma", name, chunk, geo, taps, workspace)
+    name = family.name(prob, fused, chosen, options, bool(taps), vector_w, vector_x)
+    return Plan(algorithm, chosen, options, family.file, name, chunk, geo, taps, workspace)
 
 
 def specializations() -> list[tuple[str, str]]:
@@ -458,18 +466,16 @@ def tensor_core_specializations(prob: Problem, fused: bool, ablations: bool) -> 
     that set says."""
     out = set()
     vectors = [(f, x) for f in (False, True) for x in (False, prob.layout == "NHWC")]
-    for hopper, file, tiles, name in ((False, "im2win_mma", MMA_TILES, mma_kernel_name),
-                                      (True, "im2win_wgmma", WGMMA_TILES, wgmma_kernel_name)):
+    for hopper, family in ((False, MMA), (True, WGMMA)):
         sets = Options.ablations(tensor_cores=True, hopper=hopper)
         for label, options in sets.items():
             if label != "full" and not ablations:
                 continue
-            for tile in tiles.values():
-                for filter_16, window_16 in set(vectors):
+            for tile in family.tiles.values():
+                for vector_w, vector_x in set(vectors):
                     for tables in ({True, False} if label == "full" else {options.index_tables}):
-                        vector = ((filter_16, window_16) if file == "im2win_mma"
-                                  else (window_16, filter_16))
-                        out.add((file, name(prob, fused, tile, options, tables, *vector)))
+                        out.add((family.file, family.name(prob, fused, tile, options, tables,
+                                                          vector_w, vector_x)))
     return out
 
 
