@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from im2win import baselines, cpu, cuda, reference
+from im2win import baselines, cpu, cuda, interop, reference
 from im2win.arrays import checked_problem, native, on_gpu, same_device
 from im2win.cuda.plan import check_algorithm, check_options, check_workspace_limit
 from im2win.problem import make_backward_data_problem, make_backward_filter_problem
@@ -34,7 +34,11 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
 
     ``y[n,k,p,q] = bias[k] + sum_{c<C/G, r<R, s<S} xp[n, g*C/G + c, p*sh + r*dh, q*sw + s*dw] *
     w[k,c,r,s]`` with xp the zero-padded input and g = k // (K/G), as in ``spec/im2win.md``.
-    NumPy arrays (or array-likes) run on the CPU, CuPy arrays on their GPU.
+    NumPy arrays (or array-likes) run on the CPU, CuPy arrays on their GPU. CUDA arrays of
+    another library (PyTorch, JAX, Numba, or anything with `__dlpack__` or
+    `__cuda_array_interface__`) run there too, zero-copy, on the caller's current stream
+    (PyTorch's `torch.cuda.current_stream()`), and y comes back in their type (`out` itself
+    when given); all arrays of a call must be of one kind.
 
     Args:
         x: input, (N, C, H, W) for layout "NCHW" or (N, H, W, C) for "NHWC".
@@ -74,6 +78,13 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         (2, 6, 6, 4)
     """
     key = None
+    if not on_gpu(x):
+        family = interop.gpu_family({"x": x, "w": w, "bias": bias, "out": out})
+        if family is not None:      # PyTorch, JAX, Numba ... CUDA arrays: CuPy views of them
+            return interop.call(conv2d, family, x, w, bias, out, stride=stride,
+                                padding=padding, dilation=dilation, groups=groups,
+                                layout=layout, algorithm=algorithm, options=options,
+                                workspace_limit=workspace_limit)
     if on_gpu(x):
         # A call seen before (same shapes, strides, dtypes, devices and arguments) was
         # validated and planned then: only the overlap of `out` depends on this call's pointers.

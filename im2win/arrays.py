@@ -47,6 +47,8 @@ def checked_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=
     (`out` included) must be, on one device (`gpu_only` requires that). `out` is checked
     against the problem by the caller.
     """
+    from im2win import interop
+    interop.gpu_family({"x": x, "w": w, "bias": bias, "out": out})   # mixed kinds: TypeError
     gpu = same_device(x, w, bias, out)
     if gpu_only and not gpu:
         raise TypeError("expected CuPy arrays (this function runs on the GPU), got NumPy "

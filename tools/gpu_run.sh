@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,utilization.
 
 if [[ $step == test || $step == all ]]; then
   # 8 processes: each compiles the instantiations its tests need (NVRTC, one at a time)
-  python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py tests/test_gpu_launch.py \
+  python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py tests/test_gpu_launch.py tests/test_interop.py \
     tests/test_bench.py tests/test_dask.py ${filter:+-k "$filter"} 2>&1 | tee "$OUT/pytest.log" | tail -n 30
   status=$((status | PIPESTATUS[0]))
 fi
