@@ -229,10 +229,11 @@ layers cv1 and cv2, and made NHWC cv7 slower (see the asv comparison below); the
 gained much more than the materialised one, which shares the epilogue but not the skip, so
 the gather change may account for most of it. Which change did what is not measured. Tried and dropped: loading 8 consecutive entries of one contiguous run of
 x (C = 3 in NHWC: the S*C values of a filter row) from one table lookup, without per-element
-bounds tests; on the H200 it changed cv1, cv3 and cv7 by less than 5% either way. bfloat16 is
-not supported: CuPy has no bfloat16 dtype, so it would come in as a raw uint16 view with a
-`dtype` argument, and the kernel would need the `.bf16` form of mma.sync and its conversions;
-left for later.
+bounds tests; on the H200 it changed cv1, cv3 and cv7 by less than 5% either way. bfloat16
+(ml_dtypes arrays, which CuPy 14 takes) now runs on this kernel's `.bf16` form and on the Hopper
+kernel. On compute capability 9.0 the planner takes the wgmma kernel (`im2win_wgmma.cu`) where
+it measured faster than this one (NHWC, C/G a multiple of 8, more than 64 filters): the
+tables on this page predate it; [hopper.md](hopper.md) has its measurements.
 
 Next steps for FP32 (not done): split-K or smaller tiles with more blocks for the small-image layers
 (cv6, cv10 to cv12 launch few blocks); fewer registers per thread (occupancy); 16-byte B loads
