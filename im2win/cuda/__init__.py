@@ -147,9 +147,9 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     Args:
         x, w, bias, stride, padding, dilation, groups, layout: as `im2win.conv2d` (CuPy).
         algorithms: candidates among "im2win_fused", "im2win", "direct", "im2col_gemm".
-        tiles: tile names to try for the im2win algorithms (default: for float16 every
-            Tensor-Core tile, otherwise every CUDA-core tile with a register micro-kernel whose
-            shared memory fits the dtype).
+        tiles: tile names to try for the im2win algorithms (default: for float16 and
+            bfloat16 every Tensor-Core tile, of both kernels on Hopper; otherwise every
+            CUDA-core tile with a register micro-kernel whose shared memory fits the dtype).
         repeat: timed calls per candidate (after one warm-up call), median taken.
 
     Returns:
@@ -175,8 +175,8 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a positive int, got {repeat!r}")
     if tiles is None and prob.dtype.name in ("float16", "bfloat16"):
-        hopper = compute_capability(x.data.device_id) == 90
-        tiles = list(WGMMA_TILES if hopper else MMA_TILES)
+        hopper = compute_capability(x.data.device_id) == 90      # both kernels there
+        tiles = list(WGMMA_TILES) + list(MMA_TILES) if hopper else list(MMA_TILES)
     tiles = tiles or [name for name, tile in TILES.items()
                       if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))]
     results = []
