@@ -100,7 +100,6 @@ WGMMA_TILES = {tile.name: tile for tile in (
     WgmmaTile("wg256x64", 256, 64, 5),
 )}
 WGMMA_BK = 64
-SMEM_OPTIN_LIMIT = 227 * 1024       # dynamic shared memory a block may opt into on sm_90
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +114,8 @@ class Options:
     Tensor-Core kernels (float16, bfloat16):
         tensor_cores: use them (off: float16 runs on the CUDA-core kernel; bfloat16 needs
             them).
-        hopper: on compute capability 9.0, the wgmma kernel (im2win_wgmma.cu); off: the
+        hopper: on compute capability 9.0, the wgmma kernel (im2win_wgmma.cu) where the
+            planner finds that it pays (plan.wgmma_pays; a wgmma tile forces it); off: the
             mma.sync kernel (im2win_mma.cu), which is the only one elsewhere.
         async_copy: cp.async 16-byte global-to-shared copies (off: through registers;
             mma.sync kernel).
