@@ -131,10 +131,13 @@ def main(argv=None) -> int:
         row = [f"{name:5s} {layout} {dtype[:4]}"]
         for label, extra in variants.items():
             try:
-                if "tile" in extra:
-                    def fn(x, w, layout, tile=extra["tile"], **kw):
-                        return im2win.cuda.conv2d(prob, x, w, algorithm="im2win_fused",
-                                                  tile=tile)
+                if "tile" in extra:      # planned once, like a remembered call
+                    from im2win.cuda import _plan, launch
+                    plan = _plan(prob, x, w, "im2win_fused", None, None, extra["tile"])
+                    call = launch.Call(prob, launch.executable(prob, plan), x, w, None, None)
+
+                    def fn(x, w, layout, call=call, **kw):
+                        return call(x, w, None, None)
                 else:
                     def fn(x, w, layout, extra=extra, **kw):
                         return im2win.conv2d(x, w, layout=layout, **extra, **kw)
