@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 
+from im2win import interop
 from im2win.problem import make_problem
 
 
@@ -21,6 +22,7 @@ def on_gpu(a) -> bool:
 def same_device(x, w, bias, out) -> bool:
     """Return whether the arrays are CuPy arrays; raise unless all live on one device."""
     named = {"x": x, "w": w, "bias": bias, "out": out}
+    interop.gpu_family(named)           # CUDA arrays of another library mixed in: TypeError
     named = {k: a for k, a in named.items() if a is not None}
     gpu = {k for k, a in named.items() if on_gpu(a)}
     if gpu and gpu != set(named):
@@ -47,8 +49,6 @@ def checked_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=
     (`out` included) must be, on one device (`gpu_only` requires that). `out` is checked
     against the problem by the caller.
     """
-    from im2win import interop
-    interop.gpu_family({"x": x, "w": w, "bias": bias, "out": out})   # mixed kinds: TypeError
     gpu = same_device(x, w, bias, out)
     if gpu_only and not gpu:
         raise TypeError("expected CuPy arrays (this function runs on the GPU), got NumPy "

@@ -29,9 +29,9 @@
 // share their window rows in L2.
 //
 // Shared-memory rows are 128 bytes: with kSwizzle the 16-byte chunk c of row r sits at chunk
-// c ^ (r % 8) (wgmma's 128-byte swizzle; conflict-free for the producer's writes and wgmma's
-// reads); without, rows are stored as wgmma's plain 8 x 16-byte core matrices (conflicting
-// writes), for the ablation.
+// c ^ (r % 8) (wgmma's 128-byte swizzle: the 8 chunks a group of 8 producer threads writes
+// land in distinct banks); without, rows are stored as wgmma's plain 8 x 16-byte core matrices
+// (those 8 writes 128 bytes apart share banks), for the ablation, which has not run yet.
 
 typedef unsigned long long u64;
 

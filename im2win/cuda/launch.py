@@ -159,7 +159,7 @@ class Executable:
         self.prob, self.plan = prob, plan
         self.function = kernel(plan.file, plan.kernel) if plan.kernel else None
         self.function_ptr = self.function.kernel.ptr if plan.kernel else 0   # its CUfunction
-        self.smem = plan.smem if plan.kernel else 0
+        self.smem = plan.smem
         if self.smem > 48 * 1024:
             cupy.cuda.driver.funcSetAttribute(
                 self.function_ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)

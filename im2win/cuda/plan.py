@@ -383,11 +383,11 @@ WGMMA_MIN_TILES = 128   # fewer tiles than about one per SM leave the persistent
 
 def wgmma_pays(prob: Problem, geo: Geometry, src_aligned: bool) -> bool:
     """Whether the planner takes the wgmma kernel over mma.sync on Hopper (the forced tile of
-    either kernel overrides it). Read off the first H200 measurements (docs/hopper.md): it wins
-    where the window operand is copied 16 bytes at a time (NHWC, C/G a multiple of 8), the
-    filter tile is wider than 64 (N = 64 wgmmas are bound by shared-memory reads) and there
-    are enough tiles to fill the SMs; elsewhere (C = 3, NCHW gathers, 64 filters, small
-    layers) mma.sync measured faster."""
+    either kernel overrides it). Read off the first H200 measurements (docs/hopper.md): it won
+    where the window operand is copied 16 bytes at a time (NHWC, C/G a multiple of 8), with
+    more than 64 filters and enough tiles to fill the SMs; mma.sync measured faster on C = 3
+    and NCHW (gathers), on 64 filters (cv4, cv9; why is not profiled) and on cv12 (50 tiles).
+    The 128-tile threshold is a round number between cv12 and cv11 (144), not a sweep."""
     if not (src_aligned and contiguous_runs_of_8(prob, geo)) or prob.Kg <= 64:
         return False
     tile = WGMMA_TILES[WGMMA.choose(prob)]
@@ -443,7 +443,7 @@ def specializations() -> list[tuple[str, str]]:
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             for fused in (False, True):
                 if dtype in TENSOR_CORE_DTYPES:
-                    out |= tensor_core_specializations(prob, fused, True)
+                    out |= tensor_core_specializations(prob, fused)
                 if dtype == "bfloat16":
                     continue
                 for options in Options.ablations().values():
@@ -458,19 +458,16 @@ def specializations() -> list[tuple[str, str]]:
     return sorted(out)
 
 
-def tensor_core_specializations(prob: Problem, fused: bool, ablations: bool) -> set:
+def tensor_core_specializations(prob: Problem, fused: bool) -> set:
     """The mma.sync and wgmma instantiations of one (dtype, layout, window mode): every tile,
     every alignment case (16-byte copies of the filter, and in NHWC of the window, each on or
-    off), with and without tables, under the full option set; with `ablations` (float16, what
-    tools/ablation.py runs) also every tile under each optimisation off alone, with tables as
-    that set says."""
+    off), with and without tables, under the full option set; and every tile under each
+    optimisation off alone, with tables as that set says."""
     out = set()
     vectors = [(f, x) for f in (False, True) for x in (False, prob.layout == "NHWC")]
     for hopper, family in ((False, MMA), (True, WGMMA)):
         sets = Options.ablations(tensor_cores=True, hopper=hopper)
         for label, options in sets.items():
-            if label != "full" and not ablations:
-                continue
             for tile in family.tiles.values():
                 for vector_w, vector_x in set(vectors):
                     for tables in ({True, False} if label == "full" else {options.index_tables}):
