@@ -78,6 +78,8 @@ class Door:
         if self.family == "torch":
             import torch
             current = torch.cuda.current_stream(a.device)
+            if hasattr(current, "__cuda_stream__"):   # the CUDA stream protocol (PyTorch 2.5+)
+                return self.cupy.cuda.Stream.from_external(current)
             return self.cupy.cuda.ExternalStream(current.cuda_stream, current.device.index)
         return contextlib.nullcontext()
 
