@@ -343,3 +343,40 @@ def test_numpy_and_cupy_arrays_cannot_be_mixed():
         im2win.conv2d(cupy.ones((1, 2, 5, 5), cupy.float32), cupy.ones((3, 2, 3, 3),
                       cupy.float32), out=np.empty((1, 3, 3, 3), np.float32))
 
+
+
+DEPTHWISE_CASES = [  # x (N, C, H, W), w (K, 1, R, S), keyword arguments; groups = C
+    ((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),                 # 16-byte vectors (NHWC)
+    ((3, 24, 11, 17), (24, 1, 5, 5), dict(stride=2, padding=((2, 1), (0, 3)))),
+    ((2, 5, 9, 10), (10, 1, 3, 3), dict(dilation=(2, 1), padding=2)),  # multiplier m = 2
+    ((1, 32, 8, 40), (32, 1, 7, 7), dict(padding=3)),                  # ConvNeXt's 7x7
+    ((2, 3, 5, 5), (3, 1, 1, 3), dict(stride=(1, 2))),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", DEPTHWISE_CASES)
+def test_depthwise_matches_reference(rng, layout, dtype, x_shape, w_shape, kwargs):
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    kwargs = dict(kwargs, groups=x_shape[1])
+    for algorithm in ("auto", "depthwise"):
+        run(x, w, b, layout, kwargs, dtype=dtype, algorithm=algorithm)
+
+
+def test_depthwise_views_and_misaligned_out(rng):
+    """A strided channels-last view (scalar path) and an out one element off 16 bytes."""
+    x, w, b = random_arrays(rng, (2, 16, 9, 9), (16, 1, 3, 3), 16)
+    xs, ws = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+    prob = make_problem(xs, ws, layout="NHWC", groups=16, padding=1)
+    ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), layout="NHWC",
+                           groups=16, padding=1)
+    base = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, cupy.float16)
+    out = base[1:].reshape(prob.y_shape)
+    im2win.conv2d(cupy.asarray(xs), cupy.asarray(ws), out=out, layout="NHWC", groups=16,
+                  padding=1)
+    assert_close(cupy.asnumpy(out), ref, np.float16, 9)
+    wide = cupy.zeros((2, 9, 9, 32), cupy.float16)
+    wide[..., ::2] = cupy.asarray(xs)
+    y = im2win.conv2d(wide[..., ::2], cupy.asarray(ws), layout="NHWC", groups=16, padding=1)
+    assert_close(cupy.asnumpy(y), ref, np.float16, 9)

@@ -22,7 +22,8 @@ import cupy
 import numpy as np
 
 from im2win import baselines
-from im2win.cuda.plan import CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan, source
+from im2win.cuda.plan import (CUDA_TYPES, DEPTHWISE_QT, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan,
+                              depthwise_kernel_name, source)
 from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
@@ -133,6 +134,40 @@ def direct(prob: Problem, x, w, bias, y):
     return y
 
 
+@functools.cache
+def _with_smem(device: int, expression: str, nbytes: int):
+    """The depthwise kernel `expression`, allowed `nbytes` of dynamic shared memory."""
+    function = _kernel(device, "depthwise", expression)
+    if nbytes > 48 * 1024:
+        cupy.cuda.driver.funcSetAttribute(
+            function.kernel.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+    return function
+
+
+def depthwise(prob: Problem, plan: Plan, x, w, bias, y):
+    """Depthwise convolution into the contiguous y (depthwise.cu); w contiguous."""
+    i32 = np.int32
+    args = (x, w, NULL if bias is None else bias, y, *map(i32, (
+        prob.N, prob.C, prob.H, prob.W, prob.K, prob.K // prob.C, prob.R, prob.S, prob.P,
+        prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl)),
+        *map(np.int64, element_strides(x, prob.layout)))
+    device = cupy.cuda.runtime.getDevice()
+    if prob.layout == "NCHW":
+        blocks = prob.N * prob.K * -(-prob.P * prob.Q // 256)
+        kernel("depthwise", plan.kernel)((min(blocks, 65535 * 16),), (256,), args)
+        return y
+    expression, vec = plan.kernel, int(plan.kernel.split(",")[2])
+    if vec > 1 and y.data.ptr % 16:          # an out= at an odd address: scalar stores
+        expression, vec = depthwise_kernel_name(prob, 1), 1
+    lanes = min(-(-prob.K // vec), 32)
+    rows = 256 // lanes
+    smem = prob.R * prob.S * lanes * vec * prob.dtype.itemsize
+    grid = (-(-prob.K // (lanes * vec)), -(-prob.Q // (rows * DEPTHWISE_QT)),
+            min(prob.N * prob.P, 65535))
+    _with_smem(device, expression, smem)(grid, (lanes, rows), args, shared_mem=smem)
+    return y
+
+
 def im2col_gemm(prob: Problem, x, w, bias, y):
     y[...] = baselines.im2col_gemm(x, w, bias, stride=(prob.sh, prob.sw),
                                    padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
@@ -172,7 +207,7 @@ class Executable:
                 self.taps = cupy.asarray(np.frombuffer(plan.taps, np.int32))
             stream.synchronize()
         launches = []
-        if plan.kernel:
+        if plan.kernel and plan.geometry is not None:
             for g0 in range(0, prob.G, 65535):
                 groups = min(65535, prob.G - g0)
                 for n0 in range(0, max(prob.N, 1), plan.chunk):
@@ -213,6 +248,8 @@ class Executable:
         prob, plan = self.prob, self.plan
         if plan.algorithm == "direct":
             return direct(prob, x, w, bias, y)
+        if plan.algorithm == "depthwise":
+            return depthwise(prob, plan, x, w, bias, y)
         if plan.algorithm == "im2col_gemm":
             return im2col_gemm(prob, x, w, bias, y)
         if plan.algorithm == "im2win_fused":     # one launch (more only past 65535 groups)

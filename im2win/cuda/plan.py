@@ -73,7 +73,8 @@ class Plan:
     launch layer builds from it on a device.
 
     Attributes:
-        algorithm: "direct", "im2win" (materialised windows), "im2win_fused" or "im2col_gemm".
+        algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm" or
+            "depthwise" (depthwise.cu: groups = C, one input channel per filter).
         tile: the im2win kernels' tile (None for the others).
         options: the optimisation switches in force.
         file: the kernel's .cu file ("im2win_conv" on CUDA cores, "im2win_mma" on Tensor
@@ -305,7 +306,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
 
     per_image = window_bytes(prob, 1)
     if algorithm == "auto":
-        algorithm = "im2win_fused"
+        algorithm = "depthwise" if is_depthwise(prob) and prob.G > 1 else "im2win_fused"
+    if algorithm == "depthwise":
+        return depthwise_plan(prob, options, x_strides, x_aligned)
     if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
         raise ValueError("algorithm='im2col_gemm' does not take bfloat16 on the GPU (CuPy's "
                          "matmul has no bfloat16); use 'auto', 'im2win_fused', 'im2win' or "
@@ -349,6 +352,47 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     vector_filter = prob.reduction % 4 == 0 and w_aligned
     name = kernel_name(prob, fused, chosen, options, bool(taps), vector_filter)
     return Plan(algorithm, chosen, options, "im2win_conv", name, chunk, geo, taps, workspace)
+
+
+DEPTHWISE_QT = 4                      # output columns per thread (NHWC)
+DEPTHWISE_SMEM_LIMIT = 200 * 1024     # the block's filters in shared memory, at most
+
+
+def is_depthwise(prob: Problem) -> bool:
+    """groups = C: each filter reads one input channel (K = m*C, a channel multiplier m)."""
+    return prob.G == prob.C and prob.Cg == 1
+
+
+def depthwise_vector(prob: Problem, x_strides, x_aligned: bool) -> int:
+    """Channels per thread in depthwise_nhwc: 16 bytes where m = 1 and x's channels are
+    contiguous with every other stride and the start aligned to whole vectors, else 1."""
+    vec = 16 // prob.dtype.itemsize
+    xn, xc, xh, xw = x_strides
+    ok = (prob.layout == "NHWC" and prob.K == prob.C and prob.C % vec == 0 and xc == 1 and
+          x_aligned and all(stride % vec == 0 for stride in (xn, xh, xw)))
+    return vec if ok else 1
+
+
+def depthwise_kernel_name(prob: Problem, vec: int) -> str:
+    T, Acc = CUDA_TYPES[prob.dtype.name]
+    if prob.layout == "NHWC":
+        return f"depthwise_nhwc<{T}, {Acc}, {vec}, {DEPTHWISE_QT}>"
+    return f"depthwise_nchw<{T}, {Acc}>"
+
+
+def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
+    """The depthwise kernel's plan (any stride, padding, dilation; m = K/C filters per
+    channel); its launch shape is decided by the launch layer from the problem."""
+    if not is_depthwise(prob):
+        raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
+                         f"filter), got C={prob.C}, groups={prob.G}")
+    vec = depthwise_vector(prob, x_strides, x_aligned)
+    if prob.layout == "NHWC" and prob.R * prob.S * 32 * vec * prob.dtype.itemsize > \
+            DEPTHWISE_SMEM_LIMIT:
+        raise ValueError(f"algorithm='depthwise' keeps a block's filters in shared memory; "
+                         f"R*S = {prob.R * prob.S} is too large for that")
+    return Plan("depthwise", None, options, "depthwise", depthwise_kernel_name(prob, vec),
+                max(prob.N, 1), None, b"", 0)
 
 
 def check_grid(prob: Problem, tile) -> None:
@@ -440,6 +484,8 @@ def specializations() -> list[tuple[str, str]]:
                            has_bias=False)
             nhwc = str(layout == "NHWC").lower()
             out.add(("direct", f"direct_conv<{T}, {Acc}, {nhwc}>"))
+            for vec in {1, 16 // np.dtype(dtype_of(dtype)).itemsize}:
+                out.add(("depthwise", depthwise_kernel_name(prob, vec)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             for fused in (False, True):
                 if dtype in TENSOR_CORE_DTYPES:

@@ -171,7 +171,7 @@ TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_fre
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent")
 
 
-ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm")
+ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise")
 
 
 
