@@ -196,8 +196,8 @@ __device__ __forceinline__ void producer_sync() {   // the producer warpgroup's 
 }
 
 struct PixelRow {
-  i64 base;
-  int h0, w0;
+  i64 base;    // the pixel's byte address (16-byte copies) or element offset (gathers) in src
+  int h0, w0;  // fused: the window's top-left corner in x; w0 == INT_MIN past the last pixel
 };
 
 // Row r of the producer's pixel table: a plain shared-memory load (ordered by the barriers
@@ -279,10 +279,15 @@ __global__ void __launch_bounds__(384, 1)
       for (int r = tid; r < BM; r += 128) {
         const Pixel px = pixel_at(at.m0 + r, at.g, geo);
         const int h = px.valid ? px.h0 : INT_MIN_, wq = px.valid ? px.w0 : INT_MIN_;
-        const_cast<int4*>(pixels)[r] = make_int4((int)px.base, (int)(px.base >> 32), h, wq);
+        // 16-byte copies take the row's byte address, element gathers its element offset.
+        const i64 base = kVecX ? (i64)reinterpret_cast<u64>(src + px.base) : px.base;
+        const_cast<int4*>(pixels)[r] = make_int4((int)base, (int)(base >> 32), h, wq);
       }
       producer_sync();
-      const T* w_tile = w + ((i64)at.g * geo.Kg + at.n0) * geo.red;
+      // This thread's filter rows: row0 + 16 * j for j < w_rows, each a run of red elements.
+      const T* w_row0 = w + ((i64)at.g * geo.Kg + at.n0 + row0) * geo.red;
+      const i64 w_step = (i64)16 * geo.red;
+      const int w_rows = (geo.Kg - at.n0 - row0 + 15) / 16;
       for (int slice = 0; slice < slices; ++slice, ++it) {
         const int stage = it % STAGES;
         mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
@@ -291,7 +296,10 @@ __global__ void __launch_bounds__(384, 1)
         const bool t_ok = t0 < geo.red;
         if (kVecX) {  // 8 consecutive t: one contiguous, aligned run of x or the window tensor
           const Tap tap = tap_at<kNHWC, !kFused, kTable>(t_ok ? t0 : 0, taps, geo);
+          const i64 off = tap.off * (i64)sizeof(T);
           const unsigned H = geo.H, W = geo.W;
+          // Rows 16 apart keep their swizzle (r % 8): 2048 bytes apart in shared memory.
+          const unsigned to = a + chunk_offset<kSwizzle>(row0, chunk);
 #pragma unroll
           for (int i0 = 0; i0 < ROWS_X; i0 += 4) {   // 4 rows' pixels loaded, then copied
             PixelRow px[4];
@@ -302,8 +310,8 @@ __global__ void __launch_bounds__(384, 1)
               bool ok = t_ok && px[i].w0 != INT_MIN_;
               if (kFused)
                 ok = ok && (unsigned)(px[i].h0 + tap.dr) < H && (unsigned)(px[i].w0 + tap.ds) < W;
-              cp_async16_to(a + chunk_offset<kSwizzle>(row0 + 16 * (i0 + i), chunk),
-                            src + (ok ? px[i].base + tap.off : 0), ok);
+              cp_async16_to(to + 2048 * (i0 + i),
+                            ok ? reinterpret_cast<const void*>(px[i].base + off) : src, ok);
             }
           }
         } else {      // element by element (C = 3, NCHW): the chunk's 8 table entries at once
@@ -328,20 +336,19 @@ __global__ void __launch_bounds__(384, 1)
             st_shared16(a + chunk_offset<kSwizzle>(row0 + 16 * i, chunk), pack8(e));
           }
         }
+        const unsigned to_w = b + chunk_offset<kSwizzle>(row0, chunk);
 #pragma unroll
         for (int j = 0; j < ROWS_W; ++j) {
-          const int row = row0 + 16 * j;
-          const bool row_ok = at.n0 + row < geo.Kg;
-          const T* from = w_tile + (i64)(row_ok ? row : 0) * geo.red;
-          const unsigned to = b + chunk_offset<kSwizzle>(row, chunk);
+          const bool row_ok = j < w_rows;
+          const T* from = w_row0 + (row_ok ? j * w_step : 0);
           if (kVecW) {  // red % 8 == 0: the chunk lies wholly inside or wholly past the row
             const bool ok = row_ok && t_ok;
-            cp_async16_to(to, from + (ok ? t0 : 0), ok);
+            cp_async16_to(to_w + 2048 * j, ok ? from + t0 : w, ok);
           } else {
             unsigned short e[8];
 #pragma unroll
             for (int k = 0; k < 8; ++k) e[k] = row_ok && t0 + k < geo.red ? from[t0 + k].bits : 0;
-            st_shared16(to, pack8(e));
+            st_shared16(to_w + 2048 * j, pack8(e));
           }
         }
         // Publish the stage: stores through registers are fenced for the Tensor Cores now;
