@@ -351,6 +351,8 @@ DEPTHWISE_CASES = [  # x (N, C, H, W), w (K, 1, R, S), keyword arguments; groups
     ((2, 5, 9, 10), (10, 1, 3, 3), dict(dilation=(2, 1), padding=2)),  # multiplier m = 2
     ((1, 32, 8, 40), (32, 1, 7, 7), dict(padding=3)),                  # ConvNeXt's 7x7
     ((2, 3, 5, 5), (3, 1, 1, 3), dict(stride=(1, 2))),
+    ((2, 8, 10, 23), (8, 1, 3, 3), dict(stride=(1, 3), dilation=(1, 2), padding=2)),  # general
+    ((1, 16, 3, 30), (16, 1, 2, 4), dict(padding=(1, 2))),             # even width: general
 ]
 
 

@@ -232,14 +232,17 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
 def test_depthwise_problems_get_their_own_kernel():
     nhwc = problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC")
     plan = plan_for(nhwc)
-    assert plan.algorithm == "depthwise" and plan.kernel == "depthwise_nhwc<half_t, float, 8, 4>"
-    assert plan_for(nhwc, x_aligned=False).kernel == "depthwise_nhwc<half_t, float, 1, 4>"
-    mult = problem((2, 5, 9, 9), (10, 1, 3, 3), groups=5)                   # m = 2, NCHW
-    assert plan_for(mult).kernel == "depthwise_nchw<float, float>"
+    assert plan.algorithm == "depthwise"
+    assert plan.kernel == "depthwise_nhwc<half_t, float, 8, 4, 3, 1>"      # a register window
+    assert plan_for(nhwc, x_aligned=False).kernel == "depthwise_nhwc<half_t, float, 1, 4, 3, 1>"
+    mult = problem((2, 5, 9, 9), (10, 1, 3, 3), groups=5, stride=2)         # m = 2, NCHW
+    assert plan_for(mult).kernel == "depthwise_nchw<float, float, 2, 3, 2>"
+    dilated = problem((2, 5, 9, 9), (5, 1, 3, 3), groups=5, dilation=(1, 2))  # general form
+    assert plan_for(dilated).kernel == "depthwise_nchw<float, float, 4, 0, 0>"
     single = problem((2, 1, 9, 9), (8, 1, 3, 3))                            # C = 1, G = 1
     assert plan_for(single).algorithm == "im2win_fused"
     assert plan_for(single, algorithm="depthwise").algorithm == "depthwise"
     with pytest.raises(ValueError, match="groups == C"):
         plan_for(problem((2, 4, 9, 9), (8, 2, 3, 3), groups=2), algorithm="depthwise")
     compiled = {expr for _, expr in specializations()}
-    assert {plan.kernel, plan_for(mult).kernel} <= compiled
+    assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel} <= compiled

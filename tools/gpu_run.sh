@@ -2,7 +2,8 @@
 # One call on the GPU machine: GPU tests, compute-sanitizer, the benchmark; short table last.
 #   bash tools/gpu_run.sh [test|sanitize|bench|overhead|sweep|ablation|all] [pytest -k expr]
 #   bash tools/gpu_run.sh ab REV               (tools/ab_bench.py: REV against this tree)
-#   bash tools/gpu_run.sh sanitize float16      (the mma.sync kernel's cases only; wgmma: the Hopper kernel's)
+#   bash tools/gpu_run.sh sanitize float16      (the mma.sync kernel's cases only; wgmma: the Hopper
+#                                               kernel's; depthwise: the depthwise kernel's)
 #   DTYPES=float16 bash tools/gpu_run.sh bench  (default: float32 float16)
 #   bash tools/gpu_run.sh asv [tools/asv_gpu.sh arguments: --bench REGEX --old REV]
 # Writes logs and JSON under $OUT and CuPy's compiled kernels to $OUT/cupy_cache.tgz, which

@@ -1,8 +1,11 @@
 """Compile, in parallel, the kernels that the benchmark layers plan, into CuPy's disk cache.
 
 ``python3 tools/prewarm.py [--dtypes float32,float16] [--layouts NCHW,NHWC] [--jobs 16]
-[--specializations REGEX]``: the last compiles every specialisation CI compiles whose name
-expression matches REGEX instead (e.g. ``im2win_mma`` before compute-sanitizer runs).
+[--suite NETWORK|all] [--specializations REGEX]``: plans for this device's compute capability
+(the wgmma kernel's too on Hopper); ``--suite`` warms the convolutions of `im2win.networks`
+(batch 32, as ``python -m im2win --suite``) instead of the twelve layers; ``--specializations``
+compiles every specialisation CI compiles whose name expression matches REGEX instead (e.g.
+``im2win_mma`` before compute-sanitizer runs).
 
 The GPU machine's time is scarce and NVRTC compiles one instantiation at a time on first use;
 this compiles them all at once beforehand (the benchmark then finds them cached). It uses only
@@ -17,33 +20,40 @@ import re
 
 import numpy as np
 
-from im2win.cuda.plan import CUDA_TYPES, FILE_ARCH, make_plan, source
+from im2win.bench import GPU_BATCH, SUITE_BATCH
+from im2win.cuda.plan import CUDA_TYPES, FILE_ARCH, dtype_of, make_plan, source
 from im2win.layers import LAYERS
+from im2win.networks import NETWORKS
 from im2win.problem import make_problem
 
 OPTIONS = ("-std=c++17",)
 
 
-def planned(dtypes, layouts, batch=128):
-    """(file, expression) of every kernel the benchmark layers run, default and materialised."""
+def planned(dtypes, layouts, layers, batch, arch):
+    """(file, expression) of every kernel the layers run, default and materialised."""
     out = set()
     for dtype in dtypes:
+        np_dtype = np.dtype(dtype_of(dtype))
         for layout in layouts:
             out.add(("window", f"image_to_window<{CUDA_TYPES[dtype][0]}, "
                                f"{str(layout == 'NHWC').lower()}>"))
-            for layer in LAYERS.values():
+            for layer in layers:
                 x_shape, w_shape = layer.shapes(batch, layout)
-                x = np.lib.stride_tricks.as_strided(np.empty(1, dtype), x_shape,
+                x = np.lib.stride_tricks.as_strided(np.empty(1, np_dtype), x_shape,
                                                     (0,) * 4)
-                w = np.lib.stride_tricks.as_strided(np.empty(1, dtype), w_shape, (0,) * 4)
-                prob = make_problem(x, w, stride=layer.stride, layout=layout)
+                w = np.lib.stride_tricks.as_strided(np.empty(1, np_dtype), w_shape, (0,) * 4)
+                prob = make_problem(x, w, layout=layout, **layer.kwargs)
                 N, C, H, W = prob.N, prob.C, prob.H, prob.W
                 strides = (C * H * W, H * W, W, 1) if layout == "NCHW" else \
                     (H * W * C, 1, W * C, C)
                 for algorithm in ("auto", "im2win"):
-                    plan = make_plan(prob, x_strides=strides, w_aligned=True,
-                                     algorithm=algorithm)
-                    out.add((plan.file, plan.kernel))
+                    try:
+                        plan = make_plan(prob, x_strides=strides, w_aligned=True,
+                                         algorithm=algorithm, arch=arch)
+                    except ValueError:      # e.g. a workspace over the limit: not run either
+                        continue
+                    if plan.kernel:
+                        out.add((plan.file, plan.kernel))
     return sorted(out)
 
 
@@ -60,13 +70,23 @@ def main():
     parser.add_argument("--dtypes", default="float32,float16")
     parser.add_argument("--layouts", default="NCHW,NHWC")
     parser.add_argument("--jobs", type=int, default=16)
+    parser.add_argument("--suite", choices=list(NETWORKS) + ["all"])
     parser.add_argument("--specializations", metavar="REGEX")
     args = parser.parse_args()
     if args.specializations:
         from im2win.cuda.plan import specializations
         jobs = [job for job in specializations() if re.search(args.specializations, job[1])]
     else:
-        jobs = planned(args.dtypes.split(","), args.layouts.split(","))
+        import cupy
+
+        from im2win.cuda import compute_capability
+        arch = compute_capability(cupy.cuda.runtime.getDevice())
+        if args.suite:
+            nets = NETWORKS if args.suite == "all" else {args.suite: NETWORKS[args.suite]}
+            layers, batch = [c for convs in nets.values() for c in convs], SUITE_BATCH["gpu"]
+        else:
+            layers, batch = list(LAYERS.values()), GPU_BATCH
+        jobs = planned(args.dtypes.split(","), args.layouts.split(","), layers, batch, arch)
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
         done = list(pool.map(compile_one, jobs))

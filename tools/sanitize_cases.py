@@ -2,13 +2,16 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16|wgmma]``: with ``float16``, every tile and switch of
-the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``, every tile and
-switch of the Hopper kernel (float16 and bfloat16) and nothing else. Otherwise all of these, the
-Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems,
+``python3 tools/sanitize_cases.py [float16|wgmma|depthwise]``: with ``float16``, every tile and
+switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``, every
+tile and switch of the Hopper kernel (float16 and bfloat16) and nothing else; with
+``depthwise``, the depthwise kernel's forms (each register window and the general one, a
+channel multiplier, tails) in every dtype and both layouts. Otherwise all of these, the Hopper
+kernel's too where the device has it. Last, a captured CUDA graph of several problems,
 replayed twice.
 """
 
+import itertools
 import sys
 
 import cupy
@@ -27,8 +30,15 @@ CASES = [((2, 6, 13, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 1), padding=(
          ((1, 3, 23, 23), (67, 3, 5, 5), dict(stride=4)),
          ((2, 16, 9, 7), (67, 16, 3, 2), dict(padding=1)),           # red % 8 == 0, K tail
          ((2, 3, 20, 21), (17, 3, 7, 7), dict(stride=2, padding=3))]  # C = 3, window edges
+DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
+                   ((2, 24, 11, 17), (24, 1, 5, 5), dict(stride=2, padding=((2, 1), (0, 3)))),
+                   ((1, 8, 9, 30), (8, 1, 7, 7), dict(padding=3)),
+                   ((2, 5, 9, 10), (10, 1, 3, 3), dict(dilation=(2, 1), padding=2)),   # m = 2
+                   ((2, 8, 10, 23), (8, 1, 3, 3), dict(stride=(1, 3), dilation=(1, 2),
+                                                       padding=2))]                   # general
 ONLY_FLOAT16 = sys.argv[1:] == ["float16"]
 ONLY_WGMMA = sys.argv[1:] == ["wgmma"]
+ONLY_DEPTHWISE = sys.argv[1:] == ["depthwise"]
 HOPPER = cuda.compute_capability(cupy.cuda.runtime.getDevice()) == 90
 
 
@@ -54,6 +64,19 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
 
 
 for layout in ("NCHW", "NHWC"):
+    if ONLY_WGMMA or ONLY_FLOAT16:
+        break
+    for (x_shape, w_shape, kwargs), dtype in itertools.product(
+            DEPTHWISE_CASES, (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)):
+        x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
+                   (x_shape, w_shape, w_shape[0]))
+        if layout == "NHWC":
+            x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
+        im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), layout=layout,
+                      groups=x_shape[1], algorithm="depthwise", **kwargs)
+for layout in ("NCHW", "NHWC"):
+    if ONLY_DEPTHWISE:
+        break
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
         w = rng.uniform(-1, 1, w_shape).astype(np.float32)
@@ -87,6 +110,9 @@ for (x_shape, w_shape, kwargs), dtype in zip(CASES, (np.float16, np.float32) * 2
     w = cupy.asarray(rng.uniform(-1, 1, w_shape), dtype)
     for algorithm in ("im2win", "im2win_fused"):
         calls.append(((x, w), dict(kwargs, algorithm=algorithm)))
+x = cupy.asarray(rng.uniform(-1, 1, (2, 16, 13, 12)), np.float32)
+calls.append(((x, cupy.asarray(rng.uniform(-1, 1, (16, 1, 3, 3)), np.float32)),
+              dict(groups=16, padding=1)))                    # the depthwise kernel
 outs = [im2win.conv2d(*arrays, **kwargs) for arrays, kwargs in calls]
 with stream:
     stream.begin_capture()

@@ -22,8 +22,7 @@ import cupy
 import numpy as np
 
 from im2win import baselines
-from im2win.cuda.plan import (CUDA_TYPES, DEPTHWISE_QT, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan,
-                              depthwise_kernel_name, source)
+from im2win.cuda.plan import CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan, source
 from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
@@ -134,40 +133,6 @@ def direct(prob: Problem, x, w, bias, y):
     return y
 
 
-@functools.cache
-def _with_smem(device: int, expression: str, nbytes: int):
-    """The depthwise kernel `expression`, allowed `nbytes` of dynamic shared memory."""
-    function = _kernel(device, "depthwise", expression)
-    if nbytes > 48 * 1024:
-        cupy.cuda.driver.funcSetAttribute(
-            function.kernel.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
-    return function
-
-
-def depthwise(prob: Problem, plan: Plan, x, w, bias, y):
-    """Depthwise convolution into the contiguous y (depthwise.cu); w contiguous."""
-    i32 = np.int32
-    args = (x, w, NULL if bias is None else bias, y, *map(i32, (
-        prob.N, prob.C, prob.H, prob.W, prob.K, prob.K // prob.C, prob.R, prob.S, prob.P,
-        prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl)),
-        *map(np.int64, element_strides(x, prob.layout)))
-    device = cupy.cuda.runtime.getDevice()
-    if prob.layout == "NCHW":
-        blocks = prob.N * prob.K * -(-prob.P * prob.Q // 256)
-        kernel("depthwise", plan.kernel)((min(blocks, 65535 * 16),), (256,), args)
-        return y
-    expression, vec = plan.kernel, int(plan.kernel.split(",")[2])
-    if vec > 1 and y.data.ptr % 16:          # an out= at an odd address: scalar stores
-        expression, vec = depthwise_kernel_name(prob, 1), 1
-    lanes = min(-(-prob.K // vec), 32)
-    rows = 256 // lanes
-    smem = prob.R * prob.S * lanes * vec * prob.dtype.itemsize
-    grid = (-(-prob.K // (lanes * vec)), -(-prob.Q // (rows * DEPTHWISE_QT)),
-            min(prob.N * prob.P, 65535))
-    _with_smem(device, expression, smem)(grid, (lanes, rows), args, shared_mem=smem)
-    return y
-
-
 def im2col_gemm(prob: Problem, x, w, bias, y):
     y[...] = baselines.im2col_gemm(x, w, bias, stride=(prob.sh, prob.sw),
                                    padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
@@ -179,6 +144,20 @@ def im2col_gemm(prob: Problem, x, w, bias, y):
 # The arguments of a fused im2win kernel after its four pointers (src, w, bias, y), packed once
 # per launch: the table's address, the Geometry and g0, each where the C ABI wants it.
 FIXED_ARGS = np.dtype([("taps", np.uint64), ("geo", GEOMETRY), ("g0", np.int32)], align=True)
+# depthwise.cu's, likewise: sixteen ints (the problem's extents) and x's four i64 strides.
+DEPTHWISE_ARGS = np.dtype([("ints", np.int32, 16), ("strides", np.int64, 4)], align=True)
+DEPTHWISE_WAVES = 8          # blocks per SM the depthwise grid is sized to; the rest loop
+
+
+def argument_offsets(record: np.dtype) -> list[int]:
+    """Byte offsets of each kernel argument in a packed record (array fields: per element)."""
+    offsets = []
+    for name in record.names:
+        field, start = record.fields[name][:2]
+        count = int(np.prod(field.shape)) if field.shape else 1
+        step = field.base.itemsize if field.shape else field.itemsize
+        offsets += [start + i * step for i in range(count)]
+    return offsets
 
 
 class Executable:
@@ -206,8 +185,12 @@ class Executable:
             with stream:
                 self.taps = cupy.asarray(np.frombuffer(plan.taps, np.int32))
             stream.synchronize()
-        launches = []
-        if plan.kernel and plan.geometry is not None:
+        launches, record = [], FIXED_ARGS
+        if plan.algorithm == "depthwise":
+            args, record = plan.geometry, DEPTHWISE_ARGS
+            grid = args.grid(prob, DEPTHWISE_WAVES * sm_count(cupy.cuda.runtime.getDevice()))
+            launches.append((0, prob.N, grid, (args.ints, args.x_strides)))
+        elif plan.algorithm in ("im2win", "im2win_fused"):
             for g0 in range(0, prob.G, 65535):
                 groups = min(65535, prob.G - g0)
                 for n0 in range(0, max(prob.N, 1), plan.chunk):
@@ -215,18 +198,20 @@ class Executable:
                     grid = plan.grid(images, groups)
                     if plan.persistent:
                         grid = (min(grid[0], sm_count(cupy.cuda.runtime.getDevice())), 1, 1)
-                    launches.append((n0, images, grid, geometry_scalar(plan.geometry, images),
-                                     np.int32(g0)))
+                    taps = 0 if self.taps is NULL else self.taps.data.ptr
+                    launches.append((n0, images, grid, (taps, geometry_scalar(plan.geometry,
+                                                                              images), g0)))
         self.launches = tuple(launches)
-        self.block = (plan.block,)
-        self.fixed = np.zeros(len(launches), FIXED_ARGS)
-        for i, (_, _, _, geo, g0) in enumerate(launches):
-            self.fixed[i] = (0 if self.taps is NULL else self.taps.data.ptr, geo, g0)
+        self.block = plan.geometry.block if plan.algorithm == "depthwise" else (plan.block, 1, 1)
+        self.fixed = np.zeros(len(launches), record)
+        for i, (_, _, _, fixed) in enumerate(launches):
+            self.fixed[i] = fixed
+        self.offsets = argument_offsets(record)
         self.local = threading.local()
 
     def _argument_buffers(self):
         """This thread's (pointers, kernel-parameter arrays): four pointer slots, and per
-        launch the addresses of its seven arguments, as cuLaunchKernel reads them."""
+        launch the addresses of all its arguments, as cuLaunchKernel reads them."""
         buffers = getattr(self.local, "buffers", None)
         if buffers is None:
             # cuLaunchKernel needs the device's context current in this thread; CuPy makes it
@@ -236,8 +221,8 @@ class Executable:
             first = pointers.ctypes.data
             fixed = self.fixed.ctypes.data
             params = [np.array([first, first + 8, first + 16, first + 24] +
-                               [fixed + i * FIXED_ARGS.itemsize + FIXED_ARGS.fields[name][1]
-                                for name in FIXED_ARGS.names], np.uint64)
+                               [fixed + i * self.fixed.itemsize + offset
+                                for offset in self.offsets], np.uint64)
                       for i in range(len(self.launches))]
             buffers = self.local.buffers = (pointers, params,
                                             [a.ctypes.data for a in params])
@@ -248,16 +233,14 @@ class Executable:
         prob, plan = self.prob, self.plan
         if plan.algorithm == "direct":
             return direct(prob, x, w, bias, y)
-        if plan.algorithm == "depthwise":
-            return depthwise(prob, plan, x, w, bias, y)
         if plan.algorithm == "im2col_gemm":
             return im2col_gemm(prob, x, w, bias, y)
-        if plan.algorithm == "im2win_fused":     # one launch (more only past 65535 groups)
-            pointers, _, params = self._argument_buffers()
+        if plan.algorithm in ("im2win_fused", "depthwise"):   # one launch (more only past
+            pointers, _, params = self._argument_buffers()    # 65535 groups)
             pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
             pointers[2] = 0 if bias is None else bias.data.ptr
-            for (_, _, grid, _, _), param in zip(self.launches, params):
-                cupy.cuda.driver.launchKernel(self.function_ptr, *grid, self.block[0], 1, 1,
+            for (_, _, grid, _), param in zip(self.launches, params):
+                cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block,
                                               self.smem, scratch.stream, param, 0)
             return y
         b = NULL if bias is None else bias
@@ -267,10 +250,10 @@ class Executable:
         w_win = scratch.empty(w_order.shape, w.dtype)
         w_win[...] = w_order
         x_win = scratch.empty((plan.chunk,) + prob.x_win_shape[1:], prob.dtype)
-        for n0, images, grid, geo, g0 in self.launches:
+        for n0, images, grid, (_, geo, g0) in self.launches:
             image_to_window(prob, x[n0:n0 + images], x_win[:images])
             self.function(grid, self.block, (x_win, w_win, b, y[n0:n0 + images], self.taps,
-                                             geo, g0), shared_mem=self.smem)
+                                             geo, np.int32(g0)), shared_mem=self.smem)
         return y
 
 

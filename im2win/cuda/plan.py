@@ -9,6 +9,7 @@ thread) plus a reduction term (from the plan's table, `Plan.taps`, where offsets
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pathlib
 from typing import Callable, NamedTuple
 
@@ -81,7 +82,8 @@ class Plan:
             Cores with mma.sync, "im2win_wgmma" on Hopper's), or None.
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
-        geometry: the kernel's Geometry for one launch of `chunk` images (None for the others).
+        geometry: the kernel's Geometry for one launch of `chunk` images; the depthwise
+            kernel's DepthwiseArgs; None for the others.
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
             every t, zeros past the reduction up to a multiple of 32 entries; empty when
             offsets are computed in the kernel.
@@ -95,7 +97,7 @@ class Plan:
     file: str | None
     kernel: str | None
     chunk: int
-    geometry: Geometry | None
+    geometry: Geometry | DepthwiseArgs | None
     taps: bytes = dataclasses.field(repr=False)
     workspace_bytes: int
 
@@ -128,6 +130,8 @@ class Plan:
     @property
     def smem(self) -> int:
         """Dynamic shared memory per block, bytes."""
+        if self.algorithm == "depthwise":
+            return self.geometry.smem
         if self.file != "im2win_wgmma":
             return 0
         return self.tile.smem_bytes(self.tile.STAGES if self.options.double_buffer else 1)
@@ -354,7 +358,14 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     return Plan(algorithm, chosen, options, "im2win_conv", name, chunk, geo, taps, workspace)
 
 
-DEPTHWISE_QT = 4                      # output columns per thread (NHWC)
+DEPTHWISE_VECTOR_BYTES = 16           # channels per thread in NHWC, as bytes
+# The register windows (S, column stride) -> output columns per thread (QT), read off
+# tools/depthwise_dev.py on the H200 (batch 32, network layers, 2026-12-01): against 4 columns,
+# 2 made stride-2 layers up to 1.25x faster (mobilenet_v2.4 float16 NHWC 52 -> 42 us) and
+# stride-1 3x3 layers up to 1.6x slower; 8 made 7x7 layers 1.16-1.2x faster (convnext_tiny.1
+# float16 NHWC 100 -> 84 us, float32 NCHW 169 -> 146 us). 8-byte vectors lost on most layers.
+DEPTHWISE_WINDOWS = {(3, 1): 4, (3, 2): 2, (5, 1): 4, (5, 2): 2, (7, 1): 8, (7, 2): 2}
+DEPTHWISE_QT = 4                      # columns per thread of the general form (S = 0)
 DEPTHWISE_SMEM_LIMIT = 200 * 1024     # the block's filters in shared memory, at most
 
 
@@ -364,25 +375,70 @@ def is_depthwise(prob: Problem) -> bool:
 
 
 def depthwise_vector(prob: Problem, x_strides, x_aligned: bool) -> int:
-    """Channels per thread in depthwise_nhwc: 16 bytes where m = 1 and x's channels are
-    contiguous with every other stride and the start aligned to whole vectors, else 1."""
-    vec = 16 // prob.dtype.itemsize
+    """Channels per thread in depthwise_nhwc: DEPTHWISE_VECTOR_BYTES where m = 1 and x's
+    channels are contiguous with every other stride and the start aligned to whole vectors
+    (x_aligned: to 16 bytes), else 1."""
+    vec = max(1, DEPTHWISE_VECTOR_BYTES // prob.dtype.itemsize)
     xn, xc, xh, xw = x_strides
     ok = (prob.layout == "NHWC" and prob.K == prob.C and prob.C % vec == 0 and xc == 1 and
           x_aligned and all(stride % vec == 0 for stride in (xn, xh, xw)))
     return vec if ok else 1
 
 
-def depthwise_kernel_name(prob: Problem, vec: int) -> str:
-    T, Acc = CUDA_TYPES[prob.dtype.name]
-    if prob.layout == "NHWC":
-        return f"depthwise_nhwc<{T}, {Acc}, {vec}, {DEPTHWISE_QT}>"
-    return f"depthwise_nchw<{T}, {Acc}>"
+def depthwise_window(prob: Problem) -> tuple[int, int, int]:
+    """(S, column stride, columns per thread): S and the stride compiled into the kernel for
+    its register window where DEPTHWISE_WINDOWS has them (column dilation 1), else (0, 0, QT):
+    the general form, which reads each tap where it is used."""
+    key = (prob.S, prob.sw)
+    if key in DEPTHWISE_WINDOWS and prob.dw == 1:
+        return prob.S, prob.sw, DEPTHWISE_WINDOWS[key]
+    return 0, 0, DEPTHWISE_QT
+
+
+def depthwise_kernel_name(dtype: str, layout: str, vec: int,
+                          window: tuple[int, int, int]) -> str:
+    T, Acc = CUDA_TYPES[dtype]
+    S, sw, qt = window
+    if layout == "NHWC":
+        return f"depthwise_nhwc<{T}, {Acc}, {vec}, {qt}, {S}, {sw}>"
+    return f"depthwise_nchw<{T}, {Acc}, {qt}, {S}, {sw}>"
+
+
+class DepthwiseArgs(NamedTuple):
+    """What a depthwise.cu launch reads besides its four pointers and the grid: the problem's
+    extents (N, C, H, W, K, m, R, S, P, Q, sh, sw, dh, dw, pt, pl), x's element strides (N, C,
+    H, W), the block, its shared memory (NHWC: the filters of its `channels` channels), and
+    the output columns each thread computes."""
+
+    ints: tuple[int, ...]
+    x_strides: tuple[int, int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    channels: int
+    columns: int
+
+    def grid(self, prob: Problem, blocks_wanted: int) -> tuple[int, int, int]:
+        """The grid for about `blocks_wanted` blocks (the kernels loop over the rest):
+        NCHW (item blocks of an image, images, 1); NHWC (channel tiles, item blocks of an
+        image, images)."""
+        def even(work: int, at_most: int) -> int:     # blocks that share `work` evenly
+            work = max(work, 1)
+            return -(-work // -(-work // max(1, min(work, at_most))))
+
+        column_groups = -(-prob.Q // self.columns)
+        if prob.layout == "NCHW":
+            blocks = even(-(-prob.K * prob.P * column_groups // self.block[0]), blocks_wanted)
+            return blocks, even(prob.N, min(-(-blocks_wanted // blocks), MAX_GRID_YZ)), 1
+        tiles, rows = -(-prob.K // self.channels), self.block[1]
+        item_blocks = even(-(-prob.P * column_groups // rows), MAX_GRID_YZ)
+        images = even(prob.N, min(-(-blocks_wanted // (tiles * item_blocks)), MAX_GRID_YZ))
+        return tiles, item_blocks, images
 
 
 def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
     """The depthwise kernel's plan (any stride, padding, dilation; m = K/C filters per
-    channel); its launch shape is decided by the launch layer from the problem."""
+    channel): its kernel, block, shared memory and scalar arguments (DepthwiseArgs); the
+    launch layer sizes the grid to the device."""
     if not is_depthwise(prob):
         raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
                          f"filter), got C={prob.C}, groups={prob.G}")
@@ -391,8 +447,21 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
             DEPTHWISE_SMEM_LIMIT:
         raise ValueError(f"algorithm='depthwise' keeps a block's filters in shared memory; "
                          f"R*S = {prob.R * prob.S} is too large for that")
-    return Plan("depthwise", None, options, "depthwise", depthwise_kernel_name(prob, vec),
-                max(prob.N, 1), None, b"", 0)
+    window = depthwise_window(prob)
+    if prob.layout == "NCHW" and prob.K * prob.P * -(-prob.Q // window[2]) >= 2 ** 31:
+        raise ValueError(f"algorithm='depthwise' counts an image's outputs in 32 bits; "
+                         f"K*P*Q = {prob.K * prob.P * prob.Q} is too many")
+    name = depthwise_kernel_name(prob.dtype.name, prob.layout, vec, window)
+    if prob.layout == "NCHW":
+        block, channels = (256, 1, 1), 0
+    else:       # channel vectors across a row's lanes, (output row, column group) items down
+        lanes = min(-(-prob.K // vec), 32)
+        block, channels = (lanes, 256 // lanes, 1), lanes * vec
+    args = DepthwiseArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.K // prob.C, prob.R,
+                          prob.S, prob.P, prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt,
+                          prob.pl), tuple(x_strides), block,
+                         prob.R * prob.S * channels * prob.dtype.itemsize, channels, window[2])
+    return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
 def check_grid(prob: Problem, tile) -> None:
@@ -484,8 +553,12 @@ def specializations() -> list[tuple[str, str]]:
                            has_bias=False)
             nhwc = str(layout == "NHWC").lower()
             out.add(("direct", f"direct_conv<{T}, {Acc}, {nhwc}>"))
-            for vec in {1, 16 // np.dtype(dtype_of(dtype)).itemsize}:
-                out.add(("depthwise", depthwise_kernel_name(prob, vec)))
+            vector = max(1, DEPTHWISE_VECTOR_BYTES // np.dtype(dtype_of(dtype)).itemsize)
+            vectors = {1, vector} if layout == "NHWC" else {1}
+            windows = [(0, 0, DEPTHWISE_QT)] + [(S, sw, qt) for (S, sw), qt in
+                                               DEPTHWISE_WINDOWS.items()]
+            for vec, window in itertools.product(vectors, windows):
+                out.add(("depthwise", depthwise_kernel_name(dtype, layout, vec, window)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             for fused in (False, True):
                 if dtype in TENSOR_CORE_DTYPES:
