@@ -77,8 +77,8 @@ def main(argv=None) -> int:
                 except Exception as e:        # a variant that does not build or launch
                     row.append(f"{variant} ERR {type(e).__name__}: {str(e)[:120]}")
             if bench.torch_cuda_available():
-                seconds = device.back_to_back(lambda: bench.cudnn(x, w, layout=layout,
-                                                                  **kwargs), calls=20, repeats=5)
+                call, _ = bench.bind(bench.CUDNN, inputs, w, layout, kwargs)
+                seconds = device.back_to_back(call, calls=20, repeats=5)
                 row.append(f"cudnn {seconds * 1e6:6.1f}us {moved / seconds / 1e12:4.2f}")
             lines.append(" | ".join(row))
             print(lines[-1], flush=True)

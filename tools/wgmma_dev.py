@@ -149,12 +149,8 @@ def main(argv=None) -> int:
             except Exception as e:
                 row.append(f"{label} ERR {type(e).__name__}: {str(e)[:200]}")
         if have_torch and dtype in ("float16", "bfloat16"):
-            import torch
-            tx = torch.from_dlpack(x)
-            tw = torch.from_dlpack(w)
-            seconds = timed(device, lambda x, w, layout, **kw: bench.cudnn(x, w, layout=layout,
-                                                                          **kw),
-                            inputs, w, layout, layer.kwargs)
+            call, _ = bench.bind(bench.CUDNN, inputs, w, layout, layer.kwargs)
+            seconds = device.time(call, min_runs=10, min_seconds=0.2)
             row.append(f"cudnn {prob.flops / seconds / 1e12:6.1f}")
         lines.append(" | ".join(row))
         print(lines[-1], flush=True)

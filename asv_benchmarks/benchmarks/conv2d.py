@@ -65,7 +65,7 @@ def implementation(name, device):
     if name == "cudnn":
         if not bench.torch_cuda_available():
             raise NotImplementedError("cuDNN needs PyTorch with CUDA")
-        return bench.cudnn
+        return getattr(bench, "CUDNN", bench.cudnn)   # torch tensors made once, where it can
     algorithm = "auto" if name == "default" else name
     return lambda x, w, **kwargs: conv2d(x, w, algorithm=algorithm, **kwargs)
 
@@ -99,8 +99,12 @@ class _Conv2d:
         spec = LAYERS[layer]
         x, w = device_inputs(spec, self.device.batch, dtype, layout, self.device)
         self.flops = make_problem(x, w, stride=spec.stride, layout=layout).flops
-        turn = itertools.cycle(bench.rotation(x, self.device))
-        self.call = lambda: fn(next(turn), w, stride=spec.stride, layout=layout)
+        inputs = bench.rotation(x, self.device)
+        if hasattr(bench, "bind"):
+            self.call, _ = bench.bind(fn, inputs, w, layout, dict(stride=spec.stride))
+        else:                                # an older commit's im2win.bench
+            turn = itertools.cycle(inputs)
+            self.call = lambda: fn(next(turn), w, stride=spec.stride, layout=layout)
         self.call()                          # compile and warm up outside the timing
         self.device.sync()
 
@@ -162,8 +166,9 @@ class NetworksGPU:
     timeout = 600
 
     def setup(self, network, dtype):
-        if not hasattr(bench, "suite_summary"):
-            raise NotImplementedError("this commit's im2win.bench has no network suites")
+        if not hasattr(bench, "bind"):
+            raise NotImplementedError("this commit's im2win.bench has no network suites, or "
+                                      "times cuDNN with conversions at its door")
         self.device = bench.select_device("gpu")
         if not bench.torch_cuda_available():
             raise NotImplementedError("cuDNN needs PyTorch with CUDA")
@@ -174,9 +179,9 @@ class NetworksGPU:
         ours = theirs = 0.0
         for conv in NETWORKS[network]:
             x, w = device_inputs(conv, bench.SUITE_BATCH["gpu"], dtype, layout, self.device)
-            for impl, fn in (("im2win", conv2d), ("cudnn", bench.cudnn)):
-                t = self.device.time(lambda: fn(x, w, layout=layout, **conv.kwargs),
-                                     min_seconds=0.05)
+            for impl, fn in (("im2win", conv2d), ("cudnn", bench.CUDNN)):
+                call, _ = bench.bind(fn, [x], w, layout, conv.kwargs)
+                t = self.device.time(call, min_seconds=0.05)
                 if impl == "im2win":
                     ours += conv.count * t
                 else:
