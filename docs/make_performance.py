@@ -45,6 +45,14 @@ for NHWC) and im2col+cuBLAS (CuPy: the whole batch unrolled, one batched GEMM), 
 arrays, batch 128, median of CUDA-event timings after warm-up. cuDNN may choose Winograd or FFT,
 which do fewer multiplications than the FLOPs counted, so its "effective" TFLOPS can exceed the
 67 TFLOPS FP32 peak (cv5). Extra memory is the device high-water mark of one call minus its output.
+
+cuDNN's timing: the tables dated 2026-12-01 (commit a415b0e and later) time cuDNN as a PyTorch
+user calls it, `torch.nn.functional.conv2d` on tensors made once (`bench.CUDNN`). The float32
+NHWC table (2026-11-29) predates that: each of its timed cuDNN calls also paid two DLPack
+imports, the layout permutes and one export (tens of microseconds), which understates cuDNN
+there, most on the fastest layers. bfloat16 has no im2col+cuBLAS column (CuPy's matmul has no
+bfloat16). On the H200 the float16 and bfloat16 NHWC tables run the Hopper kernel
+(`im2win_wgmma.cu`) wherever the planner takes it ([hopper.md](hopper.md)).
 """
 
 
@@ -123,29 +131,35 @@ def gpu_section(record, data=DOCS / "data"):
              "|---|---|---|---|---|---|---|---|---|---|"]
     vs_cudnn, vs_im2col, short = [], [], []
     for layer, impls in rows.items():
-        ours, dnn, col = impls["im2win"], impls["cudnn"], impls["im2col+gemm"]
+        ours, dnn, col = impls["im2win"], impls["cudnn"], impls.get("im2col+gemm")
         mat = impls["im2win-materialised"]
         vs_cudnn.append(ours["tflops"] / dnn["tflops"])
-        vs_im2col.append(ours["tflops"] / col["tflops"])
+        if col:                        # none for bfloat16 (CuPy's matmul has no bfloat16)
+            vs_im2col.append(ours["tflops"] / col["tflops"])
         bar = 0.6 * FP32_PEAK if dnn["tflops"] > FP32_PEAK and record["dtype"] == "float32" \
             else 0.5 * dnn["tflops"]
         if ours["tflops"] < bar:
             short.append(f"{layer} ({ours['tflops']:.1f} < {bar:.1f} TFLOPS)")
-        mib = lambda k: f"{impls[k]['extra_bytes'] / 2**20:.0f}"  # noqa: E731
+        mib = lambda k: f"{impls[k]['extra_bytes'] / 2**20:.0f}" if k in impls else "-"  # noqa
         window = window_mib(layer, record)
         lines.append(f"| {layer} | {ours['gflop']:.1f} | {ours['time_ms']:.3f} | "
                      f"{ours['tflops']:.1f} | {mat['tflops']:.1f} | {dnn['tflops']:.1f} | "
-                     f"{col['tflops']:.1f} | {vs_cudnn[-1]:.2f}x | {vs_im2col[-1]:.2f}x | "
+                     + (f"{col['tflops']:.1f} | {vs_cudnn[-1]:.2f}x | {vs_im2col[-1]:.2f}x | "
+                        if col else f"- | {vs_cudnn[-1]:.2f}x | - | ") +
                      f"{mib('im2win')} / {mib('im2win-materialised')} ({window:.0f}) / "
                      f"{mib('cudnn')} / {mib('im2col+gemm')} |")
     means = {k: geomean([impls[k]["tflops"] for impls in rows.values()])
-             for k in ("im2win", "cudnn", "im2col+gemm")}
+             for k in ("im2win", "cudnn", "im2col+gemm") if vs_im2col or k != "im2col+gemm"}
     if record["dtype"] == "float16":
         lines += ["", float16_targets(record, rows, data)]
+    against_im2col = (f", im2col+cuBLAS {means['im2col+gemm']:.1f}; im2win is "
+                      f"{geomean(vs_cudnn):.2f}x cuDNN (target 1.0x) and "
+                      f"{geomean(vs_im2col):.2f}x im2col+cuBLAS" +
+                      (" (target 3x)." if record["dtype"] == "float32" else ".")
+                      if vs_im2col else
+                      f"; im2win is {geomean(vs_cudnn):.2f}x cuDNN (target 1.0x).")
     lines += ["", f"Geometric means: im2win {means['im2win']:.1f} TFLOPS, cuDNN "
-                  f"{means['cudnn']:.1f}, im2col+cuBLAS {means['im2col+gemm']:.1f}; im2win is "
-                  f"{geomean(vs_cudnn):.2f}x cuDNN (target 1.0x) and {geomean(vs_im2col):.2f}x "
-                  f"im2col+cuBLAS" + (" (target 3x)." if record["dtype"] == "float32" else ".")]
+                  f"{means['cudnn']:.1f}" + against_im2col]
     if record["dtype"] == "float32":
         lines.append("Layers under the per-layer bar (0.5x cuDNN, or 60% of the 67 TFLOPS peak "
                      f"where cuDNN exceeds the peak): {', '.join(short) if short else 'none'}.")
@@ -173,7 +187,7 @@ def window_mib(name, record):
     from im2win.layers import LAYERS
     layer = LAYERS[name]
     P = (layer.H - layer.R) // layer.stride + 1
-    itemsize = {"float16": 2, "float32": 4, "float64": 8}[record["dtype"]]
+    itemsize = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}[record["dtype"]]
     return record["batch"] * layer.C * P * layer.W * layer.R * itemsize / 2**20
 
 
@@ -233,7 +247,7 @@ bounds tests; on the H200 it changed cv1, cv3 and cv7 by less than 5% either way
 (ml_dtypes arrays, which CuPy 14 takes) now runs on this kernel's `.bf16` form and on the Hopper
 kernel. On compute capability 9.0 the planner takes the wgmma kernel (`im2win_wgmma.cu`) where
 it measured faster than this one (NHWC, C/G a multiple of 8, more than 64 filters): the
-tables on this page predate it; [hopper.md](hopper.md) has its measurements.
+float16 and bfloat16 NHWC tables above include it; [hopper.md](hopper.md) has its measurements.
 
 Next steps for FP32 (not done): split-K or smaller tiles with more blocks for the small-image layers
 (cv6, cv10 to cv12 launch few blocks); fewer registers per thread (occupancy); 16-byte B loads
@@ -553,6 +567,63 @@ def load(path):
     return json.loads(path.read_text()) if path.exists() else None
 
 
+SUITE_NOTES = """## Real networks: every convolution of five torchvision networks (issue 12)
+
+`python -m im2win --suite NETWORK --compare` on the GPU: each distinct convolution of the
+network (`im2win.networks`: shapes, stride, padding, dilation and groups from torchvision,
+random weights) at batch 32, im2win's default against cuDNN through PyTorch on torch tensors
+made once (what a PyTorch user's call costs: `bench.CUDNN`), each a median of single calls
+timed with CUDA events after warm-up, so host time per call counts for both. A layer counts in
+every class it belongs to (`NetConv.kinds`); a network's ratio is the total time of its
+convolutions, each as often as it runs. Targets: 1.0x overall in each dtype, no class below
+0.8x.
+"""
+
+
+def nets_of(records):
+    return list(dict.fromkeys(net for r in records for net in r["summary"]["networks"]))
+
+
+def suite_section(paths):
+    """Speed against cuDNN by layer class and by network, one column per (dtype, layout)."""
+    from im2win.networks import NETWORKS
+    convs = {c.name: c for net in NETWORKS.values() for c in net}
+    records = [json.loads(p.read_text()) for p in paths]
+    configs = list(dict.fromkeys((r["dtype"], r["layout"]) for r in records))
+    classes, nets, everything = {}, {}, {}
+    for record in records:
+        config = (record["dtype"], record["layout"])
+        for layer, impls in by_layer(record).items():
+            ratio = impls["cudnn"]["time_ms"] / impls["im2win"]["time_ms"]
+            everything.setdefault(config, []).append(ratio)
+            for kind in convs[layer].kinds:
+                classes.setdefault(kind, {}).setdefault(config, []).append(ratio)
+        for net, row in record["summary"]["networks"].items():
+            nets.setdefault(net, {})[config] = row
+    head = "| | " + " | ".join(f"{d} {l}" for d, l in configs) + " |"
+    rule = "|---|" + "---|" * len(configs)
+    commands = dict.fromkeys(re.sub(r"--suite \S+", "--suite NETWORK",
+                                    r["command"].split(" --json")[0]) for r in records)
+    lines = [SUITE_NOTES, "Commands: " + " and ".join(f"`{c}`" for c in commands) +
+             f", NETWORK each of {', '.join(nets_of(records))}; on {records[0]['date'][:10]}, "
+             f"{records[0]['machine'].get('gpu', 'GPU')}.", "",
+        "Speed against cuDNN (>1: im2win faster), geometric mean over the layers of each "
+        "class (layers, slowest layer):", "", head, rule]
+    for kind in sorted(classes):
+        cells = [classes[kind].get(c) for c in configs]
+        lines.append(f"| {kind} | " + " | ".join(
+            f"{geomean(v):.2f}x ({len(v)}, {min(v):.2f}x)" if v else "-" for v in cells) + " |")
+    lines.append("| **all** | " + " | ".join(
+        f"**{geomean(everything[c]):.2f}x** ({len(everything[c])})" for c in configs) + " |")
+    lines += ["", "By network: total time of its convolutions, im2win against cuDNN:", "",
+              head, rule]
+    for net, cells in nets.items():
+        lines.append(f"| {net} | " + " | ".join(
+            f"{cells[c]['speedup']:.2f}x ({cells[c]['im2win_ms']:.2f} ms / "
+            f"{cells[c]['cudnn_ms']:.2f} ms)" if c in cells else "-" for c in configs) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
     """Write the page to `out` and its charts into `img` from the JSON in `data`."""
     data, out, img = pathlib.Path(data), pathlib.Path(out), pathlib.Path(img)
@@ -564,7 +635,8 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
     blocks = load(data / "cpu-block-bytes.json")
     if blocks:
         page.append(block_section(blocks) + "\n")
-    gpu = sorted(data.glob("gpu-float*.json"))
+    gpu = sorted(p for p in data.glob("gpu-*.json")
+                 if re.fullmatch(r"gpu-b?float\d+-N(CHW|HWC)", p.stem))
     if gpu:
         page.append("## GPU (H200): im2win against cuDNN and im2col+cuBLAS\n\n" + GPU_NOTES)
     for path in gpu:
@@ -585,6 +657,9 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
         chart = img / "ablation.png"
         ablation_chart(ablation, chart)
         page.append(ablation_section(ablation, link(chart, out)) + "\n")
+    suites = sorted((data / "suite").glob("suite-*.json"))
+    if suites:
+        page.append(suite_section(suites))
     launch = launch_section(data)
     if launch:
         page.append(launch)

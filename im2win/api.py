@@ -53,15 +53,16 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         out: optional array of y's shape, dtype and device to write the result into.
         algorithm: "auto" (the planner's choice, or `im2win.cuda.autotune`'s winner),
             "im2win_fused" (window tiles built in shared memory from x, no extra memory),
-            "im2win" (the window tensor materialised, then convolved), "direct" or
-            "im2col_gemm". On the CPU: "auto" or "im2win" (the window path) or "im2col_gemm".
+            "im2win" (the window tensor materialised, then convolved), "direct",
+            "im2col_gemm" or "depthwise" (groups = C, one input channel per filter; "auto" takes
+            it there). On the CPU: "auto" or "im2win" (the window path) or "im2col_gemm".
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
             processed in chunks of whole images to respect it); None for the whole batch.
 
     Returns:
-        y: (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC", with x's dtype (float16, float32
-        or float64; float16 accumulates in float32).
+        y: (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC", with x's dtype (float16,
+        bfloat16, float32 or float64; float16 and bfloat16 accumulate in float32).
 
     Raises:
         TypeError: non-integer hyper-parameters, unsupported or mismatched dtypes, arrays on

@@ -160,3 +160,25 @@ def test_asv_section_summarises_the_committed_results(tmp_path, make_performance
                  results={})
     (tmp_path / "h200" / "cccccccc-existing-py.json").write_text(json.dumps(newer))
     assert make_performance.asv_section(tmp_path, compare) is None
+
+
+def test_suite_section_summarises_classes_and_networks(tmp_path, make_performance):
+    """Two synthetic networks' records: class ratios are geometric means of cuDNN time over
+    im2win time per layer, networks come from each record's summary."""
+    def record(net, layers, dtype):
+        rows = [dict(layer=name, impl=impl, time_ms=t) for name, (ours, theirs) in layers.items()
+                for impl, t in (("im2win", ours), ("cudnn", theirs))]
+        return dict(command=f"python -m im2win --suite {net} --compare --dtype {dtype} "
+                            f"--layout NHWC --json x.json", date="2026-12-01T00:00:00",
+                    dtype=dtype, layout="NHWC", machine={"gpu": "test GPU"}, rows=rows,
+                    summary={"networks": {net: dict(speedup=0.5, im2win_ms=2.0, cudnn_ms=1.0)}})
+    paths = []
+    for net, layers in (("mobilenet_v2", {"mobilenet_v2.1": (1.0, 4.0)}),      # depthwise
+                        ("resnet50", {"resnet50.1": (2.0, 1.0)})):            # a 1x1
+        paths.append(tmp_path / f"suite-{net}-float16-NHWC.json")
+        paths[-1].write_text(json.dumps(record(net, layers, "float16")))
+    text = make_performance.suite_section(paths)
+    assert "| depthwise | 4.00x (1, 4.00x) |" in text and "| 1x1 | 0.50x (1, 0.50x) |" in text
+    assert "| **all** | **1.41x** (2) |" in text
+    assert "| resnet50 | 0.50x (2.00 ms / 1.00 ms) |" in text
+    assert "`python -m im2win --suite NETWORK --compare --dtype float16 --layout NHWC`" in text
