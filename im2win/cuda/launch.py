@@ -165,7 +165,8 @@ class Executable:
 
     Holds the compiled kernel, the plan's reduction table on the device, and for every launch
     (chunks of images, groups in blocks of 65535) its offsets, grid and packed Geometry. A fused
-    plan's launches go straight to cuLaunchKernel with arguments packed once (`FIXED_ARGS`)
+    plan's launches, and the depthwise kernel's one launch (its grid sized to the device's SMs),
+    go straight to cuLaunchKernel with arguments packed once (`FIXED_ARGS`, `DEPTHWISE_ARGS`)
     behind four pointers that each thread writes into buffers of its own.
     """
 
@@ -235,8 +236,9 @@ class Executable:
             return direct(prob, x, w, bias, y)
         if plan.algorithm == "im2col_gemm":
             return im2col_gemm(prob, x, w, bias, y)
-        if plan.algorithm in ("im2win_fused", "depthwise"):   # one launch (more only past
-            pointers, _, params = self._argument_buffers()    # 65535 groups)
+        if plan.algorithm in ("im2win_fused", "depthwise"):
+            # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
+            pointers, _, params = self._argument_buffers()
             pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
             pointers[2] = 0 if bias is None else bias.data.ptr
             for (_, _, grid, _), param in zip(self.launches, params):
