@@ -46,7 +46,7 @@ arrays, batch 128, median of CUDA-event timings after warm-up. cuDNN may choose 
 which do fewer multiplications than the FLOPs counted, so its "effective" TFLOPS can exceed the
 67 TFLOPS FP32 peak (cv5). Extra memory is the device high-water mark of one call minus its output.
 
-cuDNN's timing: the tables dated 2026-12-01 (commit a415b0e and later) time cuDNN as a PyTorch
+cuDNN's timing: the tables dated 2026-12-01 (commit ea69d14 and later) time cuDNN as a PyTorch
 user calls it, `torch.nn.functional.conv2d` on tensors made once (`bench.CUDNN`). The float32
 NHWC table (2026-11-29) predates that: each of its timed cuDNN calls also paid two DLPack
 imports, the layout permutes and one export (tens of microseconds), which understates cuDNN
