@@ -49,7 +49,7 @@ which do fewer multiplications than the FLOPs counted, so its "effective" TFLOPS
 cuDNN's timing: the tables dated 2026-12-01 (commit ea69d14 and later) time cuDNN as a PyTorch
 user calls it, `torch.nn.functional.conv2d` on tensors made once (`bench.CUDNN`). The float32
 NHWC table (2026-11-29) predates that: each of its timed cuDNN calls also paid two DLPack
-imports, the layout permutes and one export (tens of microseconds), which understates cuDNN
+imports, the layout permutes and one export (on small layers up to about 100 us a call: mobilenet_v2.26 float16 NHWC timed 126 us that way and 19 us fairly), which understates cuDNN
 there, most on the fastest layers. bfloat16 has no im2col+cuBLAS column (CuPy's matmul has no
 bfloat16). On the H200 the float16 and bfloat16 NHWC tables run the Hopper kernel
 (`im2win_wgmma.cu`) wherever the planner takes it ([hopper.md](hopper.md)).
