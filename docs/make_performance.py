@@ -580,47 +580,49 @@ convolutions, each as often as it runs. Targets: 1.0x overall in each dtype, no 
 """
 
 
-def nets_of(records):
-    return list(dict.fromkeys(net for r in records for net in r["summary"]["networks"]))
-
-
 def suite_section(paths):
-    """Speed against cuDNN by layer class and by network, one column per (dtype, layout)."""
+    """Speed against cuDNN by layer class and by network, one column per (dtype, layout): the
+    benchmark's own summary (`bench.suite_summary`) of each column's rows, all networks."""
+    import types
+
+    from im2win.bench import suite_summary
     from im2win.networks import NETWORKS
     convs = {c.name: c for net in NETWORKS.values() for c in net}
     records = [json.loads(p.read_text()) for p in paths]
-    configs = list(dict.fromkeys((r["dtype"], r["layout"]) for r in records))
-    classes, nets, everything = {}, {}, {}
+    summaries = {}
     for record in records:
         config = (record["dtype"], record["layout"])
-        for layer, impls in by_layer(record).items():
-            ratio = impls["cudnn"]["time_ms"] / impls["im2win"]["time_ms"]
-            everything.setdefault(config, []).append(ratio)
-            for kind in convs[layer].kinds:
-                classes.setdefault(kind, {}).setdefault(config, []).append(ratio)
-        for net, row in record["summary"]["networks"].items():
-            nets.setdefault(net, {})[config] = row
+        summaries.setdefault(config, []).extend(types.SimpleNamespace(**row)
+                                                for row in record["rows"])
+    for config, rows in summaries.items():
+        summaries[config] = suite_summary(rows, [convs[name] for name in
+                                                 dict.fromkeys(row.layer for row in rows)])
+    configs = list(summaries)
     head = "| | " + " | ".join(f"{d} {l}" for d, l in configs) + " |"
     rule = "|---|" + "---|" * len(configs)
     commands = dict.fromkeys(re.sub(r"--suite \S+", "--suite NETWORK",
                                     r["command"].split(" --json")[0]) for r in records)
+    nets = list(dict.fromkeys(n for summary in summaries.values() for n in summary["networks"]))
     lines = [SUITE_NOTES, "Commands: " + " and ".join(f"`{c}`" for c in commands) +
-             f", NETWORK each of {', '.join(nets_of(records))}; on {records[0]['date'][:10]}, "
+             f", NETWORK each of {', '.join(nets)}; on {records[0]['date'][:10]}, "
              f"{records[0]['machine'].get('gpu', 'GPU')}.", "",
-        "Speed against cuDNN (>1: im2win faster), geometric mean over the layers of each "
-        "class (layers, slowest layer):", "", head, rule]
-    for kind in sorted(classes):
-        cells = [classes[kind].get(c) for c in configs]
+             "Speed against cuDNN (>1: im2win faster), geometric mean over the layers of each "
+             "class (layers, slowest layer):", "", head, rule]
+    for kind in sorted({k for summary in summaries.values() for k in summary["kinds"]}):
+        cells = [summaries[c]["kinds"].get(kind) for c in configs]
         lines.append(f"| {kind} | " + " | ".join(
-            f"{geomean(v):.2f}x ({len(v)}, {min(v):.2f}x)" if v else "-" for v in cells) + " |")
+            f"{v['speedup']:.2f}x ({v['layers']}, {v['slowest']:.2f}x)" if v else "-"
+            for v in cells) + " |")
     lines.append("| **all** | " + " | ".join(
-        f"**{geomean(everything[c]):.2f}x** ({len(everything[c])})" for c in configs) + " |")
+        f"**{summaries[c]['all']['speedup']:.2f}x** ({summaries[c]['all']['layers']})"
+        for c in configs) + " |")
     lines += ["", "By network: total time of its convolutions, im2win against cuDNN:", "",
               head, rule]
-    for net, cells in nets.items():
+    for net in nets:
+        cells = [summaries[c]["networks"].get(net) for c in configs]
         lines.append(f"| {net} | " + " | ".join(
-            f"{cells[c]['speedup']:.2f}x ({cells[c]['im2win_ms']:.2f} ms / "
-            f"{cells[c]['cudnn_ms']:.2f} ms)" if c in cells else "-" for c in configs) + " |")
+            f"{v['speedup']:.2f}x ({v['im2win_ms']:.2f} ms / {v['cudnn_ms']:.2f} ms)" if v
+            else "-" for v in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

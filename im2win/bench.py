@@ -236,13 +236,6 @@ def from_torch(ty, layout: str):
 CUDNN = Native(torch_view, torch_conv2d, from_torch)
 
 
-def cudnn(x, w, *, layout, **kwargs):
-    """One cuDNN convolution of CuPy arrays, conversions included (for one-off checks; the
-    benchmarks time `CUDNN.call` on tensors made beforehand)."""
-    return from_torch(torch_conv2d(torch_view(x, layout), torch_view(w, layout), layout=layout,
-                                   **kwargs), layout)
-
-
 def bind(fn, inputs: list, w, layout: str, kwargs: dict):
     """(call, first): `call()` runs fn on the next of `inputs` (cycling) with w, the timed
     unit; `first()` runs it on inputs[0] and returns the result as the benchmark's array type.
@@ -372,24 +365,27 @@ def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compa
 
 def suite_summary(rows: list[Row], convs: list) -> dict | None:
     """im2win against the first baseline measured (cuDNN, else im2col+GEMM): the geometric
-    mean of per-layer speed ratios by layer class (a layer counts in each class it has,
-    `NetConv.kinds`), and by network the ratio of total times, each layer weighted by how
-    often the network runs it. None without a baseline."""
+    mean of per-layer speed ratios over all layers and by layer class (a layer counts in each
+    class it has, `NetConv.kinds`; with the slowest layer's ratio), and by network the ratio
+    of total times, each layer weighted by how often the network runs it. `rows` need only
+    layer, impl and time_ms. None without a baseline."""
     times = {(r.layer, r.impl): r.time_ms for r in rows}
     base = next((b for b in ("cudnn", "im2col+gemm") if any(r.impl == b for r in rows)), None)
     if base is None:
         return None
-    by_kind, by_net = {}, {}
+    ratios, by_kind, by_net = [], {}, {}
     for conv in convs:
         ratio = times[conv.name, base] / times[conv.name, "im2win"]
+        ratios.append(ratio)
         for kind in conv.kinds:
             by_kind.setdefault(kind, []).append(ratio)
         ours, theirs = by_net.get(conv.name.split(".")[0], (0.0, 0.0))
         by_net[conv.name.split(".")[0]] = (ours + conv.count * times[conv.name, "im2win"],
                                            theirs + conv.count * times[conv.name, base])
     geo = lambda v: math.exp(sum(map(math.log, v)) / len(v))  # noqa: E731
-    return {"baseline": base,
-            "kinds": {k: {"layers": len(v), "speedup": geo(v)} for k, v in by_kind.items()},
+    return {"baseline": base, "all": {"layers": len(ratios), "speedup": geo(ratios)},
+            "kinds": {k: {"layers": len(v), "speedup": geo(v), "slowest": min(v)}
+                      for k, v in by_kind.items()},
             "networks": {n: {"im2win_ms": ours, f"{base}_ms": theirs, "speedup": theirs / ours}
                          for n, (ours, theirs) in by_net.items()}}
 

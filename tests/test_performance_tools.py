@@ -164,14 +164,13 @@ def test_asv_section_summarises_the_committed_results(tmp_path, make_performance
 
 def test_suite_section_summarises_classes_and_networks(tmp_path, make_performance):
     """Two synthetic networks' records: class ratios are geometric means of cuDNN time over
-    im2win time per layer, networks come from each record's summary."""
+    im2win time per layer, networks the ratio of their total times (bench.suite_summary)."""
     def record(net, layers, dtype):
         rows = [dict(layer=name, impl=impl, time_ms=t) for name, (ours, theirs) in layers.items()
                 for impl, t in (("im2win", ours), ("cudnn", theirs))]
         return dict(command=f"python -m im2win --suite {net} --compare --dtype {dtype} "
                             f"--layout NHWC --json x.json", date="2026-12-01T00:00:00",
-                    dtype=dtype, layout="NHWC", machine={"gpu": "test GPU"}, rows=rows,
-                    summary={"networks": {net: dict(speedup=0.5, im2win_ms=2.0, cudnn_ms=1.0)}})
+                    dtype=dtype, layout="NHWC", machine={"gpu": "test GPU"}, rows=rows)
     paths = []
     for net, layers in (("mobilenet_v2", {"mobilenet_v2.1": (1.0, 4.0)}),      # depthwise
                         ("resnet50", {"resnet50.1": (2.0, 1.0)})):            # a 1x1

@@ -65,7 +65,8 @@ def implementation(name, device):
     if name == "cudnn":
         if not bench.torch_cuda_available():
             raise NotImplementedError("cuDNN needs PyTorch with CUDA")
-        return getattr(bench, "CUDNN", bench.cudnn)   # torch tensors made once, where it can
+        # torch tensors made once; an older commit's bench has only `cudnn` (conversions inside)
+        return bench.CUDNN if hasattr(bench, "CUDNN") else bench.cudnn
     algorithm = "auto" if name == "default" else name
     return lambda x, w, **kwargs: conv2d(x, w, algorithm=algorithm, **kwargs)
 

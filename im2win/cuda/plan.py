@@ -364,6 +364,8 @@ DEPTHWISE_VECTOR_BYTES = 16           # channels per thread in NHWC, as bytes
 # 2 made stride-2 layers up to 1.25x faster (mobilenet_v2.4 float16 NHWC 52 -> 42 us) and
 # stride-1 3x3 layers up to 1.6x slower; 8 made 7x7 layers 1.16-1.2x faster (convnext_tiny.1
 # float16 NHWC 100 -> 84 us, float32 NCHW 169 -> 146 us). 8-byte vectors lost on most layers.
+# Measured forms: 3x3 stride 1 and 2, 5x5 stride 2, 7x7 stride 1; (5, 1) and (7, 2) (no such
+# layer among those timed) follow their stride's rule untimed.
 DEPTHWISE_WINDOWS = {(3, 1): 4, (3, 2): 2, (5, 1): 4, (5, 2): 2, (7, 1): 8, (7, 2): 2}
 DEPTHWISE_QT = 4                      # columns per thread of the general form (S = 0)
 DEPTHWISE_SMEM_LIMIT = 200 * 1024     # the block's filters in shared memory, at most
