@@ -15,6 +15,7 @@ NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
                                 if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 ARCHS = ("sm_80", "sm_90")
 CHUNK = 40      # instantiations per nvcc run: many runs keep every core busy to the end
+ROOT_DIR = pathlib.Path(__file__).resolve().parents[1]
 
 
 def archs(file: str) -> tuple[str, ...]:
@@ -67,3 +68,13 @@ def test_kernel_files_ship_with_the_package():
                                                            "window.cu", "im2win_conv.cu",
                                                            "im2win_mma.cu", "im2win_wgmma.cu",
                                                            "depthwise.cu"}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here")
+def test_tool_kernels_compile(tmp_path):
+    """The kernels of the GPU tools (tools/*.cu: sm_90a probes) compile too."""
+    for path in sorted((ROOT_DIR / "tools").glob("*.cu")):
+        done = subprocess.run([NVCC, "-std=c++17", "-cubin", *arch_flags("sm_90a"), "-o",
+                               str(tmp_path / f"{path.stem}.cubin"), str(path)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, f"{path.name}:\n{done.stderr}"
