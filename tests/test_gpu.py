@@ -157,6 +157,32 @@ def test_every_hopper_switch_matches_reference(rng, layout, algorithm, switch, t
             options=Options.ablations(hopper=True)[switch])
 
 
+TMA_CASES = [  # NHWC, C/G a multiple of 64: the wgmma kernel's TMA copies (Options.tma)
+    ((2, 64, 13, 11), (70, 64, 3, 3), dict(padding=1)),                       # K tail
+    ((3, 128, 10, 9), (96, 128, 3, 2), dict(stride=2, dilation=(1, 2),
+                                             padding=((2, 0), (1, 3)))),     # corners
+    ((2, 128, 7, 7), (130, 64, 1, 1), dict(groups=2)),                        # groups, 1x1
+    ((5, 64, 5, 6), (64, 64, 5, 5), dict(padding=2)),                          # taps off x
+]
+
+
+@pytest.mark.parametrize("tile", list(WGMMA_TILES))
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_tma_copies_match_reference(rng, tile, dtype):
+    skip_unless_hopper(tile)
+    from im2win.cuda import plan as cuda_plan
+    for x_shape, w_shape, kwargs in TMA_CASES:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        prob = make_problem(*to_layout("NHWC", x.astype(np.float16), w.astype(np.float16)),
+                            layout="NHWC", **kwargs)
+        assert cuda_plan.tma_args(prob, WGMMA_TILES[tile],
+                                  (prob.H * prob.W * prob.C, 1, prob.W * prob.C, prob.C),
+                                  True, True) is not None
+        run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused")
+        run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused",
+            options=Options(tma=False))
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("algorithm", WINDOWS + ["direct"])
 @pytest.mark.parametrize("kernel", ["default", "mma.sync", "wg128x256", "wg256x96"])

@@ -246,3 +246,20 @@ def test_depthwise_problems_get_their_own_kernel():
         plan_for(problem((2, 4, 9, 9), (8, 2, 3, 3), groups=2), algorithm="depthwise")
     compiled = {expr for _, expr in specializations()}
     assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel} <= compiled
+
+
+def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
+    from im2win.cuda.plan import TmaArgs
+    cv8 = problem((32, 56, 56, 64), (128, 3, 3, 64), np.float16, layout="NHWC", padding=1)
+    plan = plan_for(cv8, arch=90)
+    assert plan.kernel.startswith("im2win_wgmma_tma<half_t, ") and plan.taps == b""
+    assert isinstance(plan.tma, TmaArgs) and plan.tma.w_dims == (576, 128)
+    assert plan.tma.x.dims == (64, 56, 56, 32) and plan.tma.x.lower == (-1, -1)
+    assert plan.tma.w_box == (64, plan.tile.BN) and plan.tma.x.pixels == plan.tile.BM
+    assert plan_for(cv8, arch=90, options=Options(tma=False)).tma is None
+    assert plan_for(cv8, arch=90, x_aligned=False).tma is None
+    assert plan_for(cv8).tma is None                                   # not Hopper
+    cv5 = problem((128, 24, 24, 96), (256, 5, 5, 96), np.float16, layout="NHWC")
+    assert plan_for(cv5, arch=90).tma is None                          # 96 channels
+    compiled = {expr for _, expr in specializations()}
+    assert plan.kernel in compiled

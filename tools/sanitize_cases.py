@@ -102,6 +102,15 @@ for layout in ("NCHW", "NHWC"):
         every_switch(x, w, b, layout, kwargs, tensor_cores=False)
         im2win.conv2d(x.astype(cupy.float64), w.astype(cupy.float64), b.astype(cupy.float64),
                       layout=layout, **kwargs)
+# The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64), every tile, both 16-bit types.
+if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 128)).astype(dtype))
+        w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 128)).astype(dtype))
+        b = cupy.asarray(rng.uniform(-1, 1, 70).astype(dtype))
+        prob = checked_problem(x, w, b, layout="NHWC", stride=(2, 1), padding=1)[0]
+        for tile in WGMMA_TILES:
+            cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile)
 # A captured graph of several problems (fused and materialised), replayed twice.
 stream = cupy.cuda.Stream(non_blocking=True)
 calls = []

@@ -78,6 +78,37 @@ __device__ __forceinline__ void cp_async_arrive(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+// TMA (kTma): a stage's two copies are bulk tensor copies issued by one producer thread; the
+// `full` barrier (count 1) is armed with the stage's bytes and completes when they land.
+struct __align__(64) TensorMap {   // a CUtensorMap, passed as a __grid_constant__ parameter
+  u64 words[16];
+};
+
+__device__ __forceinline__ void mbar_expect_bytes(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// The im2col copy of one tap: the box of output pixels starting at the one whose window
+// corner is (w, h) of image n, channels c.., tap offsets (ws, hs) = (s*dw, r*dh).
+__device__ __forceinline__ void tma_im2col(unsigned dst, const TensorMap* map, int c, int w,
+                                           int h, int n, int ws, int hs, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar),
+      "h"((unsigned short)ws), "h"((unsigned short)hs) : "memory");
+}
+
+// The tiled copy of a box of a 2-D tensor at (column t, row k).
+__device__ __forceinline__ void tma_tile2d(unsigned dst, const TensorMap* map, int t, int k,
+                                           unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst), "l"(reinterpret_cast<u64>(map)), "r"(t),
+      "r"(k), "r"(bar) : "memory");
+}
+
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -227,11 +258,15 @@ __device__ __forceinline__ TileAt tile_at(i64 tile, i64 ptiles, int ftiles, int 
   return at;
 }
 
+// The kernel's body; the two entry points below pass it the TMA descriptors or none.
 template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
-          bool kSwizzle, bool kTable, bool kPersistent>
-__global__ void __launch_bounds__(384, 1)
-    im2win_wgmma(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
-                 T* __restrict__ y, const int2* __restrict__ taps, Geometry geo, int g0) {
+          bool kSwizzle, bool kTable, bool kPersistent, bool kTma>
+__device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* __restrict__ w,
+                                           const T* __restrict__ bias, T* __restrict__ y,
+                                           const int2* __restrict__ taps, const Geometry& geo,
+                                           int g0, const TensorMap* x_map,
+                                           const TensorMap* w_map) {
+  static_assert(!kTma || (kNHWC && kFused && kSwizzle), "TMA copies: NHWC, fused, swizzled");
   constexpr int BK = 64;                             // elements per shared row (128 bytes)
   constexpr int MI = BM / 128;                       // m64 accumulators per consumer
   constexpr int A_BYTES = BM * 128, STAGE_BYTES = (BM + BN) * 128;
@@ -255,7 +290,7 @@ __global__ void __launch_bounds__(384, 1)
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + 8 * s, 128);
+      mbar_init(full + 8 * s, kTma ? 1 : 128);
       mbar_init(empty + 8 * s, 8);
     }
   }
@@ -265,10 +300,36 @@ __global__ void __launch_bounds__(384, 1)
   const i64 ptiles = (geo.npix + BM - 1) / BM;
   const int ftiles = (geo.Kg + BN - 1) / BN;
   const i64 tiles = ptiles * ftiles * groups;
-  const int slices = geo.redp / BK;
+  // TMA: each tap's channels in blocks of 64 (C/G a multiple of 64), taps in (r, s) order:
+  // the reduction order of fused NHWC windows.
+  const int cblocks = (geo.Cg + BK - 1) / BK;
+  const int slices = kTma ? geo.R * geo.S * cblocks : geo.redp / BK;
 
   if (tid < 128) {  // ------------------------------------------------------------ producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    if constexpr (kTma) {   // one thread issues both copies of every stage
+      if (tid != 0) return;
+      unsigned it = 0;
+      for (i64 tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
+        const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
+        const i64 n = at.m0 / geo.PQ;                // the tile's first pixel (n, p, q)
+        const int pq = (int)(at.m0 - n * geo.PQ), p = pq / geo.Q, q = pq - p * geo.Q;
+        const int h0 = p * geo.sh - geo.pt, w0 = q * geo.sw - geo.pl;
+        const int c_base = at.g * geo.Cg, k_base = at.g * geo.Kg + at.n0;
+        for (int r = 0; r < geo.R; ++r)
+          for (int s = 0; s < geo.S; ++s)
+            for (int cb = 0; cb < cblocks; ++cb, ++it) {
+              const int stage = it % STAGES;
+              mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
+              const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
+              mbar_expect_bytes(bar, STAGE_BYTES);
+              tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh,
+                         bar);
+              tma_tile2d(a + A_BYTES, w_map, (r * geo.S + s) * geo.Cg + cb * BK, k_base, bar);
+            }
+      }
+      return;
+    }
     const int chunk = tid % 8, row0 = tid / 8;       // rows row0 + 16 * i, chunk `chunk`
     unsigned it = 0;
     for (i64 tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
@@ -441,4 +502,26 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
   }
+}
+
+template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
+          bool kSwizzle, bool kTable, bool kPersistent>
+__global__ void __launch_bounds__(384, 1)
+    im2win_wgmma(const T* __restrict__ src, const T* __restrict__ w, const T* __restrict__ bias,
+                 T* __restrict__ y, const int2* __restrict__ taps, Geometry geo, int g0) {
+  wgmma_conv<T, kNHWC, kFused, BM, BN, STAGES, kVecX, kVecW, kSwizzle, kTable, kPersistent,
+             false>(src, w, bias, y, taps, geo, g0, nullptr, nullptr);
+}
+
+// Fused NHWC windows with both operands copied by the TMA: x through its im2col descriptor,
+// w (K rows of the reduction) through a tiled one (im2win.cuda.tma; plan.py says when).
+template <typename T, int BM, int BN, int STAGES, bool kPersistent>
+__global__ void __launch_bounds__(384, 1)
+    im2win_wgmma_tma(const T* __restrict__ src, const T* __restrict__ w,
+                     const T* __restrict__ bias, T* __restrict__ y,
+                     const int2* __restrict__ taps, Geometry geo, int g0,
+                     const __grid_constant__ TensorMap x_map,
+                     const __grid_constant__ TensorMap w_map) {
+  wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true>(
+      src, w, bias, y, taps, geo, g0, &x_map, &w_map);
 }

@@ -13,6 +13,7 @@ from `Scratch`: CuPy's pool, or graph-owned memory while the stream is being cap
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import threading
@@ -160,6 +161,32 @@ def argument_offsets(record: np.dtype) -> list[int]:
     return offsets
 
 
+class TmaMaps:
+    """The two TMA descriptors of a plan with `plan.tma`, as 256 bytes, by (x, w) pointers:
+    a small memo, since a descriptor holds its array's address and encoding costs host time
+    (a loop over the same buffers encodes once)."""
+
+    MEMO = 16
+
+    def __init__(self, plan: Plan):
+        self.plan, self.memo, self.lock = plan, {}, threading.Lock()
+
+    def bytes_for(self, x, w) -> bytes:
+        key = (x.data.ptr, w.data.ptr)
+        found = self.memo.get(key)
+        if found is None:
+            from im2win.cuda import tma
+            args = self.plan.tma
+            maps = (tma.encode_im2col(x, args.x, True),
+                    tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box))
+            found = b"".join(ctypes.string_at(m.getPtr(), 128) for m in maps)
+            with self.lock:
+                if len(self.memo) >= self.MEMO:
+                    self.memo.pop(next(iter(self.memo)))
+                self.memo[key] = found
+        return found
+
+
 class Executable:
     """A plan made ready on one device; immutable once built.
 
@@ -208,6 +235,7 @@ class Executable:
         for i, (_, _, _, fixed) in enumerate(launches):
             self.fixed[i] = fixed
         self.offsets = argument_offsets(record)
+        self.tma = TmaMaps(plan) if plan.tma is not None else None
         self.local = threading.local()
 
     def _argument_buffers(self):
@@ -221,12 +249,16 @@ class Executable:
             pointers = np.zeros(4, np.uint64)
             first = pointers.ctypes.data
             fixed = self.fixed.ctypes.data
+            # TMA plans: this thread's two 128-byte descriptors (64-byte aligned) close the list.
+            maps = np.zeros(256 + 64, np.uint8)
+            at = maps.ctypes.data + (-maps.ctypes.data) % 64
+            tail = [at, at + 128] if self.tma is not None else []
             params = [np.array([first, first + 8, first + 16, first + 24] +
                                [fixed + i * self.fixed.itemsize + offset
-                                for offset in self.offsets], np.uint64)
+                                for offset in self.offsets] + tail, np.uint64)
                       for i in range(len(self.launches))]
             buffers = self.local.buffers = (pointers, params,
-                                            [a.ctypes.data for a in params])
+                                            [a.ctypes.data for a in params], maps, at)
         return buffers
 
     def __call__(self, x, w, bias, y, scratch: Scratch):
@@ -238,8 +270,10 @@ class Executable:
             return im2col_gemm(prob, x, w, bias, y)
         if plan.algorithm in ("im2win_fused", "depthwise"):
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
-            pointers, _, params = self._argument_buffers()
+            pointers, _, params, _, maps_at = self._argument_buffers()
             pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
+            if self.tma is not None:
+                ctypes.memmove(maps_at, self.tma.bytes_for(x, w), 256)
             pointers[2] = 0 if bias is None else bias.data.ptr
             for (_, _, grid, _), param in zip(self.launches, params):
                 cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block,

@@ -89,6 +89,8 @@ class Plan:
             offsets are computed in the kernel.
         workspace_bytes: extra device memory the plan allocates (the window chunk and the
             filter in window order).
+        tma: the wgmma kernel's TMA descriptors' arguments (TmaArgs) when it copies both
+            operands by TMA (Options.tma), else None.
     """
 
     algorithm: str
@@ -100,6 +102,7 @@ class Plan:
     geometry: Geometry | DepthwiseArgs | None
     taps: bytes = dataclasses.field(repr=False)
     workspace_bytes: int
+    tma: "TmaArgs | None" = None
 
     @property
     def tables(self) -> bool:
@@ -340,7 +343,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         hopper = options.hopper and arch == HOPPER and (
             tile in WGMMA_TILES or (tile is None and wgmma_pays(prob, geo, src_aligned)))
         return tensor_core_plan(WGMMA if hopper else MMA, prob, algorithm, options, tile, chunk,
-                                workspace, geo, src_aligned, w_aligned or not fused)
+                                workspace, geo, src_aligned, w_aligned or not fused, x_strides)
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
     if tile is not None and tile not in TILES:
@@ -510,9 +513,45 @@ def wgmma_pays(prob: Problem, geo: Geometry, src_aligned: bool) -> bool:
     return tiles >= WGMMA_MIN_TILES
 
 
+class TmaArgs(NamedTuple):
+    """The TMA descriptors' arguments of a wgmma launch whose operands are copied by TMA:
+    x's im2col descriptor and the filter's tiled one (w as a matrix of K rows of the
+    reduction, boxes of BK x BN)."""
+
+    x: object                     # im2win.cuda.tma.Im2colArgs
+    w_dims: tuple[int, int]       # (reduction, K), innermost first
+    w_stride: int                 # bytes per filter
+    w_box: tuple[int, int]        # (BK, BN)
+
+
+def tma_args(prob: Problem, tile: WgmmaTile, x_strides, src_aligned: bool,
+             w_aligned: bool) -> TmaArgs | None:
+    """The TMA plan of a fused NHWC wgmma launch, or None where it is not taken: 16-byte
+    aligned operands and C/G a multiple of 64, so that each slice is 64 channels of one tap
+    (no box crosses into the next tap or group, and no slice is part padding: a C/G of 96
+    would pad a third of its slices), and what im2col_args checks."""
+    from im2win.cuda.tma import im2col_args
+    if not (prob.layout == "NHWC" and src_aligned and w_aligned and
+            prob.Cg % WGMMA_BK == 0):
+        return None
+    try:
+        x = im2col_args(prob, x_strides, WGMMA_BK, tile.BM)
+    except ValueError:
+        return None
+    return TmaArgs(x, (prob.reduction, prob.K), prob.reduction * prob.dtype.itemsize,
+                   (WGMMA_BK, tile.BN))
+
+
+def wgmma_tma_kernel_name(prob: Problem, tile: WgmmaTile, options: Options) -> str:
+    T = CUDA_TYPES[prob.dtype.name][0]
+    stages = tile.STAGES if options.double_buffer else 1
+    return f"im2win_wgmma_tma<{T}, {tile.BM}, {tile.BN}, {stages}, " \
+           f"{str(options.persistent).lower()}>"
+
+
 def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Options,
                      tile: str | None, chunk: int, workspace: int, geo: Geometry,
-                     src_aligned: bool, w_aligned: bool) -> Plan:
+                     src_aligned: bool, w_aligned: bool, x_strides=None) -> Plan:
     """The Tensor-Core plan of `family` (float16, bfloat16): the reduction padded (by
     predication) to a multiple of the family's slice once. `src_aligned`, `w_aligned`: whether
     the window operand's and the filter's sources start 16-byte aligned."""
@@ -527,6 +566,13 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
     taps = table_bytes(prob, geo, not fused, options.index_tables)
     vector_w = w_aligned and prob.reduction % 8 == 0
     vector_x = src_aligned and contiguous_runs_of_8(prob, geo)
+    tma = None
+    if family is WGMMA and fused and options.tma and options.conflict_free and x_strides:
+        tma = tma_args(prob, chosen, x_strides, src_aligned, w_aligned)
+    if tma is not None:         # the TMA computes every address: no table
+        return Plan(algorithm, chosen, options, family.file,
+                    wgmma_tma_kernel_name(prob, chosen, options), chunk, geo, b"", workspace,
+                    tma)
     name = family.name(prob, fused, chosen, options, bool(taps), vector_w, vector_x)
     return Plan(algorithm, chosen, options, family.file, name, chunk, geo, taps, workspace)
 
@@ -594,6 +640,8 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                     for tables in ({True, False} if label == "full" else {options.index_tables}):
                         out.add((family.file, family.name(prob, fused, tile, options, tables,
                                                           vector_w, vector_x)))
+                if hopper and fused and prob.layout == "NHWC" and options.tma:
+                    out.add((family.file, wgmma_tma_kernel_name(prob, tile, options)))
     return out
 
 

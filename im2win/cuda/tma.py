@@ -8,8 +8,9 @@ tap's channels inside, keeps the window layout's reduction order; one thread iss
 copies instead of a warpgroup computing addresses (docs/hopper.md, step 3).
 
 `im2col_args` is pure (the descriptor's fields from the problem, checked against the TMA's
-limits); `encode_im2col` makes the 128-byte descriptor with `cuda.bindings` (on the GPU
-machine only). The descriptor holds x's address, so it is encoded per call.
+limits); `encode_im2col` and `encode_tiled` (the filter, a matrix) make the 128-byte
+descriptors with `cuda.bindings` (on the GPU machine only). A descriptor holds its array's
+address, so the launch layer encodes them per pair of pointers (`launch.TmaMaps`).
 """
 
 from __future__ import annotations
@@ -72,17 +73,37 @@ def tap_coordinates(prob: Problem, pixel: int, r: int, s: int, c0: int):
     return ((c0, q * prob.sw - prob.pl, p * prob.sh - prob.pt, n), (s * prob.dw, r * prob.dh))
 
 
-def encode_im2col(x, args: Im2colArgs, swizzle_128b: bool):
-    """The CUtensorMap (cuda.bindings) of CuPy array x with `args`; keep it alive while a
-    launch reads it (its `getPtr()` is the kernel parameter's address)."""
+def _driver_enums(dtype_name: str, swizzle_128b: bool):
     from cuda.bindings import driver
     types = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
              "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
              "float32": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
     swizzle = (driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128b else
                driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
+    return driver, types[dtype_name], swizzle
+
+
+def encode_tiled(a, dims, row_stride: int, box, swizzle_128b: bool = True):
+    """The CUtensorMap of the 2-D CuPy array `a` ((dims[1], dims[0]) elements, rows
+    `row_stride` bytes apart), boxes of box[0] x box[1] elements, zeros past its edges."""
+    driver, dtype, swizzle = _driver_enums(a.dtype.name, swizzle_128b)
+    result, tensor_map = driver.cuTensorMapEncodeTiled(
+        dtype, 2, a.data.ptr, list(dims), [row_stride], list(box), [1, 1],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if result != driver.CUresult.CUDA_SUCCESS:
+        raise ValueError(f"cuTensorMapEncodeTiled refused dims {dims}, stride {row_stride}, "
+                         f"box {box}: {result}")
+    return tensor_map
+
+
+def encode_im2col(x, args: Im2colArgs, swizzle_128b: bool):
+    """The CUtensorMap (cuda.bindings) of CuPy array x with `args`; keep it alive while a
+    launch reads it (its `getPtr()` is the kernel parameter's address)."""
+    driver, dtype, swizzle = _driver_enums(x.dtype.name, swizzle_128b)
     result, tensor_map = driver.cuTensorMapEncodeIm2col(
-        types[x.dtype.name], 4, x.data.ptr, list(args.dims), list(args.strides),
+        dtype, 4, x.data.ptr, list(args.dims), list(args.strides),
         list(args.lower), list(args.upper), args.channels, args.pixels,
         list(args.element_strides), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         swizzle, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,

@@ -122,6 +122,10 @@ class Options:
         ldmatrix: ldmatrix fragment loads (off: 32-bit shared loads; mma.sync kernel).
         persistent: one block per SM takes tiles in turn (off: one block per tile; wgmma
             kernel).
+        tma: the wgmma kernel's copies by the Tensor Memory Accelerator, one thread per
+            stage: x through its im2col descriptor, w as a tiled matrix (NHWC fused windows,
+            16-byte aligned operands, C/G a multiple of 64; off: the producer warpgroup's
+            cp.async copies).
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores), a
@@ -143,6 +147,7 @@ class Options:
     ldmatrix: bool = True
     hopper: bool = True
     persistent: bool = True
+    tma: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -168,7 +173,7 @@ CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "
                       "conflict_free")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
-HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent")
+HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma")
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise")
