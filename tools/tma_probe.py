@@ -90,7 +90,8 @@ def run_case(cupy, function, case, swizzle):
 def main() -> int:
     import cupy
     source = (pathlib.Path(__file__).resolve().parent / "tma_probe.cu").read_text()
-    module = cupy.RawModule(code=source, options=("-std=c++17", "-arch=sm_90a"))
+    module = cupy.RawModule(code=source, options=("-std=c++17", "-arch=sm_90a"),
+                            name_expressions=("tma_im2col_probe",))
     function = module.get_function("tma_im2col_probe")
     failures = 0
     for case in CASES:
