@@ -87,8 +87,10 @@ def encode_tiled(a, dims, row_stride: int, box, swizzle_128b: bool = True):
     """The CUtensorMap of the 2-D CuPy array `a` ((dims[1], dims[0]) elements, rows
     `row_stride` bytes apart), boxes of box[0] x box[1] elements, zeros past its edges."""
     driver, dtype, swizzle = _driver_enums(a.dtype.name, swizzle_128b)
+    u32, u64 = driver.cuuint32_t, driver.cuuint64_t   # the bindings take no plain ints here
     result, tensor_map = driver.cuTensorMapEncodeTiled(
-        dtype, 2, a.data.ptr, list(dims), [row_stride], list(box), [1, 1],
+        dtype, u32(2), a.data.ptr, [u64(d) for d in dims], [u64(row_stride)],
+        [u32(b) for b in box], [u32(1), u32(1)],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
@@ -102,10 +104,11 @@ def encode_im2col(x, args: Im2colArgs, swizzle_128b: bool):
     """The CUtensorMap (cuda.bindings) of CuPy array x with `args`; keep it alive while a
     launch reads it (its `getPtr()` is the kernel parameter's address)."""
     driver, dtype, swizzle = _driver_enums(x.dtype.name, swizzle_128b)
+    u32, u64 = driver.cuuint32_t, driver.cuuint64_t   # the bindings take no plain ints here
     result, tensor_map = driver.cuTensorMapEncodeIm2col(
-        dtype, 4, x.data.ptr, list(args.dims), list(args.strides),
-        list(args.lower), list(args.upper), args.channels, args.pixels,
-        list(args.element_strides), driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        dtype, u32(4), x.data.ptr, [u64(d) for d in args.dims], [u64(s) for s in args.strides],
+        list(args.lower), list(args.upper), u32(args.channels), u32(args.pixels),
+        [u32(e) for e in args.element_strides], driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         swizzle, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if result != driver.CUresult.CUDA_SUCCESS:
