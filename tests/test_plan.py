@@ -261,5 +261,18 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
     assert plan_for(cv8).tma is None                                   # not Hopper
     cv5 = problem((128, 24, 24, 96), (256, 5, 5, 96), np.float16, layout="NHWC")
     assert plan_for(cv5, arch=90).tma is None                          # 96 channels
+    # The TMA tile by filters and pixels; TMA takes Hopper even where cp.async would not pay.
+    cv12 = problem((128, 7, 7, 512), (512, 3, 3, 512), np.float16, layout="NHWC", padding=1)
+    cv9 = problem((128, 56, 56, 64), (64, 3, 3, 64), np.float16, layout="NHWC", padding=1)
+    big8 = problem((128, 112, 112, 64), (128, 3, 3, 64), np.float16, layout="NHWC", padding=1)
+    chosen = {name: plan_for(p, arch=90) for name, p in
+              (("cv8", cv8), ("cv12", cv12), ("cv9", cv9), ("big8", big8))}
+    assert {n: (pl.tile.name, pl.tma is not None) for n, pl in chosen.items()} == {
+        "cv8": ("wg128x128", True), "cv12": ("wg128x128", True), "cv9": ("wg256x64", True),
+        "big8": ("wg256x128", True)}
+    assert plan_for(cv12, arch=90, options=Options(tma=False)).file == "im2win_mma"  # 98 tiles
+    cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2,
+                  padding=3)
+    assert plan_for(cv4, arch=90).file == "im2win_wgmma"             # 64 filters, cp.async
     compiled = {expr for _, expr in specializations()}
-    assert plan.kernel in compiled
+    assert plan.kernel in compiled and {pl.kernel for pl in chosen.values()} <= compiled

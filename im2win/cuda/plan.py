@@ -17,7 +17,7 @@ import numpy as np
 
 from im2win.cuda.tuning import (ALGORITHMS, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, TILES, WGMMA_BK,
                                 WGMMA_TILES, MmaTile, Options, Tile, WgmmaTile, choose_mma_tile,
-                                choose_tile, choose_wgmma_tile)
+                                choose_tile, choose_wgmma_tile, choose_wgmma_tma_tile)
 from im2win.problem import Problem
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
@@ -340,10 +340,18 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                                                   prob.dtype.name == "bfloat16"):
         geo = geometry(prob, fused, chunk, x_strides)
         src_aligned = x_aligned or not fused
+        tma_tile = None
+        if options.hopper and arch == HOPPER and tile is None:
+            tma_tile = choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q)
+            if not (fused and uses_tma(prob, WGMMA_TILES[tma_tile], options, x_strides,
+                                       src_aligned, w_aligned)):
+                tma_tile = None
         hopper = options.hopper and arch == HOPPER and (
-            tile in WGMMA_TILES or (tile is None and wgmma_pays(prob, geo, src_aligned)))
-        return tensor_core_plan(WGMMA if hopper else MMA, prob, algorithm, options, tile, chunk,
-                                workspace, geo, src_aligned, w_aligned or not fused, x_strides)
+            tile in WGMMA_TILES or tma_tile is not None or
+            (tile is None and wgmma_pays(prob, geo, src_aligned)))
+        return tensor_core_plan(WGMMA if hopper else MMA, prob, algorithm, options,
+                                tile or tma_tile, chunk, workspace, geo, src_aligned,
+                                w_aligned or not fused, x_strides)
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
     if tile is not None and tile not in TILES:
@@ -500,13 +508,15 @@ WGMMA_MIN_TILES = 128   # fewer tiles than about one per SM leave the persistent
 
 
 def wgmma_pays(prob: Problem, geo: Geometry, src_aligned: bool) -> bool:
-    """Whether the planner takes the wgmma kernel over mma.sync on Hopper (the forced tile of
-    either kernel overrides it). Read off the first H200 measurements (docs/hopper.md): it won
-    where the window operand is copied 16 bytes at a time (NHWC, C/G a multiple of 8), with
-    more than 64 filters and enough tiles to fill the SMs; mma.sync measured faster on C = 3
-    and NCHW (gathers), on 64 filters (cv4, cv9; why is not profiled) and on cv12 (50 tiles).
-    The 128-tile threshold is a round number between cv12 and cv11 (144), not a sweep."""
-    if not (src_aligned and contiguous_runs_of_8(prob, geo)) or prob.Kg <= 64:
+    """Whether the planner takes the wgmma kernel with its cp.async producer over mma.sync on
+    Hopper, where TMA does not apply (TMA always takes it; a forced tile of either kernel
+    overrides both). Read off the H200 measurements (docs/hopper.md): it won where the window
+    operand is copied 16 bytes at a time (NHWC, C/G a multiple of 8) with enough tiles to fill
+    the SMs; mma.sync measured faster on C = 3 and NCHW (gathers) and on cv12 (50 tiles). (64
+    filters were mma.sync's until the producer's byte addresses: cv4 then measured 259 TFLOPS
+    on wg256x64 against mma.sync's 214.) The 128-tile threshold is a round number between
+    cv12 and cv11 (144), not a sweep."""
+    if not (src_aligned and contiguous_runs_of_8(prob, geo)):
         return False
     tile = WGMMA_TILES[WGMMA.choose(prob)]
     tiles = -(-prob.N * prob.P * prob.Q // tile.BM) * -(-prob.Kg // tile.BN) * prob.G
@@ -522,6 +532,13 @@ class TmaArgs(NamedTuple):
     w_dims: tuple[int, int]       # (reduction, K), innermost first
     w_stride: int                 # bytes per filter
     w_box: tuple[int, int]        # (BK, BN)
+
+
+def uses_tma(prob: Problem, tile: WgmmaTile, options: Options, x_strides, src_aligned: bool,
+             w_aligned: bool) -> bool:
+    """Whether a fused wgmma launch of `tile` copies by TMA (tensor_core_plan's test)."""
+    return options.tma and options.conflict_free and x_strides is not None and \
+        tma_args(prob, tile, x_strides, src_aligned, w_aligned) is not None
 
 
 def tma_args(prob: Problem, tile: WgmmaTile, x_strides, src_aligned: bool,
@@ -567,7 +584,8 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
     vector_w = w_aligned and prob.reduction % 8 == 0
     vector_x = src_aligned and contiguous_runs_of_8(prob, geo)
     tma = None
-    if family is WGMMA and fused and options.tma and options.conflict_free and x_strides:
+    if family is WGMMA and fused and uses_tma(prob, chosen, options, x_strides, src_aligned,
+                                              w_aligned):
         tma = tma_args(prob, chosen, x_strides, src_aligned, w_aligned)
     if tma is not None:         # the TMA computes every address: no table
         return Plan(algorithm, chosen, options, family.file,

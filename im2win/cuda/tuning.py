@@ -235,3 +235,18 @@ def choose_wgmma_tile(Kg: int, pixels: int) -> str:
     if Kg <= 128:
         return "wg256x128" if pixels >= 256 * 132 else "wg128x128"
     return "wg128x256"
+
+
+def choose_wgmma_tma_tile(Kg: int, pixels: int) -> str:
+    """Pick the Hopper tile where TMA copies the operands (the producer is one thread, so the
+    tile no longer pays for the producer warpgroup's copy work). Read off the TMA tile sweep
+    of the NHWC float16 benchmark layers on the H200 (batch 128, 2026-12-01, docs/hopper.md):
+    256x64 for 64 filters (cv9: 262 TFLOPS against 232 for the next), 256x128 for up to 128
+    filters over at least four waves of 256-pixel tiles (cv8: 406 against 378 for 128x128),
+    128x128 otherwise (cv10, cv11, cv12: 336, 328, 321 TFLOPS, each the best of the five; cv6:
+    376 against the best's 383)."""
+    if Kg <= 64:
+        return "wg256x64"
+    if Kg <= 128 and pixels >= 256 * 132 * 4:
+        return "wg256x128"
+    return "wg128x128"
