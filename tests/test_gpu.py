@@ -392,6 +392,26 @@ def test_depthwise_matches_reference(rng, layout, dtype, x_shape, w_shape, kwarg
         run(x, w, b, layout, kwargs, dtype=dtype, algorithm=algorithm)
 
 
+GROUPED_CASES = [  # x (N, C, H, W), w (K = C, C/G, R, S), keyword arguments: C/G of 2, 4, 8
+    ((2, 32, 9, 11), (32, 4, 3, 3), dict(groups=8, padding=1)),
+    ((2, 64, 12, 10), (64, 8, 3, 3), dict(groups=8, stride=2, padding=((1, 0), (2, 1)))),
+    ((1, 16, 7, 30), (16, 2, 5, 5), dict(groups=8, padding=2)),
+    ((2, 32, 8, 9), (32, 4, 3, 2), dict(groups=8, dilation=(1, 2), padding=1)),  # general form
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", GROUPED_CASES)
+def test_small_groups_take_the_depthwise_kernel(rng, dtype, x_shape, w_shape, kwargs):
+    """NHWC groups of a few channels (within one thread's vector, else the im2win path)."""
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    for algorithm in ("auto", "depthwise"):
+        vec = 16 // np.dtype(dtype).itemsize
+        if algorithm == "depthwise" and vec % w_shape[1]:
+            continue                                  # float64 takes groups of 2 only
+        run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm=algorithm)
+
+
 def test_depthwise_views_and_misaligned_out(rng):
     """A strided channels-last view (scalar path) and an out one element off 16 bytes."""
     x, w, b = random_arrays(rng, (2, 16, 9, 9), (16, 1, 3, 3), 16)

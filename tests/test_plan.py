@@ -233,8 +233,9 @@ def test_depthwise_problems_get_their_own_kernel():
     nhwc = problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC")
     plan = plan_for(nhwc)
     assert plan.algorithm == "depthwise"
-    assert plan.kernel == "depthwise_nhwc<half_t, float, 8, 4, 3, 1>"      # a register window
-    assert plan_for(nhwc, x_aligned=False).kernel == "depthwise_nhwc<half_t, float, 1, 4, 3, 1>"
+    assert plan.kernel == "depthwise_nhwc<half_t, float, 8, 1, 4, 3, 1>"   # a register window
+    assert plan_for(nhwc, x_aligned=False).kernel == \
+        "depthwise_nhwc<half_t, float, 1, 1, 4, 3, 1>"
     mult = problem((2, 5, 9, 9), (10, 1, 3, 3), groups=5, stride=2)         # m = 2, NCHW
     assert plan_for(mult).kernel == "depthwise_nchw<float, float, 2, 3, 2>"
     dilated = problem((2, 5, 9, 9), (5, 1, 3, 3), groups=5, dilation=(1, 2))  # general form
@@ -244,8 +245,18 @@ def test_depthwise_problems_get_their_own_kernel():
     assert plan_for(single, algorithm="depthwise").algorithm == "depthwise"
     with pytest.raises(ValueError, match="groups == C"):
         plan_for(problem((2, 4, 9, 9), (8, 2, 3, 3), groups=2), algorithm="depthwise")
+    grouped = problem((2, 9, 9, 64), (64, 3, 3, 4), np.float16, groups=16, layout="NHWC")
+    assert plan_for(grouped).kernel == "depthwise_nhwc<half_t, float, 8, 4, 4, 3, 1>"
+    assert plan_for(grouped, x_aligned=False).algorithm == "im2win_fused"   # no vectors
+    with pytest.raises(ValueError, match="C/groups in"):
+        plan_for(grouped, x_aligned=False, algorithm="depthwise")
+    for other in (problem((2, 9, 9, 64), (64, 3, 3, 16), np.float16, groups=4, layout="NHWC"),
+                  problem((2, 9, 9, 64), (128, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
+                  problem((2, 64, 9, 9), (64, 4, 3, 3), np.float16, groups=16)):
+        assert plan_for(other).algorithm == "im2win_fused"     # 16 per group, K != C, NCHW
     compiled = {expr for _, expr in specializations()}
-    assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel} <= compiled
+    assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel,
+            plan_for(grouped).kernel} <= compiled
 
 
 def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():

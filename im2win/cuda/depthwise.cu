@@ -1,9 +1,12 @@
 // depthwise.cu: depthwise and channel-multiplier convolutions (groups = C, K = m*C, C/G = 1) on
-// CUDA cores. Each output channel k reads one input channel, k / m, so there is no reduction
-// over channels and nothing for a GEMM to do: the layer is memory-bound, and these kernels aim
-// to move each input and output byte about once.
+// CUDA cores, and in NHWC grouped convolutions of a few channels per group (K = C, CG = C/G =
+// K/G of 2, 4 or 8, within one thread's channel vector). Each output channel k reads one input
+// channel, k / m (or the CG channels of its group), so there is little or no reduction over
+// channels and nothing for a GEMM to do: the layer is memory-bound, and these kernels aim to
+// move each input and output byte about once.
 //
 //   y[n,k,p,q] = bias[k] + sum_{r<R, s<S} x[n, k/m, p*sh + r*dh - pt, q*sw + s*dw - pl] * w[k,0,r,s]
+//   (groups of CG: sum also over u < CG of x[n, (k/CG)*CG + u, ...] * w[k,r,s,u], u innermost)
 //
 // x is read through element strides (any view); w is contiguous ((K, R, S, 1) in NHWC,
 // (K, 1, R, S) in NCHW: w[k*R*S + r*S + s] either way); y is contiguous in the layout's order.
@@ -59,9 +62,23 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, VEC>& a, bool align
   }
 }
 
+// acc[qi][v] += input vector a's CG channels of output channel v's group times fs[v][u].
+template <typename T, typename Acc, int VEC, int CG, int QT>
+__device__ __forceinline__ void fma_vector(Acc (&acc)[QT][VEC], int qi, const Vec<T, VEC>& a,
+                                           const Acc (&fs)[VEC][CG]) {
+  Acc av[VEC];
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) av[v] = to_acc(a.v[v], Acc());
+#pragma unroll
+  for (int v = 0; v < VEC; ++v)
+#pragma unroll
+    for (int u = 0; u < CG; ++u) acc[qi][v] += av[(v / CG) * CG + u] * fs[v][u];
+}
+
 // acc[qi][v] += the taps of input row `row` (a pointer to its column 0, channel kv) for output
-// columns q0 + qi; taps outside [0, W) read as zero. `f(s, fs)` sets fs to tap s's VEC filters.
-template <typename T, typename Acc, int VEC, int QT, int S_, int SW, typename Filter>
+// columns q0 + qi; taps outside [0, W) read as zero. `f(s, fs)` sets fs to tap s's filters of
+// the thread's VEC output channels (CG each).
+template <typename T, typename Acc, int VEC, int CG, int QT, int S_, int SW, typename Filter>
 __device__ __forceinline__ void accumulate_row(Acc (&acc)[QT][VEC], const T* row, i64 xw, int W,
                                                int q0, int S, int sw, int dw, int pl,
                                                const Filter& f) {
@@ -81,44 +98,41 @@ __device__ __forceinline__ void accumulate_row(Acc (&acc)[QT][VEC], const T* row
     }
 #pragma unroll
     for (int s = 0; s < S_; ++s) {
-      Acc fs[VEC];
+      Acc fs[VEC][CG];
       f(s, fs);
 #pragma unroll
-      for (int qi = 0; qi < QT; ++qi)
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[qi][v] += to_acc(win[qi * SW + s].v[v], Acc()) * fs[v];
+      for (int qi = 0; qi < QT; ++qi) fma_vector<T, Acc, VEC, CG, QT>(acc, qi, win[qi * SW + s], fs);
     }
   } else {                                 // any width, stride and dilation: tap by tap
     for (int s = 0; s < S; ++s) {
-      Acc fs[VEC];
+      Acc fs[VEC][CG];
       f(s, fs);
 #pragma unroll
       for (int qi = 0; qi < QT; ++qi) {
         const int col = (q0 + qi) * sw + s * dw - pl;
         if (col < 0 || col >= W) continue;
-        const Vec<T, VEC> a = load_vec<T, VEC>(row + col * xw);
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[qi][v] += to_acc(a.v[v], Acc()) * fs[v];
+        fma_vector<T, Acc, VEC, CG, QT>(acc, qi, load_vec<T, VEC>(row + col * xw), fs);
       }
     }
   }
 }
 
-template <typename T, typename Acc, int VEC, int QT, int S_, int SW>
+template <typename T, typename Acc, int VEC, int CG, int QT, int S_, int SW>
 __global__ void __launch_bounds__(256)
     depthwise_nhwc(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                    T* __restrict__ y, int N, int C, int H, int W, int K, int m, int R, int S,
                    int P, int Q, int sh, int sw, int dh, int dw, int pt, int pl,
                    i64 xn, i64 xc, i64 xh, i64 xw) {
   extern __shared__ __align__(16) unsigned char depthwise_smem[];
-  T* wsm = reinterpret_cast<T*>(depthwise_smem);   // [R*S][KT]
+  T* wsm = reinterpret_cast<T*>(depthwise_smem);   // [R*S][KT][CG]
   const int KT = blockDim.x * VEC, RS = R * S;      // channels of this block
   const int k0 = blockIdx.x * KT;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
-  for (int i = tid; i < RS * KT; i += threads) {    // w read in its own order (coalesced)
-    const int kk = i / RS, rs = i - kk * RS;
+  for (int i = tid; i < RS * KT * CG; i += threads) {   // w (K, R, S, CG) in its own order
+    const int kk = i / (RS * CG), rest = i - kk * RS * CG;
+    const int rs = rest / CG, u = rest - rs * CG;
     const int k = k0 + kk;
-    wsm[rs * KT + kk] = k < K ? w[(i64)k * RS + rs] : from_acc<T>(Acc(0));
+    wsm[(rs * KT + kk) * CG + u] = k < K ? w[(i64)k * RS * CG + rest] : from_acc<T>(Acc(0));
   }
   __syncthreads();
   const int kv = k0 + threadIdx.x * VEC;            // this thread's first output channel
@@ -128,7 +142,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
   for (int v = 0; v < VEC; ++v) b[v] = bias && v < nv ? to_acc(bias[kv + v], Acc()) : Acc(0);
   const int QG = (Q + QT - 1) / QT, items = P * QG; // (output row, column group) per image
-  const T* wk = wsm + threadIdx.x * VEC;
+  const T* wk = wsm + threadIdx.x * VEC * CG;
   // An out= one element off a vector's width: scalar stores (every vector's offset is a
   // multiple of VEC elements, so y's alignment is each store's).
   const bool y_aligned = reinterpret_cast<unsigned long long>(y) % (sizeof(T) * VEC) == 0;
@@ -146,13 +160,16 @@ __global__ void __launch_bounds__(256)
         const int h = p * sh + r * dh - pt;
         if (h < 0 || h >= H) continue;
         const T* row = x + n * xn + h * xh + (i64)(kv / m) * xc;
-        const T* taps = wk + r * S * KT;
-        auto f = [&](int s, Acc (&fs)[VEC]) {       // the tap's VEC filters: one vector load
-          const Vec<T, VEC> t = load_vec<T, VEC>(taps + s * KT);
+        const T* taps = wk + r * S * KT * CG;
+        auto f = [&](int s, Acc (&fs)[VEC][CG]) {   // the tap's VEC*CG filters: CG vector loads
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) fs[v] = to_acc(t.v[v], Acc());
+          for (int j = 0; j < CG; ++j) {
+            const Vec<T, VEC> t = load_vec<T, VEC>(taps + s * KT * CG + j * VEC);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) fs[(j * VEC + i) / CG][(j * VEC + i) % CG] = to_acc(t.v[i], Acc());
+          }
         };
-        accumulate_row<T, Acc, VEC, QT, S_, SW>(acc, row, xw, W, q0, S, sw, dw, pl, f);
+        accumulate_row<T, Acc, VEC, CG, QT, S_, SW>(acc, row, xw, W, q0, S, sw, dw, pl, f);
       }
 #pragma unroll
       for (int qi = 0; qi < QT; ++qi) {
@@ -190,8 +207,8 @@ __global__ void __launch_bounds__(256)
         const int h = p * sh + r * dh - pt;
         if (h < 0 || h >= H) continue;
         const T* taps = filter + r * S;
-        auto f = [&](int s, Acc (&fs)[1]) { fs[0] = to_acc(taps[s], Acc()); };
-        accumulate_row<T, Acc, 1, QT, S_, SW>(acc, plane + h * xh, xw, W, q0, S, sw, dw, pl, f);
+        auto f = [&](int s, Acc (&fs)[1][1]) { fs[0][0] = to_acc(taps[s], Acc()); };
+        accumulate_row<T, Acc, 1, 1, QT, S_, SW>(acc, plane + h * xh, xw, W, q0, S, sw, dw, pl, f);
       }
       T* out = y + ((n * K + k) * P + p) * Q + q0;
 #pragma unroll

@@ -313,7 +313,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
 
     per_image = window_bytes(prob, 1)
     if algorithm == "auto":
-        algorithm = "depthwise" if is_depthwise(prob) and prob.G > 1 else "im2win_fused"
+        channelwise = (is_depthwise(prob) and prob.G > 1) or \
+            small_groups(prob, depthwise_vector(prob, x_strides, x_aligned))
+        algorithm = "depthwise" if channelwise else "im2win_fused"
     if algorithm == "depthwise":
         return depthwise_plan(prob, options, x_strides, x_aligned)
     if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
@@ -382,9 +384,19 @@ DEPTHWISE_QT = 4                      # columns per thread of the general form (
 DEPTHWISE_SMEM_LIMIT = 200 * 1024     # the block's filters in shared memory, at most
 
 
+DEPTHWISE_GROUPS = (2, 4, 8)          # channels per group the kernel also takes (NHWC, K = C)
+
+
 def is_depthwise(prob: Problem) -> bool:
     """groups = C: each filter reads one input channel (K = m*C, a channel multiplier m)."""
     return prob.G == prob.C and prob.Cg == 1
+
+
+def small_groups(prob: Problem, vec: int) -> bool:
+    """Groups of CG = C/G = K/G channels, CG in DEPTHWISE_GROUPS, that lie within one
+    thread's vector of `vec` channels (NHWC): depthwise.cu's grouped form."""
+    return (prob.layout == "NHWC" and prob.G > 1 and prob.Cg == prob.Kg and
+            prob.Cg in DEPTHWISE_GROUPS and vec % prob.Cg == 0)
 
 
 def depthwise_vector(prob: Problem, x_strides, x_aligned: bool) -> int:
@@ -409,11 +421,11 @@ def depthwise_window(prob: Problem) -> tuple[int, int, int]:
 
 
 def depthwise_kernel_name(dtype: str, layout: str, vec: int,
-                          window: tuple[int, int, int]) -> str:
+                          window: tuple[int, int, int], group: int = 1) -> str:
     T, Acc = CUDA_TYPES[dtype]
     S, sw, qt = window
     if layout == "NHWC":
-        return f"depthwise_nhwc<{T}, {Acc}, {vec}, {qt}, {S}, {sw}>"
+        return f"depthwise_nhwc<{T}, {Acc}, {vec}, {group}, {qt}, {S}, {sw}>"
     return f"depthwise_nchw<{T}, {Acc}, {qt}, {S}, {sw}>"
 
 
@@ -452,11 +464,14 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
     """The depthwise kernel's plan (any stride, padding, dilation; m = K/C filters per
     channel): its kernel, block, shared memory and scalar arguments (DepthwiseArgs); the
     launch layer sizes the grid to the device."""
-    if not is_depthwise(prob):
-        raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
-                         f"filter), got C={prob.C}, groups={prob.G}")
     vec = depthwise_vector(prob, x_strides, x_aligned)
-    if prob.layout == "NHWC" and prob.R * prob.S * 32 * vec * prob.dtype.itemsize > \
+    if not (is_depthwise(prob) or small_groups(prob, vec)):
+        raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
+                         f"filter) or, in NHWC, K == C with C/groups in {DEPTHWISE_GROUPS} and "
+                         f"x's channels contiguous and aligned; got C={prob.C}, K={prob.K}, "
+                         f"groups={prob.G}")
+    group = prob.Cg
+    if prob.layout == "NHWC" and prob.R * prob.S * 32 * vec * group * prob.dtype.itemsize > \
             DEPTHWISE_SMEM_LIMIT:
         raise ValueError(f"algorithm='depthwise' keeps a block's filters in shared memory; "
                          f"R*S = {prob.R * prob.S} is too large for that")
@@ -464,7 +479,7 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
     if prob.layout == "NCHW" and prob.K * prob.P * -(-prob.Q // window[2]) >= 2 ** 31:
         raise ValueError(f"algorithm='depthwise' counts an image's outputs in 32 bits; "
                          f"K*P*Q = {prob.K * prob.P * prob.Q} is too many")
-    name = depthwise_kernel_name(prob.dtype.name, prob.layout, vec, window)
+    name = depthwise_kernel_name(prob.dtype.name, prob.layout, vec, window, group)
     if prob.layout == "NCHW":
         block, channels = (256, 1, 1), 0
     else:       # channel vectors across a row's lanes, (output row, column group) items down
@@ -473,7 +488,8 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
     args = DepthwiseArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.K // prob.C, prob.R,
                           prob.S, prob.P, prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt,
                           prob.pl), tuple(x_strides), block,
-                         prob.R * prob.S * channels * prob.dtype.itemsize, channels, window[2])
+                         prob.R * prob.S * channels * group * prob.dtype.itemsize, channels,
+                         window[2])
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
@@ -624,7 +640,10 @@ def specializations() -> list[tuple[str, str]]:
             windows = [(0, 0, DEPTHWISE_QT)] + [(S, sw, qt) for (S, sw), qt in
                                                DEPTHWISE_WINDOWS.items()]
             for vec, window in itertools.product(vectors, windows):
-                out.add(("depthwise", depthwise_kernel_name(dtype, layout, vec, window)))
+                for group in [1] + [g for g in DEPTHWISE_GROUPS if layout == "NHWC" and
+                                    vec % g == 0]:
+                    out.add(("depthwise", depthwise_kernel_name(dtype, layout, vec, window,
+                                                                group)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             for fused in (False, True):
                 if dtype in TENSOR_CORE_DTYPES:
