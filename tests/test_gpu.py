@@ -428,3 +428,59 @@ def test_depthwise_views_and_misaligned_out(rng):
     wide[..., ::2] = cupy.asarray(xs)
     y = im2win.conv2d(wide[..., ::2], cupy.asarray(ws), layout="NHWC", groups=16, padding=1)
     assert_close(cupy.asnumpy(y), ref, np.float16, 9)
+
+
+GEMM_CASES = [  # x (N, C, H, W), w (K, C, 1, 1): 1x1, stride 1, no padding
+    ((2, 16, 9, 7), (24, 16, 1, 1)),
+    ((3, 5, 4, 13), (7, 5, 1, 1)),          # odd C and K: no 16-byte rows
+    ((1, 300, 3, 3), (9, 300, 1, 1)),       # a long reduction
+    ((4, 1, 6, 5), (3, 1, 1, 1)),           # C = 1
+    ((2, 8, 1, 1), (5, 8, 1, 1)),           # one pixel per image
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, w_shape", GEMM_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_pointwise_gemm_matches_reference(rng, layout, dtype, x_shape, w_shape, bias):
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    for algorithm in ("auto", "gemm"):
+        run(x, w, b if bias else None, layout, dict(dilation=2), dtype=dtype,
+            algorithm=algorithm)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pointwise_gemm_reads_views_in_place(rng, layout):
+    """A channel slice (NHWC: pixels C + 3 apart; NCHW: channels H*W + 5 apart), an x one
+    element past an aligned start, and an out at an odd address."""
+    x, w, b = random_arrays(rng, (2, 12, 5, 6), (10, 12, 1, 1), 10)
+    xs, ws = to_layout(layout, x.astype(np.float16), w.astype(np.float16))
+    ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), b.astype(np.float64),
+                           layout=layout)
+    if layout == "NHWC":
+        wide = cupy.zeros((2, 5, 6, 15), cupy.float16)
+        wide[..., 1:13] = cupy.asarray(xs)
+        view = wide[..., 1:13]
+    else:
+        wide = cupy.zeros((2, 12 * 30 + 5 * 12 + 1), cupy.float16)
+        planes = wide[:, 1:1 + 12 * 35].reshape(2, 12, 35)[:, :, :30]
+        planes[...] = cupy.asarray(xs).reshape(2, 12, 30)
+        view = planes.reshape(2, 12, 5, 6)
+    prob = make_problem(view, ws, layout=layout)
+    base = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, cupy.float16)
+    out = base[1:].reshape(prob.y_shape)
+    y = im2win.conv2d(view, cupy.asarray(ws), cupy.asarray(b.astype(np.float16)), out=out,
+                      layout=layout, algorithm="gemm")
+    assert y is out
+    assert_close(cupy.asnumpy(out), ref, np.float16, 12)
+
+
+def test_gemm_refuses_what_is_not_one_gemm(rng):
+    x = cupy.ones((2, 4, 6, 6), cupy.float32)
+    for w_shape, kwargs in [((4, 4, 3, 3), {}), ((4, 4, 1, 1), dict(stride=2)),
+                            ((4, 4, 1, 1), dict(padding=1)), ((4, 2, 1, 1), dict(groups=2))]:
+        with pytest.raises(ValueError, match="algorithm='gemm' cannot run this problem"):
+            im2win.conv2d(x, cupy.ones(w_shape, cupy.float32), algorithm="gemm", **kwargs)
+    with pytest.raises(ValueError, match="evenly strided"):
+        im2win.conv2d(x[:, :, :, ::2], cupy.ones((4, 4, 1, 1), cupy.float32), algorithm="gemm")

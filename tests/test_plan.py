@@ -287,3 +287,27 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
     assert plan_for(cv4, arch=90).file == "im2win_wgmma"             # 64 filters, cp.async
     compiled = {expr for _, expr in specializations()}
     assert plan.kernel in compiled and {pl.kernel for pl in chosen.values()} <= compiled
+
+
+def test_pointwise_problems_are_one_gemm_on_x_in_place():
+    from im2win.cuda.plan import GemmArgs
+    nhwc = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC")
+    plan = plan_for(nhwc)
+    assert plan.algorithm == "gemm" and plan.kernel is None
+    assert plan.geometry == GemmArgs(False, 1, 0, 24, 70, 16, 16, 16, 24, 0, 0, 0, 1)
+    sliced = make_plan(nhwc, x_strides=(5 * 7 * 20, 1, 7 * 20, 20), w_aligned=True)
+    assert sliced.geometry.ldb == 20                        # pixels 20 apart: read in place
+    nchw = problem((3, 16, 5, 7), (24, 16, 1, 1))
+    assert plan_for(nchw).geometry == GemmArgs(True, 0, 0, 35, 24, 16, 35, 16, 35, 560, 0,
+                                               840, 3)
+    column = problem((3, 1, 9, 2), (4, 1, 1, 2), layout="NHWC")  # H = 1: the W stride steps
+    assert make_plan(column, x_strides=(45, 1, 0, 5), w_aligned=True).geometry.ldb == 5
+    assert make_plan(column, x_strides=(46, 1, 0, 5), w_aligned=True).algorithm != "gemm"
+    for other in (problem((2, 4, 6, 6), (4, 4, 3, 3)), problem((2, 4, 6, 6), (4, 4, 1, 1),
+                                                                stride=2),
+                  problem((2, 4, 6, 6), (4, 2, 1, 1), groups=2)):
+        assert plan_for(other).algorithm == "im2win_fused"
+    gaps = make_plan(nchw, x_strides=(560, 35, 14, 2), w_aligned=True)   # every other column
+    assert gaps.algorithm == "im2win_fused"
+    with pytest.raises(ValueError, match="evenly strided"):
+        make_plan(nchw, x_strides=(560, 35, 14, 2), w_aligned=True, algorithm="gemm")

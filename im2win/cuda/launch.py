@@ -134,6 +134,45 @@ def direct(prob: Problem, x, w, bias, y):
     return y
 
 
+# cuBLAS's element types and compute types for each dtype: FP32 accumulation for the 16-bit
+# types, FP32 pedantic for float32 (never TF32, whatever the handle's math mode or CUPY_TF32),
+# FP64 for float64. Filled on first use (cupy.cuda.cublas loads the library).
+_CUBLAS_TYPES: dict = {}
+
+
+def _cublas_types(dtype: str):
+    if not _CUBLAS_TYPES:
+        from cupy.cuda import cublas
+        runtime = cupy.cuda.runtime
+        _CUBLAS_TYPES.update({
+            "float16": (runtime.CUDA_R_16F, cublas.CUBLAS_COMPUTE_32F, np.float32),
+            "bfloat16": (runtime.CUDA_R_16BF, cublas.CUBLAS_COMPUTE_32F, np.float32),
+            "float32": (runtime.CUDA_R_32F, cublas.CUBLAS_COMPUTE_32F_PEDANTIC, np.float32),
+            "float64": (runtime.CUDA_R_64F, cublas.CUBLAS_COMPUTE_64F, np.float64)})
+    return _CUBLAS_TYPES[dtype]
+
+
+def gemm(prob: Problem, plan: Plan, x, w, bias, y):
+    """A 1x1 convolution into the contiguous y by one cuBLAS GEMM on x and w in place (w
+    contiguous): y is first filled with the bias, then accumulated into (beta = 1)."""
+    from cupy.cuda import cublas
+    g = plan.geometry
+    data, compute, scale = _cublas_types(prob.dtype.name)
+    if y.size == 0:
+        return y
+    if bias is not None:
+        y[...] = bias if prob.layout == "NHWC" else bias[:, None, None]
+    one, beta = np.ones((), scale), np.array(0 if bias is None else 1, scale)
+    a, b = (x, w) if g.a_is_x else (w, x)
+    # CuPy's handle, on CuPy's current stream (gemmStridedBatchedEx sets it), host scalars.
+    cublas.gemmStridedBatchedEx(
+        cupy.cuda.device.get_cublas_handle(), g.transa, g.transb, g.m, g.n, g.k,
+        one.ctypes.data, a.data.ptr, data, g.lda, g.stride_a, b.data.ptr, data, g.ldb,
+        g.stride_b, beta.ctypes.data, y.data.ptr, data, g.ldc, g.stride_c, g.batch, compute,
+        cublas.CUBLAS_GEMM_DEFAULT)
+    return y
+
+
 def im2col_gemm(prob: Problem, x, w, bias, y):
     y[...] = baselines.im2col_gemm(x, w, bias, stride=(prob.sh, prob.sw),
                                    padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
@@ -268,6 +307,8 @@ class Executable:
             return direct(prob, x, w, bias, y)
         if plan.algorithm == "im2col_gemm":
             return im2col_gemm(prob, x, w, bias, y)
+        if plan.algorithm == "gemm":
+            return gemm(prob, plan, x, w, bias, y)
         if plan.algorithm in ("im2win_fused", "depthwise"):
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
             pointers, _, params, _, maps_at = self._argument_buffers()

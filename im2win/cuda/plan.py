@@ -74,8 +74,9 @@ class Plan:
     launch layer builds from it on a device.
 
     Attributes:
-        algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm" or
-            "depthwise" (depthwise.cu: groups = C, one input channel per filter).
+        algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm",
+            "depthwise" (depthwise.cu: groups = C, one input channel per filter) or "gemm"
+            (a 1x1 convolution as one cuBLAS GEMM on x and w in place).
         tile: the im2win kernels' tile (None for the others).
         options: the optimisation switches in force.
         file: the kernel's .cu file ("im2win_conv" on CUDA cores, "im2win_mma" on Tensor
@@ -83,7 +84,7 @@ class Plan:
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry for one launch of `chunk` images; the depthwise
-            kernel's DepthwiseArgs; None for the others.
+            kernel's DepthwiseArgs; the GEMM's GemmArgs; None for the others.
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
             every t, zeros past the reduction up to a multiple of 32 entries; empty when
             offsets are computed in the kernel.
@@ -99,7 +100,7 @@ class Plan:
     file: str | None
     kernel: str | None
     chunk: int
-    geometry: Geometry | DepthwiseArgs | None
+    geometry: Geometry | DepthwiseArgs | GemmArgs | None
     taps: bytes = dataclasses.field(repr=False)
     workspace_bytes: int
     tma: "TmaArgs | None" = None
@@ -315,9 +316,16 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if algorithm == "auto":
         channelwise = (is_depthwise(prob) and prob.G > 1) or \
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned))
-        algorithm = "depthwise" if channelwise else "im2win_fused"
+        if channelwise:
+            algorithm = "depthwise"
+        elif gemm_refusal(prob, x_strides) is None:
+            algorithm = "gemm"
+        else:
+            algorithm = "im2win_fused"
     if algorithm == "depthwise":
         return depthwise_plan(prob, options, x_strides, x_aligned)
+    if algorithm == "gemm":
+        return gemm_plan(prob, options, x_strides)
     if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
         raise ValueError("algorithm='im2col_gemm' does not take bfloat16 on the GPU (CuPy's "
                          "matmul has no bfloat16); use 'auto', 'im2win_fused', 'im2win' or "
@@ -491,6 +499,87 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
                          prob.R * prob.S * channels * group * prob.dtype.itemsize, channels,
                          window[2])
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
+
+
+class GemmArgs(NamedTuple):
+    """A 1x1 convolution as one cuBLAS call (cublasGemmStridedBatchedEx, column-major): in
+    NHWC y (K x N*H*W) = w^T (K x C) x (C x N*H*W) over every pixel at once; in NCHW, per
+    image, y (H*W x K) = x (H*W x C) w (C x K), batched over the images. `a_is_x` says which
+    operand is A; the rest are cuBLAS's arguments."""
+
+    a_is_x: bool
+    transa: int
+    transb: int
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    stride_a: int
+    stride_b: int
+    stride_c: int
+    batch: int
+
+
+def evenly_strided(extents, strides, step: int) -> bool:
+    """Whether the index space of `extents` (outermost first) with these element strides is
+    one run of elements `step` apart (axes of extent 1 may have any stride)."""
+    expected = step
+    for extent, stride in zip(reversed(extents), reversed(strides)):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def pixel_step(prob: Problem, x_strides) -> int:
+    """NHWC: the element stride between consecutive pixels of x (its innermost pixel axis
+    longer than 1; C for a single pixel)."""
+    xn, xc, xh, xw = x_strides
+    steps = [s for e, s in zip((prob.N, prob.H, prob.W), (xn, xh, xw)) if e != 1]
+    return steps[-1] if steps else prob.C
+
+
+def gemm_refusal(prob: Problem, x_strides) -> str | None:
+    """Why `prob` is not one GEMM on x as it lies (None: it is): a 1x1 filter, stride 1, no
+    padding, one group, x's pixels evenly strided (NHWC: channels contiguous; NCHW: each
+    channel's pixels contiguous), every extent within cuBLAS's 32-bit arguments."""
+    if (prob.R, prob.S, prob.sh, prob.sw, prob.G) != (1, 1, 1, 1, 1) or \
+            any((prob.pt, prob.pb, prob.pl, prob.pr)):
+        return "it takes 1x1 convolutions with stride 1, no padding and groups=1"
+    xn, xc, xh, xw = x_strides
+    if prob.layout == "NHWC":
+        step = pixel_step(prob, x_strides)
+        ok = (xc == 1 or prob.C == 1) and step >= prob.C and \
+            evenly_strided((prob.N, prob.H, prob.W), (xn, xh, xw), step)
+        sizes = (prob.N * prob.H * prob.W, step)
+    else:
+        ok = evenly_strided((prob.H, prob.W), (xh, xw), 1) and \
+            (xc >= prob.H * prob.W or prob.C == 1)
+        sizes = (prob.H * prob.W, xc, prob.N, prob.K * prob.H * prob.W)
+    if not ok:
+        return ("it reads x in place, so x's pixels must be evenly strided (an array of the "
+                "layout, or a channel slice of one)")
+    if max(sizes + (prob.C, prob.K)) >= 2 ** 31:
+        return "cuBLAS's extents and leading dimensions are 32-bit"
+    return None
+
+
+def gemm_plan(prob: Problem, options: Options, x_strides) -> Plan:
+    """A 1x1 convolution as a GEMM on x and w where they lie (no copy), by cuBLAS with FP32
+    accumulation (FP64 for float64; float32 pedantic: never TF32)."""
+    refusal = gemm_refusal(prob, x_strides)
+    if refusal:
+        raise ValueError(f"algorithm='gemm' cannot run this problem: {refusal}")
+    xn, xc, xh, xw = x_strides
+    N, C, K, HW = prob.N, prob.C, prob.K, prob.H * prob.W
+    if prob.layout == "NHWC":        # w (K, C) row-major is A^T; x rows of ld xw are B
+        args = GemmArgs(False, 1, 0, K, N * HW, C, C, pixel_step(prob, x_strides), K, 0, 0, 0,
+                        1)
+    else:                            # x[n] (C, HW) row-major is A (HW x C, ld xc); w is B
+        args = GemmArgs(True, 0, 0, HW, K, C, max(xc, HW), C, HW, xn, 0, K * HW, N)
+    return Plan("gemm", None, options, None, None, max(N, 1), args, b"", 0)
 
 
 def check_grid(prob: Problem, tile) -> None:
