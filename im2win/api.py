@@ -54,8 +54,11 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         algorithm: "auto" (the planner's choice, or `im2win.cuda.autotune`'s winner),
             "im2win_fused" (window tiles built in shared memory from x, no extra memory),
             "im2win" (the window tensor materialised, then convolved), "direct",
-            "im2col_gemm" or "depthwise" (groups = C, one input channel per filter, and in NHWC
-            groups of 2, 4 or 8 channels with K = C; "auto" takes it there). On the CPU: "auto" or "im2win" (the window path) or "im2col_gemm".
+            "im2col_gemm", "depthwise" (groups = C, one input channel per filter, and in NHWC
+            groups of 2, 4 or 8 channels with K = C) or "gemm" (a 1x1 convolution, stride 1, no
+            padding, one group, as one cuBLAS GEMM on x and w in place); "auto" takes
+            "depthwise" where it applies and "gemm" for float32 and float64. On the CPU:
+            "auto" or "im2win" (the window path) or "im2col_gemm".
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
             processed in chunks of whole images to respect it); None for the whole batch.
