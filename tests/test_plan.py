@@ -291,9 +291,12 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
 
 def test_pointwise_problems_are_one_gemm_on_x_in_place():
     from im2win.cuda.plan import GemmArgs
-    nhwc = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC")
+    nhwc = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float32, layout="NHWC")
     plan = plan_for(nhwc)
     assert plan.algorithm == "gemm" and plan.kernel is None
+    half = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC")
+    assert plan_for(half).algorithm == "im2win_fused"           # the Tensor-Core kernel is faster
+    assert plan_for(half, algorithm="gemm").geometry == plan.geometry
     assert plan.geometry == GemmArgs(False, 1, 0, 24, 70, 16, 16, 16, 24, 0, 0, 0, 1)
     sliced = make_plan(nhwc, x_strides=(5 * 7 * 20, 1, 7 * 20, 20), w_aligned=True)
     assert sliced.geometry.ldb == 20                        # pixels 20 apart: read in place

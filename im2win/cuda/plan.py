@@ -318,7 +318,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned))
         if channelwise:
             algorithm = "depthwise"
-        elif gemm_refusal(prob, x_strides) is None:
+        elif prob.dtype.itemsize >= 4 and gemm_refusal(prob, x_strides) is None:
+            # FP32 and FP64 only: in float16 the wgmma kernel beat cuBLAS on 11 of resnet50's
+            # 12 stride-1 1x1 layers (H200, batch 32; docs/design.md has the numbers).
             algorithm = "gemm"
         else:
             algorithm = "im2win_fused"
