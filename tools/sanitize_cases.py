@@ -2,12 +2,13 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16|wgmma|depthwise]``: with ``float16``, every tile and
-switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``, every
-tile and switch of the Hopper kernel (float16 and bfloat16) and nothing else; with
-``depthwise``, the depthwise kernel's forms (each register window and the general one, a
-channel multiplier, tails) in every dtype and both layouts. Otherwise all of these, the Hopper
-kernel's too where the device has it. Last, a captured CUDA graph of several problems,
+``python3 tools/sanitize_cases.py [float16|wgmma|tma|depthwise]``: with ``float16``, every tile
+and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
+every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
+``tma``, only the TMA copies (every tile, both 16-bit types); with ``depthwise``, the depthwise
+kernel's forms (each register window and the general one, a channel multiplier, tails, groups
+of 2, 4 and 8 channels in NHWC) in every dtype and both layouts. Otherwise all of these, the
+Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems,
 replayed twice.
 """
 
@@ -39,6 +40,11 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
 ONLY_FLOAT16 = sys.argv[1:] == ["float16"]
 ONLY_WGMMA = sys.argv[1:] == ["wgmma"]
 ONLY_DEPTHWISE = sys.argv[1:] == ["depthwise"]
+ONLY_TMA = sys.argv[1:] == ["tma"]
+# Grouped convolutions the depthwise kernel takes in NHWC (K = C, C/G of 2, 4, 8): x, w, kwargs.
+SMALL_GROUP_CASES = [((2, 32, 9, 10), (32, 4, 3, 3), dict(groups=8, padding=1)),
+                     ((2, 16, 7, 9), (16, 2, 3, 3), dict(groups=8, stride=2, padding=1)),
+                     ((1, 64, 8, 9), (64, 8, 5, 5), dict(groups=8, padding=((2, 1), (0, 3))))]
 HOPPER = cuda.compute_capability(cupy.cuda.runtime.getDevice()) == 90
 
 
@@ -64,7 +70,7 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
 
 
 for layout in ("NCHW", "NHWC"):
-    if ONLY_WGMMA or ONLY_FLOAT16:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA:
         break
     for (x_shape, w_shape, kwargs), dtype in itertools.product(
             DEPTHWISE_CASES, (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)):
@@ -74,8 +80,18 @@ for layout in ("NCHW", "NHWC"):
             x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
         im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), layout=layout,
                       groups=x_shape[1], algorithm="depthwise", **kwargs)
+for (x_shape, w_shape, kwargs), dtype in itertools.product(
+        SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA:
+        break
+    if dtype == np.float32 and w_shape[1] == 8:
+        continue                                  # 8 channels are more than a float32 vector
+    x, w = (rng.uniform(-1, 1, shape).astype(dtype) for shape in (x_shape, w_shape))
+    im2win.conv2d(cupy.asarray(x.transpose(0, 2, 3, 1).copy()),
+                  cupy.asarray(w.transpose(0, 2, 3, 1).copy()), layout="NHWC",
+                  algorithm="depthwise", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_DEPTHWISE:
+    if ONLY_DEPTHWISE or ONLY_TMA:
         break
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
