@@ -290,27 +290,33 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
 
 
 def test_pointwise_problems_are_one_gemm_on_x_in_place():
-    from im2win.cuda.plan import GemmArgs
+    from im2win.cuda.plan import GEMM_MIN_FLOPS, GemmArgs, gemm_pays
     nhwc = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float32, layout="NHWC")
-    plan = plan_for(nhwc)
+    plan = plan_for(nhwc, algorithm="gemm")
     assert plan.algorithm == "gemm" and plan.kernel is None
-    half = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC")
-    assert plan_for(half).algorithm == "im2win_fused"           # the Tensor-Core kernel is faster
-    assert plan_for(half, algorithm="gemm").geometry == plan.geometry
     assert plan.geometry == GemmArgs(False, 1, 0, 24, 70, 16, 16, 16, 24, 0, 0, 0, 1)
-    sliced = make_plan(nhwc, x_strides=(5 * 7 * 20, 1, 7 * 20, 20), w_aligned=True)
+    assert not gemm_pays(nhwc) and plan_for(nhwc).algorithm == "im2win_fused"   # too small
+    big = problem((32, 56, 56, 64), (64, 1, 1, 64), layout="NHWC")  # resnet50.1: 0.82 GFLOP
+    assert big.flops >= GEMM_MIN_FLOPS and plan_for(big).algorithm == "gemm"
+    half = problem((32, 56, 56, 64), (64, 1, 1, 64), np.float16, layout="NHWC")
+    assert plan_for(half).algorithm == "im2win_fused"           # the Tensor-Core kernel is faster
+    small_half = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC")
+    assert plan_for(small_half, algorithm="gemm").geometry == plan.geometry
+    sliced = make_plan(nhwc, x_strides=(5 * 7 * 20, 1, 7 * 20, 20), w_aligned=True,
+                       algorithm="gemm")
     assert sliced.geometry.ldb == 20                        # pixels 20 apart: read in place
     nchw = problem((3, 16, 5, 7), (24, 16, 1, 1))
-    assert plan_for(nchw).geometry == GemmArgs(True, 0, 0, 35, 24, 16, 35, 16, 35, 560, 0,
-                                               840, 3)
+    assert plan_for(nchw, algorithm="gemm").geometry == GemmArgs(True, 0, 0, 35, 24, 16, 35, 16,
+                                                                 35, 560, 0, 840, 3)
     column = problem((3, 1, 9, 2), (4, 1, 1, 2), layout="NHWC")  # H = 1: the W stride steps
-    assert make_plan(column, x_strides=(45, 1, 0, 5), w_aligned=True).geometry.ldb == 5
-    assert make_plan(column, x_strides=(46, 1, 0, 5), w_aligned=True).algorithm != "gemm"
+    assert make_plan(column, x_strides=(45, 1, 0, 5), w_aligned=True,
+                     algorithm="gemm").geometry.ldb == 5
     for other in (problem((2, 4, 6, 6), (4, 4, 3, 3)), problem((2, 4, 6, 6), (4, 4, 1, 1),
                                                                 stride=2),
                   problem((2, 4, 6, 6), (4, 2, 1, 1), groups=2)):
-        assert plan_for(other).algorithm == "im2win_fused"
-    gaps = make_plan(nchw, x_strides=(560, 35, 14, 2), w_aligned=True)   # every other column
-    assert gaps.algorithm == "im2win_fused"
+        with pytest.raises(ValueError, match="1x1 convolutions with stride 1"):
+            plan_for(other, algorithm="gemm")
+    with pytest.raises(ValueError, match="evenly strided"):    # images 46 apart, not 45
+        make_plan(column, x_strides=(46, 1, 9, 5), w_aligned=True, algorithm="gemm")
     with pytest.raises(ValueError, match="evenly strided"):
         make_plan(nchw, x_strides=(560, 35, 14, 2), w_aligned=True, algorithm="gemm")

@@ -318,9 +318,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned))
         if channelwise:
             algorithm = "depthwise"
-        elif prob.dtype.itemsize >= 4 and gemm_refusal(prob, x_strides) is None:
-            # FP32 and FP64 only: in float16 the wgmma kernel beat cuBLAS on 11 of resnet50's
-            # 12 stride-1 1x1 layers (H200, batch 32; docs/design.md has the numbers).
+        elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None:
             algorithm = "gemm"
         else:
             algorithm = "im2win_fused"
@@ -541,6 +539,19 @@ def pixel_step(prob: Problem, x_strides) -> int:
     xn, xc, xh, xw = x_strides
     steps = [s for e, s in zip((prob.N, prob.H, prob.W), (xn, xh, xw)) if e != 1]
     return steps[-1] if steps else prob.C
+
+
+GEMM_MIN_FLOPS = 750e6      # "auto" takes cuBLAS for float32 1x1 layers of at least this work
+
+
+def gemm_pays(prob: Problem) -> bool:
+    """Whether "auto" runs a 1x1 convolution as the cuBLAS GEMM (where it can): float32 and
+    float64 problems of at least GEMM_MIN_FLOPS. Read off the H200 at batch 32 (docs/design.md
+    has the numbers): in float16 the wgmma kernel beat cuBLAS on 11 of resnet50's 12 stride-1
+    1x1 layers; in float32 NCHW cuBLAS won every layer of resnet50 (the smallest 0.82 GFLOP)
+    but lost most of mobilenet_v2's and efficientnet_b0's under 0.7 GFLOP (mobilenet_v2.18,
+    0.3 GFLOP: 30 us back to back against 65) and won every one above 0.75."""
+    return prob.dtype.itemsize >= 4 and prob.flops >= GEMM_MIN_FLOPS
 
 
 def gemm_refusal(prob: Problem, x_strides) -> str | None:
