@@ -46,11 +46,11 @@ arrays, batch 128, median of CUDA-event timings after warm-up. cuDNN may choose 
 which do fewer multiplications than the FLOPs counted, so its "effective" TFLOPS can exceed the
 67 TFLOPS FP32 peak (cv5). Extra memory is the device high-water mark of one call minus its output.
 
-cuDNN's timing: the tables dated 2026-12-01 (commit ea69d14 and later) time cuDNN as a PyTorch
-user calls it, `torch.nn.functional.conv2d` on tensors made once (`bench.CUDNN`). The float32
-NHWC table (2026-11-29) predates that: each of its timed cuDNN calls also paid two DLPack
-imports, the layout permutes and one export (on small layers up to about 100 us a call: mobilenet_v2.26 float16 NHWC timed 126 us that way and 19 us fairly), which understates cuDNN
-there, most on the fastest layers. bfloat16 has no im2col+cuBLAS column (CuPy's matmul has no
+cuDNN's timing: every table here times cuDNN as a PyTorch user calls it,
+`torch.nn.functional.conv2d` on tensors made once (`bench.CUDNN`; commit ea69d14 and later).
+Before that, each timed cuDNN call also paid two DLPack imports, the layout permutes and one
+export (on small layers up to about 100 us a call: mobilenet_v2.26 float16 NHWC timed 126 us
+that way and 19 us fairly), which understated cuDNN, most on the fastest layers. bfloat16 has no im2col+cuBLAS column (CuPy's matmul has no
 bfloat16). On the H200 the float16 and bfloat16 NHWC tables run the Hopper kernel
 (`im2win_wgmma.cu`) wherever the planner takes it ([hopper.md](hopper.md)).
 """
@@ -246,8 +246,10 @@ x (C = 3 in NHWC: the S*C values of a filter row) from one table lookup, without
 bounds tests; on the H200 it changed cv1, cv3 and cv7 by less than 5% either way. bfloat16
 (ml_dtypes arrays, which CuPy 14 takes) now runs on this kernel's `.bf16` form and on the Hopper
 kernel. On compute capability 9.0 the planner takes the wgmma kernel (`im2win_wgmma.cu`) where
-it measured faster than this one (NHWC, C/G a multiple of 8, more than 64 filters): the
-float16 and bfloat16 NHWC tables above include it; [hopper.md](hopper.md) has its measurements.
+it measured faster than this one: with TMA copies wherever C/G is a multiple of 64 (cv6, cv8 to
+cv12), with cp.async copies in NHWC where C/G is a multiple of 8 and there are enough tiles
+(cv4, cv5); the float16 and bfloat16 NHWC tables above include it; [hopper.md](hopper.md) has
+its measurements.
 
 Next steps for FP32 (not done): split-K or smaller tiles with more blocks for the small-image layers
 (cv6, cv10 to cv12 launch few blocks); fewer registers per thread (occupancy); 16-byte B loads
