@@ -57,8 +57,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             "im2col_gemm", "depthwise" (groups = C, one input channel per filter, and in NHWC
             groups of 2, 4 or 8 channels with K = C) or "gemm" (a 1x1 convolution, stride 1, no
             padding, one group, as one cuBLAS GEMM on x and w in place); "auto" takes
-            "depthwise" where it applies (groups of 2 or 4 channels, not 8) and "gemm" for float32 and float64 problems of at
-            least 0.75 GFLOP (plan.gemm_pays). On the CPU:
+            "depthwise" where it applies (groups of 2 or 4 channels, not 8) and "gemm" for
+            float32 and float64 problems of at least 0.75 GFLOP (plan.gemm_pays). On the CPU:
             "auto" or "im2win" (the window path) or "im2col_gemm".
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
