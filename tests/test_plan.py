@@ -249,7 +249,8 @@ def test_depthwise_problems_get_their_own_kernel():
     assert plan_for(grouped).kernel == "depthwise_nhwc<half_t, float, 8, 4, 4, 3, 1>"
     eights = problem((2, 9, 9, 64), (64, 3, 3, 8), np.float16, groups=8, layout="NHWC")
     assert plan_for(eights).algorithm == "im2win_fused"             # measured slower there
-    assert plan_for(eights, algorithm="depthwise").kernel.startswith("depthwise_nhwc<half_t, float, 8, 8,")
+    forced = plan_for(eights, algorithm="depthwise")
+    assert forced.kernel.startswith("depthwise_nhwc<half_t, float, 8, 8,")
     assert plan_for(grouped, x_aligned=False).algorithm == "im2win_fused"   # no vectors
     with pytest.raises(ValueError, match="C/groups in"):
         plan_for(grouped, x_aligned=False, algorithm="depthwise")
