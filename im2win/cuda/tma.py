@@ -108,8 +108,8 @@ def encode_im2col(x, args: Im2colArgs, swizzle_128b: bool):
     result, tensor_map = driver.cuTensorMapEncodeIm2col(
         dtype, u32(4), x.data.ptr, [u64(d) for d in args.dims], [u64(s) for s in args.strides],
         list(args.lower), list(args.upper), u32(args.channels), u32(args.pixels),
-        [u32(e) for e in args.element_strides], driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        swizzle, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        [u32(e) for e in args.element_strides],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if result != driver.CUresult.CUDA_SUCCESS:
         raise ValueError(f"cuTensorMapEncodeIm2col refused {args}: {result}")
