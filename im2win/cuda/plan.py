@@ -354,7 +354,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         tma_tile = None
         if options.hopper and arch == HOPPER and tile is None:
             tma_tile = choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q)
-            if not (fused and uses_tma(prob, WGMMA_TILES[tma_tile], options, x_strides,
+            if not (fused and tma_plan(prob, WGMMA_TILES[tma_tile], options, x_strides,
                                        src_aligned, w_aligned)):
                 tma_tile = None
         hopper = options.hopper and arch == HOPPER and (
@@ -657,11 +657,13 @@ class TmaArgs(NamedTuple):
     w_box: tuple[int, int]        # (BK, BN)
 
 
-def uses_tma(prob: Problem, tile: WgmmaTile, options: Options, x_strides, src_aligned: bool,
-             w_aligned: bool) -> bool:
-    """Whether a fused wgmma launch of `tile` copies by TMA (tensor_core_plan's test)."""
-    return options.tma and options.conflict_free and x_strides is not None and \
-        tma_args(prob, tile, x_strides, src_aligned, w_aligned) is not None
+def tma_plan(prob: Problem, tile: WgmmaTile, options: Options, x_strides, src_aligned: bool,
+             w_aligned: bool) -> TmaArgs | None:
+    """The TMA arguments of a fused wgmma launch of `tile` where it copies by TMA (the
+    options allow it and tma_args takes the problem), else None."""
+    if not (options.tma and options.conflict_free and x_strides is not None):
+        return None
+    return tma_args(prob, tile, x_strides, src_aligned, w_aligned)
 
 
 def tma_args(prob: Problem, tile: WgmmaTile, x_strides, src_aligned: bool,
@@ -706,10 +708,8 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
     taps = table_bytes(prob, geo, not fused, options.index_tables)
     vector_w = w_aligned and prob.reduction % 8 == 0
     vector_x = src_aligned and contiguous_runs_of_8(prob, geo)
-    tma = None
-    if family is WGMMA and fused and uses_tma(prob, chosen, options, x_strides, src_aligned,
-                                              w_aligned):
-        tma = tma_args(prob, chosen, x_strides, src_aligned, w_aligned)
+    tma = tma_plan(prob, chosen, options, x_strides, src_aligned, w_aligned) \
+        if family is WGMMA and fused else None
     if tma is not None:         # the TMA computes every address: no table
         return Plan(algorithm, chosen, options, family.file,
                     wgmma_tma_kernel_name(prob, chosen, options), chunk, geo, b"", workspace,
