@@ -58,11 +58,16 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             groups of 2, 4 or 8 channels with K = C) or "gemm" (a 1x1 convolution, stride 1, no
             padding, one group, as one cuBLAS GEMM on x and w in place); "auto" takes
             "depthwise" where it applies (groups of 2 or 4 channels, not 8) and "gemm" for
-            float32 and float64 problems of at least 0.75 GFLOP (plan.gemm_pays). On the CPU:
+            float32 and float64 problems of at least 0.75 GFLOP (plan.gemm_pays).
+            "im2win_nhwc": a float16 or bfloat16 NCHW problem run on its NHWC twin (x, w and y
+            copied through channels-last workspace); "auto" takes it on Hopper where the twin
+            runs the wgmma kernel. On the CPU:
             "auto" or "im2win" (the window path) or "im2col_gemm".
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
-            processed in chunks of whole images to respect it); None for the whole batch.
+            processed in chunks of whole images to respect it), and the most the channels-last
+            copies of "im2win_nhwc" may take ("auto" runs the NCHW kernel past it); None: no
+            limit.
 
     Returns:
         y: (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC", with x's dtype (float16,

@@ -484,3 +484,36 @@ def test_gemm_refuses_what_is_not_one_gemm(rng):
             im2win.conv2d(x, cupy.ones(w_shape, cupy.float32), algorithm="gemm", **kwargs)
     with pytest.raises(ValueError, match="evenly strided"):
         im2win.conv2d(x[:, :, :, ::2], cupy.ones((4, 4, 1, 1), cupy.float32), algorithm="gemm")
+
+
+NHWC_TWIN_CASES = AWKWARD + [
+    ((2, 64, 9, 11), (70, 64, 3, 3), dict(padding=1, stride=(2, 1))),   # the twin copies by TMA
+    ((3, 128, 7, 6), (130, 64, 3, 3), dict(groups=2, padding=1)),       # groups, a K tail
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", NHWC_TWIN_CASES)
+def test_nchw_through_its_nhwc_twin_matches_reference(rng, dtype, x_shape, w_shape, kwargs):
+    """algorithm='im2win_nhwc' (forced: the twin's plan on any GPU) and 'auto' (Hopper)."""
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    for algorithm, bias in (("im2win_nhwc", b), ("im2win_nhwc", None), ("auto", b)):
+        run(x, w, bias, "NCHW", kwargs, dtype=dtype, algorithm=algorithm)
+
+
+def test_nchw_through_its_nhwc_twin_reads_views_and_writes_views(rng):
+    """x a view (every other column, a channel slice), w not contiguous, out a strided view."""
+    x, w, b = random_arrays(rng, (2, 80, 9, 22), (64, 64, 3, 3), 64)
+    xs = cupy.asarray(x.astype(np.float16))[:, 8:72, :, ::2]
+    ws = cupy.asarray(np.ascontiguousarray(w.astype(np.float16).transpose(1, 0, 2, 3)))
+    ws = ws.transpose(1, 0, 2, 3)                                  # (64, 64, 3, 3), not C-order
+    big = cupy.full((2, 64, 7, 18), np.nan, cupy.float16)
+    out = big[:, :, :, ::2]
+    y = im2win.conv2d(xs, ws, cupy.asarray(b.astype(np.float16)), out=out,
+                      algorithm="im2win_nhwc")
+    assert y is out
+    ref = reference.conv2d(cupy.asnumpy(xs).astype(np.float64),
+                           cupy.asnumpy(ws).astype(np.float64), b.astype(np.float16)
+                           .astype(np.float64))
+    assert_close(cupy.asnumpy(out), ref, np.float16, 64 * 9)
+    assert cupy.isnan(big[:, :, :, 1::2]).all()                   # nothing outside out written

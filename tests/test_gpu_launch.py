@@ -154,3 +154,30 @@ def test_remembered_calls_are_bounded(monkeypatch, rng):
         assert len(cuda._calls) <= 3
         expected = cuda.conv2d(make_problem(x, w, b, **dict(kw, padding=pad)), x, w, b)
         cupy.testing.assert_array_equal(y, expected)
+
+
+def test_captured_nchw_through_nhwc_replays_the_eager_results_bit_for_bit(rng):
+    """The layout copies' workspace (the graph's own memory) and, on Hopper, the TMA
+    descriptors of it that the capture baked into the kernel's parameters."""
+    cases = [((2, 64, 9, 11), (70, 64, 3, 3), dict(padding=1)),
+             ((1, 16, 7, 8), (24, 16, 3, 3), dict(stride=2))]
+    calls = [device_case(rng, case, np.float16, "NCHW") for case in cases]
+    eager = [im2win.conv2d(*arrays, algorithm="im2win_nhwc", **kw) for arrays, kw in calls]
+    outs = [cupy.full_like(y, np.nan) for y in eager]
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        for (arrays, kw), out in zip(calls, outs):
+            im2win.conv2d(*arrays, algorithm="im2win_nhwc", out=out, **kw)
+        graph = stream.end_capture()
+    for _ in range(2):
+        (x2, w2, b2), kw2 = device_case(rng, cases[0], np.float16, "NCHW")
+        im2win.conv2d(x2 * 2, w2, b2, algorithm="im2win_nhwc", **kw2)   # other buffers
+        bystanders = [cupy.full(1 << 16, 7, np.float16) for _ in range(16)]
+        for out in outs:
+            out.fill(np.nan)
+        graph.launch()
+        cupy.cuda.Device().synchronize()
+        for out, y in zip(outs, eager):
+            cupy.testing.assert_array_equal(out, y)
+        assert all(bool((a == 7).all()) for a in bystanders)

@@ -67,7 +67,7 @@ def test_kernel_files_ship_with_the_package():
     assert {p.name for p in kernel_dir.glob("*.cu*")} == {"common.cuh", "gemm.cuh", "direct.cu",
                                                            "window.cu", "im2win_conv.cu",
                                                            "im2win_mma.cu", "im2win_wgmma.cu",
-                                                           "depthwise.cu"}
+                                                           "depthwise.cu", "layout.cu"}
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here")

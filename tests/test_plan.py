@@ -324,3 +324,41 @@ def test_pointwise_problems_are_one_gemm_on_x_in_place():
         make_plan(column, x_strides=(46, 1, 9, 5), w_aligned=True, algorithm="gemm")
     with pytest.raises(ValueError, match="evenly strided"):
         make_plan(nchw, x_strides=(560, 35, 14, 2), w_aligned=True, algorithm="gemm")
+
+
+def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel():
+    from im2win.cuda.plan import nhwc_workspace
+    cv8 = problem((8, 64, 56, 56), (128, 64, 3, 3), np.float16, padding=1)
+    plan = plan_for(cv8, arch=90)
+    assert plan.algorithm == "im2win_nhwc" and plan.kernel is None and plan.file is None
+    assert plan.inner.file == "im2win_wgmma" and plan.inner.tma is not None
+    assert plan.inner == plan_for(dataclasses.replace(cv8, layout="NHWC"), arch=90)
+    assert plan.workspace_bytes == nhwc_workspace(cv8) == \
+        (8 * 64 * 56 * 56 + 128 * 64 * 9 + 8 * 56 * 56 * 128) * 2
+    assert plan_for(cv8, arch=80).algorithm == "im2win_fused"               # not Hopper
+    assert plan_for(cv8, arch=90, options=Options(hopper=False)).algorithm == "im2win_fused"
+    assert plan_for(cv8, arch=90, workspace_limit=plan.workspace_bytes - 1).algorithm == \
+        "im2win_fused"
+    assert plan_for(cv8, arch=80, algorithm="im2win_nhwc").inner.file == "im2win_mma"
+    stem = problem((8, 3, 64, 64), (32, 3, 7, 7), np.float16, stride=2)      # the twin gathers
+    assert plan_for(stem, arch=90).algorithm == "im2win_fused"
+    bf16 = problem((8, 64, 28, 28), (128, 64, 3, 3), ml_dtypes.bfloat16, padding=1)
+    assert plan_for(bf16, arch=90).algorithm == "im2win_nhwc"
+    for bad, match in ((problem((2, 8, 9, 9), (8, 8, 3, 3)), "float16 and bfloat16 NCHW"),
+                       (problem((2, 9, 9, 8), (8, 3, 3, 8), np.float16, layout="NHWC"),
+                        "float16 and bfloat16 NCHW")):
+        with pytest.raises(ValueError, match=match):
+            plan_for(bad, algorithm="im2win_nhwc")
+    half = problem((2, 8, 9, 9), (8, 8, 3, 3), np.float16)
+    every_other_column = (8 * 9 * 18, 9 * 18, 18, 2)                        # a view x[..., ::2]
+    assert make_plan(half, x_strides=every_other_column, w_aligned=True,
+                     algorithm="im2win_nhwc").algorithm == "im2win_nhwc"  # pixels 2 apart
+    cropped = (8 * 9 * 12, 9 * 12, 12, 1)                                   # x[..., :9] of 12
+    with pytest.raises(ValueError, match="evenly strided"):
+        make_plan(half, x_strides=cropped, w_aligned=True, algorithm="im2win_nhwc")
+    assert make_plan(half, x_strides=(2 * 8 * 81, 81, 9, 1), w_aligned=True,
+                     algorithm="im2win_nhwc").algorithm == "im2win_nhwc"  # a slice along C
+    with pytest.raises(ValueError, match="workspace_limit"):
+        plan_for(half, algorithm="im2win_nhwc", workspace_limit=10)
+    compiled = {expr for _, expr in specializations()}
+    assert "transpose_batched<half_t>" in compiled and plan.inner.kernel in compiled

@@ -5,11 +5,11 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 ``python3 tools/sanitize_cases.py [float16|wgmma|tma|depthwise]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
-``tma``, only the TMA copies (every tile, both 16-bit types); with ``depthwise``, the depthwise
-kernel's forms (each register window and the general one, a channel multiplier, tails, groups
-of 2, 4 and 8 channels in NHWC) in every dtype and both layouts. Otherwise all of these, the
-Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems,
-replayed twice.
+``tma``, only the TMA copies (every tile, both 16-bit types, and NCHW through the NHWC twin);
+with ``depthwise``, the depthwise kernel's forms (each register window and the general one, a
+channel multiplier, tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both
+layouts. Otherwise all of these, the Hopper kernel's too where the device has it. Last, a
+captured CUDA graph of several problems, replayed twice.
 """
 
 import itertools
@@ -127,6 +127,10 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
         prob = checked_problem(x, w, b, layout="NHWC", stride=(2, 1), padding=1)[0]
         for tile in WGMMA_TILES:
             cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile)
+        # The same in NCHW on its NHWC twin (layout.cu's copies around the TMA kernel).
+        x_nchw = x.transpose(0, 3, 1, 2).copy()
+        im2win.conv2d(x_nchw, w.transpose(0, 3, 1, 2).copy(), b, stride=(2, 1), padding=1,
+                      algorithm="im2win_nhwc")
 # A captured graph of several problems (fused and materialised), replayed twice.
 stream = cupy.cuda.Stream(non_blocking=True)
 calls = []

@@ -23,7 +23,8 @@ import cupy
 import numpy as np
 
 from im2win import baselines
-from im2win.cuda.plan import CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan, source
+from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan, nhwc_twin,
+                              source)
 from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
@@ -275,7 +276,34 @@ class Executable:
             self.fixed[i] = fixed
         self.offsets = argument_offsets(record)
         self.tma = TmaMaps(plan) if plan.tma is not None else None
+        self.inner = self.transpose = None
+        if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
+            self.inner = executable(nhwc_twin(prob)[0], plan.inner)
+            self.transpose = kernel("layout", f"transpose_batched<{CUDA_TYPES[prob.dtype.name][0]}>")
         self.local = threading.local()
+
+    def through_nhwc(self, x, w, bias, y, scratch: Scratch):
+        """The NCHW problem on its NHWC twin: x and w copied channels-last into scratch, the
+        twin's kernel into a channels-last y, and that copied into y (contiguous NCHW)."""
+        prob = self.prob
+        N, C, K, P, Q = prob.N, prob.C, prob.K, prob.P, prob.Q
+        HW, RS = prob.H * prob.W, prob.R * prob.S
+        xn, xc, xh, xw = element_strides(x, "NCHW")
+        x_t = scratch.empty((N, prob.H, prob.W, C), prob.dtype)
+        self._transpose(x, x_t, N, C, HW, xn, xc, xw if prob.W > 1 else xh)
+        w_t = scratch.empty((K, prob.R, prob.S, prob.Cg), prob.dtype)
+        self._transpose(w, w_t, K, prob.Cg, RS, prob.Cg * RS, RS, 1)
+        y_t = scratch.empty((N, P, Q, K), prob.dtype)
+        self.inner(x_t, w_t, bias, y_t, scratch)
+        self._transpose(y_t, y, N, P * Q, K, P * Q * K, K, 1)
+        return y
+
+    def _transpose(self, src, dst, batch, rows, cols, sb, sr, sc):
+        """dst (contiguous (batch, cols, rows)) = each of src's batch (rows x cols) matrices,
+        elements at b*sb + r*sr + c*sc, transposed (layout.cu)."""
+        tiles = -(-rows // 32) * -(-cols // 32)
+        self.transpose((tiles, min(batch, 65535), 1), (32, 8, 1),
+                       (src, dst, *map(np.int64, (batch, rows, cols, sb, sr, sc))))
 
     def _argument_buffers(self):
         """This thread's (pointers, kernel-parameter arrays): four pointer slots, and per
@@ -309,6 +337,8 @@ class Executable:
             return im2col_gemm(prob, x, w, bias, y)
         if plan.algorithm == "gemm":
             return gemm(prob, plan, x, w, bias, y)
+        if plan.algorithm == "im2win_nhwc":
+            return self.through_nhwc(x, w, bias, y, scratch)
         if plan.algorithm in ("im2win_fused", "depthwise"):
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
             pointers, _, params, _, maps_at = self._argument_buffers()

@@ -75,8 +75,9 @@ class Plan:
 
     Attributes:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm",
-            "depthwise" (depthwise.cu: groups = C, one input channel per filter) or "gemm"
-            (a 1x1 convolution as one cuBLAS GEMM on x and w in place).
+            "depthwise" (depthwise.cu: groups = C, one input channel per filter), "gemm"
+            (a 1x1 convolution as one cuBLAS GEMM on x and w in place) or "im2win_nhwc" (an
+            NCHW problem run on its NHWC twin between layout copies, layout.cu).
         tile: the im2win kernels' tile (None for the others).
         options: the optimisation switches in force.
         file: the kernel's .cu file ("im2win_conv" on CUDA cores, "im2win_mma" on Tensor
@@ -92,6 +93,8 @@ class Plan:
             filter in window order).
         tma: the wgmma kernel's TMA descriptors' arguments (TmaArgs) when it copies both
             operands by TMA (Options.tma), else None.
+        inner: "im2win_nhwc": the plan of the problem's NHWC twin, which runs between the
+            layout copies; None for the others.
     """
 
     algorithm: str
@@ -104,6 +107,7 @@ class Plan:
     taps: bytes = dataclasses.field(repr=False)
     workspace_bytes: int
     tma: "TmaArgs | None" = None
+    inner: "Plan | None" = None
 
     @property
     def tables(self) -> bool:
@@ -321,10 +325,14 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "depthwise"
         elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None:
             algorithm = "gemm"
+        elif tile is None and nhwc_pays(prob, x_strides, options, workspace_limit, arch):
+            algorithm = "im2win_nhwc"
         else:
             algorithm = "im2win_fused"
     if algorithm == "depthwise":
         return depthwise_plan(prob, options, x_strides, x_aligned)
+    if algorithm == "im2win_nhwc":
+        return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch)
     if algorithm == "gemm":
         return gemm_plan(prob, options, x_strides)
     if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
@@ -600,6 +608,68 @@ def gemm_plan(prob: Problem, options: Options, x_strides) -> Plan:
     return Plan("gemm", None, options, None, None, max(N, 1), args, b"", 0)
 
 
+def nhwc_twin(prob: Problem) -> tuple[Problem, tuple[int, int, int, int]]:
+    """The NHWC problem of the same convolution, and the element strides (NCHW-lettered) of
+    its contiguous x."""
+    return (dataclasses.replace(prob, layout="NHWC"),
+            (prob.H * prob.W * prob.C, 1, prob.W * prob.C, prob.C))
+
+
+def nhwc_workspace(prob: Problem) -> int:
+    """Bytes of the channels-last copies of x, w and y that "im2win_nhwc" allocates."""
+    elements = prob.N * prob.H * prob.W * prob.C + prob.K * prob.reduction + \
+        prob.N * prob.P * prob.Q * prob.K
+    return elements * prob.dtype.itemsize
+
+
+def nhwc_refusal(prob: Problem, x_strides, workspace_limit: int | None) -> str | None:
+    """Why "im2win_nhwc" cannot run `prob` (None: it can): an NCHW problem in float16 or
+    bfloat16 (the twin runs on Tensor Cores), each of x's channels one evenly strided run of
+    pixels (layout.cu reads H*W as one axis), the copies within `workspace_limit`."""
+    if prob.layout != "NCHW" or prob.dtype.name not in TENSOR_CORE_DTYPES:
+        return "it runs float16 and bfloat16 NCHW problems on their NHWC twin"
+    xn, xc, xh, xw = x_strides
+    if prob.H > 1 and prob.W > 1 and xh != prob.W * xw:
+        return ("it reads each channel of x as one run of pixels, so x's rows must be evenly "
+                "strided (an NCHW array, or a slice of one along N or C)")
+    if workspace_limit is not None and nhwc_workspace(prob) > workspace_limit:
+        return (f"its channels-last copies of x, w and y take {nhwc_workspace(prob)} bytes, "
+                f"more than workspace_limit={workspace_limit}")
+    return None
+
+
+def nhwc_pays(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
+              arch: int | None) -> bool:
+    """Whether "auto" runs an NCHW problem on its NHWC twin: on Hopper, where the twin takes
+    the wgmma kernel (the NCHW problem cannot: its window operand is gathered element by
+    element) and the copies fit the workspace limit. Estimated from the twelve layers on the
+    H200 (float16, batch 128: the NHWC kernel's time plus the copies at 3 TB/s against the NCHW
+    kernel's time), not yet measured: cv8 94 -> about 230 TFLOPS; C = 3 stays NCHW (its twin
+    gathers too)."""
+    if arch != HOPPER or not options.hopper or \
+            nhwc_refusal(prob, x_strides, workspace_limit) is not None:
+        return False
+    twin, strides = nhwc_twin(prob)
+    inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
+                      options=options, arch=arch)
+    return inner.file == "im2win_wgmma"
+
+
+def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
+              tile: str | None, arch: int | None) -> Plan:
+    """The plan that runs the NCHW `prob` on its NHWC twin: layout.cu copies x and w
+    channels-last into workspace, the twin's fused plan (`inner`, any kernel it picks) writes
+    a channels-last y, and layout.cu copies that into y."""
+    refusal = nhwc_refusal(prob, x_strides, workspace_limit)
+    if refusal:
+        raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
+    twin, strides = nhwc_twin(prob)
+    inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
+                      options=options, tile=tile, arch=arch)
+    return Plan("im2win_nhwc", inner.tile, options, None, None, max(prob.N, 1), None, b"",
+                nhwc_workspace(prob), inner=inner)
+
+
 def check_grid(prob: Problem, tile) -> None:
     if -(-prob.Kg // tile.BM) > MAX_GRID_YZ:
         raise ValueError(f"K/G = {prob.Kg} filters per group need more than {MAX_GRID_YZ} "
@@ -752,6 +822,7 @@ def specializations() -> list[tuple[str, str]]:
                     out.add(("depthwise", depthwise_kernel_name(dtype, layout, vec, window,
                                                                 group)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
+            out.add(("layout", f"transpose_batched<{T}>"))
             for fused in (False, True):
                 if dtype in TENSOR_CORE_DTYPES:
                     out |= tensor_core_specializations(prob, fused)

@@ -176,7 +176,8 @@ TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_fre
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma")
 
 
-ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "gemm")
+ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "gemm",
+              "im2win_nhwc")
 
 
 
