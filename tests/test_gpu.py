@@ -517,3 +517,28 @@ def test_nchw_through_its_nhwc_twin_reads_views_and_writes_views(rng):
                            .astype(np.float64))
     assert_close(cupy.asnumpy(out), ref, np.float16, 64 * 9)
     assert cupy.isnan(big[:, :, :, 1::2]).all()                   # nothing outside out written
+
+
+SPLIT_CASES = [  # NHWC problems with few tiles: split-K (TMA copies: C/G a multiple of 64)
+    ((2, 768, 7, 7), (160, 768, 1, 1), dict()),                     # 1x1: 4 ranges of 3 slices
+    ((2, 128, 7, 7), (200, 128, 3, 3), dict(padding=1)),            # 3x3, a filter tail
+    ((1, 256, 5, 6), (96, 64, 3, 3), dict(groups=4, padding=1)),    # groups
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", SPLIT_CASES)
+def test_split_k_matches_reference_and_repeats_bit_for_bit(rng, dtype, x_shape, w_shape, kwargs):
+    if not hopper():
+        pytest.skip("split-K runs on the Hopper kernel's TMA form")
+    from im2win import cuda
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    xs, ws = to_layout("NHWC", x.astype(dtype), w.astype(dtype))
+    prob = make_problem(xs, ws, layout="NHWC", **kwargs)
+    plan = cuda._plan(prob, cupy.asarray(xs), cupy.asarray(ws), "auto", None, None)
+    assert plan.splits > 1 and plan.tma is not None
+    first = run(x, w, b, "NHWC", kwargs, dtype=dtype)
+    again = run(x, w, b, "NHWC", kwargs, dtype=dtype)
+    cupy.testing.assert_array_equal(first, again)                # no atomics: the same bits
+    run(x, w, None, "NHWC", kwargs, dtype=dtype)
+    run(x, w, b, "NHWC", kwargs, dtype=dtype, options=Options(split_k=False))

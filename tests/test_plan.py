@@ -362,3 +362,21 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
         plan_for(half, algorithm="im2win_nhwc", workspace_limit=10)
     compiled = {expr for _, expr in specializations()}
     assert "transpose_batched<half_t>" in compiled and plan.inner.kernel in compiled
+def test_tma_problems_with_few_tiles_split_the_reduction():
+    from im2win.cuda.plan import split_workspace
+    small_1x1 = problem((32, 7, 7, 960), (160, 1, 1, 960), np.float16, layout="NHWC")
+    plan = plan_for(small_1x1, arch=90)                 # mobilenet_v2.27: 26 tiles, 15 slices
+    assert plan.tma is not None and plan.splits == 4
+    assert plan.kernel == "im2win_wgmma_tma_split<half_t, 128, 128, 6, 4>"
+    assert plan.workspace_bytes == split_workspace(small_1x1, 4) == 4 * 32 * 49 * 160 * 4
+    assert plan.grid(32, 1) == (26 * 4, 1, 1)
+    late = problem((32, 7, 7, 512), (512, 3, 3, 512), np.float16, layout="NHWC", padding=1)
+    assert plan_for(late, arch=90).splits == 2                   # 52 tiles: 104 items
+    assert plan_for(small_1x1, arch=90, workspace_limit=split_workspace(small_1x1, 4) - 1
+                    ).splits == 2
+    assert plan_for(small_1x1, arch=90, options=Options(split_k=False)).splits == 1
+    assert plan_for(small_1x1, arch=90, options=Options(persistent=False)).splits == 1
+    big = problem((128, 56, 56, 64), (128, 3, 3, 64), np.float16, layout="NHWC", padding=1)
+    assert plan_for(big, arch=90).splits == 1
+    compiled = {expr for _, expr in specializations()}
+    assert plan.kernel in compiled and "split_reduce<half_t>" in compiled

@@ -5,10 +5,10 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 ``python3 tools/sanitize_cases.py [float16|wgmma|tma|depthwise]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
-``tma``, only the TMA copies (every tile, both 16-bit types, and NCHW through the NHWC twin);
-with ``depthwise``, the depthwise kernel's forms (each register window and the general one, a
-channel multiplier, tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both
-layouts. Otherwise all of these, the Hopper kernel's too where the device has it. Last, a
+``tma``, only the TMA copies (every tile, both 16-bit types, split-K, and NCHW through the NHWC
+twin); with ``depthwise``, the depthwise kernel's forms (each register window and the general
+one, a channel multiplier, tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and
+both layouts. Otherwise all of these, the Hopper kernel's too where the device has it. Last, a
 captured CUDA graph of several problems, replayed twice.
 """
 
@@ -131,6 +131,10 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
         x_nchw = x.transpose(0, 3, 1, 2).copy()
         im2win.conv2d(x_nchw, w.transpose(0, 3, 1, 2).copy(), b, stride=(2, 1), padding=1,
                       algorithm="im2win_nhwc")
+        # Few tiles: split-K (4 ranges of 3 slices), its partial sums and their reduction.
+        xs = cupy.asarray(rng.uniform(-1, 1, (2, 7, 7, 768)).astype(dtype))
+        ws = cupy.asarray(rng.uniform(-1, 1, (160, 1, 1, 768)).astype(dtype))
+        im2win.conv2d(xs, ws, cupy.asarray(rng.uniform(-1, 1, 160).astype(dtype)), layout="NHWC")
 # A captured graph of several problems (fused and materialised), replayed twice.
 stream = cupy.cuda.Stream(non_blocking=True)
 calls = []

@@ -28,6 +28,12 @@
 // per SM (kPersistent; off: one block per tile), filter tiles fastest, so blocks running together
 // share their window rows in L2.
 //
+// Split-K (SPLITS > 1, TMA copies only): a tile's reduction is cut into SPLITS consecutive
+// ranges of slices, each a work item of its own (items: tile-major, so one tile's ranges run
+// side by side); each writes its FP32 partial sums to partial[split][pixel][filter], and
+// split_reduce adds them in order of the split, then the bias, into y: the same bits every
+// run (no atomics).
+//
 // Shared-memory rows are 128 bytes: with kSwizzle the 16-byte chunk c of row r sits at chunk
 // c ^ (r % 8) (wgmma's 128-byte swizzle: the 8 chunks a group of 8 producer threads writes
 // land in distinct banks); without, rows are stored as wgmma's plain 8 x 16-byte core matrices
@@ -262,13 +268,15 @@ __device__ __forceinline__ TileAt tile_at(i64 tile, i64 ptiles, int ftiles, int 
 
 // The kernel's body; the two entry points below pass it the TMA descriptors or none.
 template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
-          bool kSwizzle, bool kTable, bool kPersistent, bool kTma>
+          bool kSwizzle, bool kTable, bool kPersistent, bool kTma, int SPLITS = 1>
 __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* __restrict__ w,
                                            const T* __restrict__ bias, T* __restrict__ y,
                                            const int2* __restrict__ taps, const Geometry& geo,
                                            int g0, const TensorMap* x_map,
-                                           const TensorMap* w_map) {
+                                           const TensorMap* w_map,
+                                           float* __restrict__ partial = nullptr) {
   static_assert(!kTma || (kNHWC && kFused && kSwizzle), "TMA copies: NHWC, fused, swizzled");
+  static_assert(SPLITS == 1 || (kTma && kPersistent), "split-K: TMA copies, persistent grid");
   constexpr int BK = 64;                             // elements per shared row (128 bytes)
   constexpr int MI = BM / 128;                       // m64 accumulators per consumer
   constexpr int A_BYTES = BM * 128, STAGE_BYTES = (BM + BN) * 128;
@@ -306,29 +314,34 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   // the reduction order of fused NHWC windows.
   const int cblocks = (geo.Cg + BK - 1) / BK;
   const int slices = kTma ? geo.R * geo.S * cblocks : geo.redp / BK;
+  // Work items: tile-major, SPLITS ranges of `per` slices each (the last ones may be empty:
+  // their partial sums are zeros).
+  const i64 items = tiles * SPLITS;
+  const int per = (slices + SPLITS - 1) / SPLITS;
 
   if (tid < 128) {  // ------------------------------------------------------------ producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
     if constexpr (kTma) {   // one thread issues both copies of every stage
       if (tid != 0) return;
       unsigned it = 0;
-      for (i64 tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
+      for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
+        const i64 tile = item / SPLITS;
+        const int split = (int)(item - tile * SPLITS);
         const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
         const i64 n = at.m0 / geo.PQ;                // the tile's first pixel (n, p, q)
         const int pq = (int)(at.m0 - n * geo.PQ), p = pq / geo.Q, q = pq - p * geo.Q;
         const int h0 = p * geo.sh - geo.pt, w0 = q * geo.sw - geo.pl;
         const int c_base = at.g * geo.Cg, k_base = at.g * geo.Kg + at.n0;
-        for (int r = 0; r < geo.R; ++r)
-          for (int s = 0; s < geo.S; ++s)
-            for (int cb = 0; cb < cblocks; ++cb, ++it) {
-              const int stage = it % STAGES;
-              mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
-              const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
-              mbar_expect_bytes(bar, STAGE_BYTES);
-              tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh,
-                         bar);
-              tma_tile2d(a + A_BYTES, w_map, (r * geo.S + s) * geo.Cg + cb * BK, k_base, bar);
-            }
+        const int j1 = min(slices, (split + 1) * per);
+        for (int j = split * per; j < j1; ++j, ++it) {   // slice j: tap (r, s), block cb
+          const int cb = j % cblocks, rs = j / cblocks, r = rs / geo.S, s = rs - r * geo.S;
+          const int stage = it % STAGES;
+          mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
+          const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
+          mbar_expect_bytes(bar, STAGE_BYTES);
+          tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh, bar);
+          tma_tile2d(a + A_BYTES, w_map, (r * geo.S + s) * geo.Cg + cb * BK, k_base, bar);
+        }
       }
       return;
     }
@@ -429,7 +442,9 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   const int row_base = consumer * (BM / 2) + warp * 16 + lane / 4;   // + i*64 (+8)
   const int col_base = (lane % 4) * 2;                               // + j*8 (+1)
   unsigned it = 0;
-  for (i64 tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
+  for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
+    const i64 tile = item / SPLITS;
+    const int split = (int)(item - tile * SPLITS);
     const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
     float acc[MI][BN / 2];
 #pragma unroll
@@ -437,7 +452,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
 #pragma unroll
       for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
     int previous = -1;
-    for (int slice = 0; slice < slices; ++slice, ++it) {
+    const int j1 = min(slices, (split + 1) * per);
+    for (int slice = split * per; slice < j1; ++slice, ++it) {
       const int stage = it % STAGES;
       mbar_wait(full + 8 * stage, (it / STAGES) & 1);
       const unsigned a = ring + stage * STAGE_BYTES + consumer * (BM / 2) * 128;
@@ -490,6 +506,16 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
           const bool ok0 = m < geo.Kg, ok1 = m + 1 < geo.Kg;
           const int k = at.g * geo.Kg + m;
           float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
+          if constexpr (SPLITS > 1) {    // FP32 partial sums; split_reduce adds the bias
+            float* part = partial + ((i64)split * geo.npix + pix) * geo.K + k;
+            if (ok0 && ok1 && reinterpret_cast<u64>(part) % 8 == 0) {
+              *reinterpret_cast<float2*>(part) = make_float2(v0, v1);
+            } else {
+              if (ok0) part[0] = v0;
+              if (ok1) part[1] = v1;
+            }
+            continue;
+          }
           if (bias) {
             if (ok0) v0 += to_acc(bias[k], 0.f);
             if (ok1) v1 += to_acc(bias[k + 1], 0.f);
@@ -526,4 +552,30 @@ __global__ void __launch_bounds__(384, 1)
                      const __grid_constant__ TensorMap w_map) {
   wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true>(
       src, w, bias, y, taps, geo, g0, &x_map, &w_map);
+}
+
+// Split-K (SPLITS of 2, 4 or 8) of the TMA form: FP32 partial sums into `partial`
+// (SPLITS x N*P*Q x K), which split_reduce then adds into y.
+template <typename T, int BM, int BN, int STAGES, int SPLITS>
+__global__ void __launch_bounds__(384, 1)
+    im2win_wgmma_tma_split(const T* __restrict__ src, const T* __restrict__ w,
+                           const T* __restrict__ bias, T* __restrict__ y,
+                           float* __restrict__ partial, Geometry geo, int g0,
+                           const __grid_constant__ TensorMap x_map,
+                           const __grid_constant__ TensorMap w_map) {
+  wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, true, true, SPLITS>(
+      src, w, bias, y, nullptr, geo, g0, &x_map, &w_map, partial);
+}
+
+// y[i] = sum over the splits, in order, of partial[split][i], plus bias[i % K]: y (N*P*Q, K).
+template <typename T>
+__global__ void split_reduce(const float* __restrict__ partial, const T* __restrict__ bias,
+                             T* __restrict__ y, i64 total, int K, int splits) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total;
+       i += (i64)gridDim.x * blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < splits; ++s) v += partial[s * total + i];
+    if (bias) v += to_acc(bias[i % K], 0.f);
+    y[i] = from_acc<T>(v);
+  }
 }

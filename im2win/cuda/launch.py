@@ -185,6 +185,8 @@ def im2col_gemm(prob: Problem, x, w, bias, y):
 # The arguments of a fused im2win kernel after its four pointers (src, w, bias, y), packed once
 # per launch: the table's address, the Geometry and g0, each where the C ABI wants it.
 FIXED_ARGS = np.dtype([("taps", np.uint64), ("geo", GEOMETRY), ("g0", np.int32)], align=True)
+# The split-K form's (im2win_wgmma_tma_split): its fifth pointer, the partial sums, is per call.
+SPLIT_ARGS = np.dtype([("geo", GEOMETRY), ("g0", np.int32)], align=True)
 # depthwise.cu's, likewise: sixteen ints (the problem's extents) and x's four i64 strides.
 DEPTHWISE_ARGS = np.dtype([("ints", np.int32, 16), ("strides", np.int64, 4)], align=True)
 DEPTHWISE_WAVES = 8          # blocks per SM the depthwise grid is sized to; the rest loop
@@ -267,8 +269,11 @@ class Executable:
                     if plan.persistent:
                         grid = (min(grid[0], sm_count(cupy.cuda.runtime.getDevice())), 1, 1)
                     taps = 0 if self.taps is NULL else self.taps.data.ptr
-                    launches.append((n0, images, grid, (taps, geometry_scalar(plan.geometry,
-                                                                              images), g0)))
+                    geo = geometry_scalar(plan.geometry, images)
+                    launches.append((n0, images, grid,
+                                     (geo, g0) if plan.splits > 1 else (taps, geo, g0)))
+            if plan.splits > 1:
+                record = SPLIT_ARGS
         self.launches = tuple(launches)
         self.block = plan.geometry.block if plan.algorithm == "depthwise" else (plan.block, 1, 1)
         self.fixed = np.zeros(len(launches), record)
@@ -280,6 +285,9 @@ class Executable:
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)
             self.transpose = kernel("layout", f"transpose_batched<{CUDA_TYPES[prob.dtype.name][0]}>")
+        self.reduce = None
+        if plan.splits > 1:
+            self.reduce = kernel(plan.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>")
         self.local = threading.local()
 
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
@@ -313,14 +321,15 @@ class Executable:
             # cuLaunchKernel needs the device's context current in this thread; CuPy makes it
             # current lazily, and setting the device does so at once.
             cupy.cuda.runtime.setDevice(cupy.cuda.runtime.getDevice())
-            pointers = np.zeros(4, np.uint64)
+            pointers = np.zeros(5, np.uint64)   # x, w, bias, y; split-K's partial sums
             first = pointers.ctypes.data
+            split = [first + 32] if self.plan.splits > 1 else []
             fixed = self.fixed.ctypes.data
             # TMA plans: this thread's two 128-byte descriptors (64-byte aligned) close the list.
             maps = np.zeros(256 + 64, np.uint8)
             at = maps.ctypes.data + (-maps.ctypes.data) % 64
             tail = [at, at + 128] if self.tma is not None else []
-            params = [np.array([first, first + 8, first + 16, first + 24] +
+            params = [np.array([first, first + 8, first + 16, first + 24] + split +
                                [fixed + i * self.fixed.itemsize + offset
                                 for offset in self.offsets] + tail, np.uint64)
                       for i in range(len(self.launches))]
@@ -346,9 +355,17 @@ class Executable:
             if self.tma is not None:
                 ctypes.memmove(maps_at, self.tma.bytes_for(x, w), 256)
             pointers[2] = 0 if bias is None else bias.data.ptr
+            partial = None
+            if self.reduce is not None:         # split-K: partial sums, then their sum
+                partial = scratch.empty((plan.splits * y.size,), np.float32)
+                pointers[4] = partial.data.ptr
             for (_, _, grid, _), param in zip(self.launches, params):
                 cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block,
                                               self.smem, scratch.stream, param, 0)
+            if partial is not None:
+                self.reduce((min(-(-y.size // 256), 8 * 65535), 1, 1), (256, 1, 1),
+                            (partial, NULL if bias is None else bias, y, np.int64(y.size),
+                             np.int32(prob.K), np.int32(plan.splits)))
             return y
         b = NULL if bias is None else bias
         # Materialised windows: the filter in window order (each pixel's reduction is then

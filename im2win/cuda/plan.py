@@ -95,6 +95,8 @@ class Plan:
             operands by TMA (Options.tma), else None.
         inner: "im2win_nhwc": the plan of the problem's NHWC twin, which runs between the
             layout copies; None for the others.
+        splits: split-K (TMA plans only): the reduction ranges per tile, each a work item
+            writing FP32 partial sums (workspace_bytes) that split_reduce adds into y; 1: none.
     """
 
     algorithm: str
@@ -108,6 +110,7 @@ class Plan:
     workspace_bytes: int
     tma: "TmaArgs | None" = None
     inner: "Plan | None" = None
+    splits: int = 1
 
     @property
     def tables(self) -> bool:
@@ -123,7 +126,8 @@ class Plan:
         kernel (tiles, 1, 1), of which a persistent launch starts at most one per SM."""
         pixels = images * self.geometry.PQ
         if self.file == "im2win_wgmma":
-            return (-(-pixels // self.tile.BM) * -(-self.geometry.Kg // self.tile.BN) * G, 1, 1)
+            return (-(-pixels // self.tile.BM) * -(-self.geometry.Kg // self.tile.BN) * G *
+                    self.splits, 1, 1)
         return (-(-pixels // self.tile.BN), -(-self.geometry.Kg // self.tile.BM), G)
 
     @property
@@ -370,7 +374,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             (tile is None and wgmma_pays(prob, geo, src_aligned)))
         return tensor_core_plan(WGMMA if hopper else MMA, prob, algorithm, options,
                                 tile or tma_tile, chunk, workspace, geo, src_aligned,
-                                w_aligned or not fused, x_strides)
+                                w_aligned or not fused, x_strides, workspace_limit)
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
     if tile is not None and tile not in TILES:
@@ -664,10 +668,13 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
     if refusal:
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
     twin, strides = nhwc_twin(prob)
+    copies = nhwc_workspace(prob)
     inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
-                      options=options, tile=tile, arch=arch)
+                      options=options, tile=tile, arch=arch,
+                      workspace_limit=None if workspace_limit is None else
+                      workspace_limit - copies)
     return Plan("im2win_nhwc", inner.tile, options, None, None, max(prob.N, 1), None, b"",
-                nhwc_workspace(prob), inner=inner)
+                copies + inner.workspace_bytes, inner=inner)
 
 
 def check_grid(prob: Problem, tile) -> None:
@@ -754,19 +761,61 @@ def tma_args(prob: Problem, tile: WgmmaTile, x_strides, src_aligned: bool,
                    (WGMMA_BK, tile.BN))
 
 
+SPLIT_ITEMS = 128        # split-K aims at this many work items (about one per SM of an H200)
+SPLIT_MIN_SLICES = 3     # ... and at least this many slices of the reduction per range, on average
+SPLITS = (2, 4, 8)       # the instantiated counts
+
+
+def split_count(prob: Problem, tile: WgmmaTile, options: Options,
+                workspace_limit: int | None = None) -> int:
+    """Split-K's ranges per tile for a TMA plan of `tile`: where the tiles are fewer than
+    SPLIT_ITEMS, the largest of SPLITS that does not pass SPLIT_ITEMS work items, leaves
+    SPLIT_MIN_SLICES slices per range on average (ranges of ceil(slices / splits), the last
+    ones shorter or empty: their partial sums are zeros) and whose partial sums fit
+    `workspace_limit`; 1 where none does, or with the persistent grid, the ring or
+    Options.split_k off. (A first rule, not measured yet.)"""
+    if not (options.split_k and options.persistent and options.double_buffer):
+        return 1
+    tiles = -(-prob.N * prob.P * prob.Q // tile.BM) * -(-prob.Kg // tile.BN) * prob.G
+    slices = prob.R * prob.S * -(-prob.Cg // WGMMA_BK)
+    best = 1
+    for splits in SPLITS:
+        fits = workspace_limit is None or split_workspace(prob, splits) <= workspace_limit
+        if tiles * splits <= SPLIT_ITEMS and slices >= splits * SPLIT_MIN_SLICES and fits:
+            best = splits
+    return best
+
+
+def split_workspace(prob: Problem, splits: int) -> int:
+    """Bytes of split-K's FP32 partial sums: splits x N*P*Q x K."""
+    return splits * prob.N * prob.P * prob.Q * prob.K * 4
+
+
+def wgmma_split_kernel_name(prob: Problem, tile: WgmmaTile, options: Options, splits: int) -> str:
+    T = CUDA_TYPES[prob.dtype.name][0]
+    stages = wgmma_stages_of(tile, options)
+    return f"im2win_wgmma_tma_split<{T}, {tile.BM}, {tile.BN}, {stages}, {splits}>"
+
+
+def wgmma_stages_of(tile: WgmmaTile, options: Options) -> int:
+    return tile.STAGES if options.double_buffer else 1
+
+
 def wgmma_tma_kernel_name(prob: Problem, tile: WgmmaTile, options: Options) -> str:
     T = CUDA_TYPES[prob.dtype.name][0]
-    stages = tile.STAGES if options.double_buffer else 1
+    stages = wgmma_stages_of(tile, options)
     return f"im2win_wgmma_tma<{T}, {tile.BM}, {tile.BN}, {stages}, " \
            f"{str(options.persistent).lower()}>"
 
 
 def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Options,
                      tile: str | None, chunk: int, workspace: int, geo: Geometry,
-                     src_aligned: bool, w_aligned: bool, x_strides=None) -> Plan:
+                     src_aligned: bool, w_aligned: bool, x_strides=None,
+                     workspace_limit: int | None = None) -> Plan:
     """The Tensor-Core plan of `family` (float16, bfloat16): the reduction padded (by
     predication) to a multiple of the family's slice once. `src_aligned`, `w_aligned`: whether
-    the window operand's and the filter's sources start 16-byte aligned."""
+    the window operand's and the filter's sources start 16-byte aligned; `workspace_limit`
+    bounds split-K's partial sums."""
     if tile is not None and tile not in family.tiles:
         raise ValueError(f"tile must be one of {', '.join(family.tiles)} on Tensor Cores, got "
                          f"{tile!r}")
@@ -781,6 +830,11 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
     tma = tma_plan(prob, chosen, options, x_strides, src_aligned, w_aligned) \
         if family is WGMMA and fused else None
     if tma is not None:         # the TMA computes every address: no table
+        splits = split_count(prob, chosen, options, workspace_limit)
+        if splits > 1:
+            return Plan(algorithm, chosen, options, family.file,
+                        wgmma_split_kernel_name(prob, chosen, options, splits), chunk, geo, b"",
+                        split_workspace(prob, splits), tma, splits)
         return Plan(algorithm, chosen, options, family.file,
                     wgmma_tma_kernel_name(prob, chosen, options), chunk, geo, b"", workspace,
                     tma)
@@ -857,6 +911,12 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                                                           vector_w, vector_x)))
                 if hopper and fused and prob.layout == "NHWC" and options.tma:
                     out.add((family.file, wgmma_tma_kernel_name(prob, tile, options)))
+                    if options.split_k and options.persistent and options.double_buffer:
+                        for splits in SPLITS:
+                            out.add((family.file,
+                                     wgmma_split_kernel_name(prob, tile, options, splits)))
+        if hopper and fused and prob.layout == "NHWC":
+            out.add((WGMMA.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>"))
     return out
 
 

@@ -126,6 +126,10 @@ class Options:
             stage: x through its im2col descriptor, w as a tiled matrix (NHWC fused windows,
             16-byte aligned operands, C/G a multiple of 64; off: the producer warpgroup's
             cp.async copies).
+        split_k: where TMA copies and a problem has fewer tiles than about one per SM, the
+            reduction split into 2, 4 or 8 ranges run as separate work items, their FP32
+            partial sums added in a fixed order by a second kernel (off: one work item per
+            tile; wgmma kernel).
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores), a
@@ -148,6 +152,7 @@ class Options:
     hopper: bool = True
     persistent: bool = True
     tma: bool = True
+    split_k: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -173,7 +178,8 @@ CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "
                       "conflict_free")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
-HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma")
+HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
+                   "split_k")
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "gemm",
