@@ -6,7 +6,8 @@ import numpy as np
 
 from im2win import baselines, cpu, cuda, interop, reference
 from im2win.arrays import checked_problem, native, on_gpu, same_device
-from im2win.cuda.plan import check_algorithm, check_options, check_workspace_limit
+from im2win.cuda.plan import (check_algorithm, check_options, check_precision,
+                              check_workspace_limit)
 from im2win.problem import make_backward_data_problem, make_backward_filter_problem
 
 CPU_ALGORITHMS = ("auto", "im2win", "im2col_gemm")
@@ -29,7 +30,7 @@ def _check_out(out, prob, xp, inputs):
 
 
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
-           out=None, algorithm="auto", options=None, workspace_limit=None):
+           out=None, algorithm="auto", options=None, workspace_limit=None, precision=None):
     """Convolve (cross-correlate, as deep-learning frameworks do) a batch of images with filters.
 
     ``y[n,k,p,q] = bias[k] + sum_{c<C/G, r<R, s<S} xp[n, g*C/G + c, p*sh + r*dh, q*sw + s*dw] *
@@ -68,6 +69,13 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             processed in chunks of whole images to respect it), and the most the channels-last
             copies of "im2win_nhwc" may take ("auto" runs the NCHW kernel past it); None: no
             limit.
+        precision: float32 inputs only: None or "float32" (IEEE FP32 fused multiply-adds, the
+            default), "3xtf32" (Tensor Cores, each operand split into two TF32 parts and
+            three products accumulated in FP32: FP32-accurate) or "tf32" (one TF32 product:
+            lower precision, what PyTorch's convolutions give by default). The Tensor-Core
+            forms run on the Hopper kernel with TMA copies (compute capability 9.0, NHWC,
+            C/groups a multiple of 32, x and w 16-byte aligned) and raise ValueError
+            elsewhere; never silently at lower precision. Other dtypes take None only.
 
     Returns:
         y: (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC", with x's dtype (float16,
@@ -94,12 +102,12 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             return interop.call(conv2d, family, x, w, bias, out, stride=stride,
                                 padding=padding, dilation=dilation, groups=groups,
                                 layout=layout, algorithm=algorithm, options=options,
-                                workspace_limit=workspace_limit)
+                                workspace_limit=workspace_limit, precision=precision)
     else:
         # A call seen before (same shapes, strides, dtypes, devices and arguments) was
         # validated and planned then: only the overlap of `out` depends on this call's pointers.
         key = cuda.call_key(x, w, bias, out, stride, padding, dilation, groups, layout,
-                            algorithm, options, workspace_limit)
+                            algorithm, options, workspace_limit, precision)
         call = cuda.cached_call(key)
         if call is not None and (out is None or not call.overlaps(out, x, w, bias)):
             return call(x, w, bias, out)
@@ -109,15 +117,20 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     algorithm = check_algorithm(algorithm)
     options = None if options is None else check_options(options)
     workspace_limit = check_workspace_limit(workspace_limit)
+    precision = check_precision(precision, prob.dtype)
     if on_gpu(x):
         import cupy
         if out is not None:
             _check_out(out, prob, cupy, (x, w, bias))
         return cuda.conv2d(prob, x, w, bias, out, algorithm=algorithm, options=options,
-                           workspace_limit=workspace_limit, key=key)
+                           workspace_limit=workspace_limit, key=key, precision=precision)
     if algorithm not in CPU_ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r} runs on the GPU only; with NumPy arrays use "
                          f"one of {', '.join(map(repr, CPU_ALGORITHMS))}")
+    if precision != "float32":
+        raise ValueError(f"precision={precision!r} runs on the GPU's Tensor Cores only; with "
+                         f"NumPy arrays float32 is computed in FP32 (precision None or "
+                         f"'float32')")
     if options is not None or workspace_limit is not None:
         raise ValueError("options and workspace_limit apply to the GPU kernels only; pass "
                          "CuPy arrays to use them")

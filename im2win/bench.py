@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import itertools
 import json
 import math
@@ -273,11 +274,17 @@ def materialised(x, w, **kwargs):
     return im2win.conv2d(x, w, algorithm="im2win", **kwargs)
 
 
-def implementations(device, compare: bool, dtype: str = "float32") -> dict:
-    """The callables to time, by name: im2win (the planner's default), then on the GPU its
-    materialised mode, then the baselines on the same device (no im2col+GEMM for bfloat16 on
-    the GPU)."""
+def implementations(device, compare: bool, dtype: str = "float32",
+                    precision: str = "float32") -> dict:
+    """The callables to time, by name: im2win (the planner's default, at `precision`), then
+    with --compare its FP32 path ("im2win-float32", when `precision` is another), on the GPU
+    its materialised mode, then the baselines on the same device (no im2col+GEMM for bfloat16
+    on the GPU)."""
     impls = {"im2win": im2win.conv2d}
+    if precision != "float32":
+        impls["im2win"] = functools.partial(im2win.conv2d, precision=precision)
+        if compare:
+            impls["im2win-float32"] = im2win.conv2d
     if compare:
         if device.name == "gpu":
             impls["im2win-materialised"] = materialised
@@ -340,15 +347,17 @@ def rotation(x, device) -> list:
     return [x] + [x.copy() for _ in range(min(15, 3 * l2 // max(x.nbytes, 1)))]
 
 
-def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compare: bool):
-    """Measure every implementation on one layer; return its rows."""
+def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compare: bool,
+                precision: str = "float32"):
+    """Measure every implementation on one layer; return its rows (im2win's at `precision`,
+    its error bound that precision's)."""
     prob, x_host, w_host, x, w = prepare(layer, batch, dtype, layout, device)
     sample = sample_images(batch)
     ref = reference.conv2d(x_host[sample].astype(np.float64), w_host.astype(np.float64),
                            layout=layout, **layer.kwargs)
     inputs = rotation(x, device)
     rows = []
-    for impl, fn in implementations(device, compare, dtype).items():
+    for impl, fn in implementations(device, compare, dtype, precision).items():
         call, first = bind(fn, inputs, w, layout, layer.kwargs)
         y = device.to_host(first())[sample]
         seconds = device.time(call)
@@ -359,7 +368,9 @@ def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compa
             tflops=prob.flops / seconds / 1e12,
             gpu_ms=None if gpu_seconds is None else gpu_seconds * 1e3,
             extra_bytes=device.extra_memory(call),
-            rel_error=relative_error(y, ref), allowed_error=allowed_error(dtype, prob.reduction)))
+            rel_error=relative_error(y, ref),
+            allowed_error=allowed_error(dtype, prob.reduction,
+                                        precision if impl == "im2win" else "float32")))
     return rows
 
 
@@ -541,6 +552,9 @@ def parse_args(argv):
                         help="bfloat16: ml_dtypes.bfloat16 arrays (cuDNN in bfloat16 as the "
                              "baseline; no im2col+cuBLAS on the GPU, CuPy's matmul has none)")
     parser.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"])
+    parser.add_argument("--precision", default="float32", choices=["float32", "tf32", "3xtf32"],
+                        help="float32 only: im2win's precision (tf32, 3xtf32: Tensor Cores, "
+                             "the Hopper kernel; with --compare its float32 path is timed too)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
                         help="where to run (default: the GPU when CuPy sees one, else the CPU)")
     parser.add_argument("--compare", action="store_true",
@@ -568,6 +582,8 @@ def parse_args(argv):
         parser.error("--batch must be positive")
     if args.calls <= 0 or args.repeats <= 0:
         parser.error("--calls and --repeats must be positive")
+    if args.precision != "float32" and args.dtype != "float32":
+        parser.error("--precision applies to --dtype float32 only")
     return args
 
 
@@ -579,6 +595,9 @@ def main(argv=None) -> int:
     except NotImplementedError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.precision != "float32" and device.name != "gpu":
+        print(f"error: --precision {args.precision} runs on the GPU only", file=sys.stderr)
+        return 2
     if args.command == "overhead":
         return overhead_main(args, device)
     batch = args.batch or (SUITE_BATCH[device.name] if args.suite else device.batch)
@@ -588,7 +607,7 @@ def main(argv=None) -> int:
     for i, name in enumerate(args.layers):
         progress(i, len(args.layers), name)
         rows += bench_layer(args.pool[name], batch, args.dtype, args.layout, device,
-                            args.compare)
+                            args.compare, args.precision)
     progress(len(args.layers), len(args.layers), "done")
     print(format_table(rows))
     summary = suite_summary(rows, [args.pool[name] for name in args.layers]) \

@@ -29,7 +29,7 @@ def conv2d(x, w, bias=None, **kwargs):
         w: the filter, a NumPy or CuPy array like x's chunks.
         bias: None or (K,), like w.
         **kwargs: ``im2win.conv2d``'s keyword arguments (stride, padding, dilation, groups,
-            layout, algorithm, options, workspace_limit), except `out`.
+            layout, algorithm, options, workspace_limit, precision), except `out`.
 
     Returns:
         A ``dask.array.Array`` y, chunked along the batch as x is: (N, K, P, Q) for "NCHW",

@@ -8,16 +8,20 @@ import ml_dtypes
 import numpy as np
 
 
-def allowed_error(dtype, reduction: int) -> float:
+def allowed_error(dtype, reduction: int, precision: str = "float32") -> float:
     """Largest accepted `relative_error` of a result in `dtype` with `reduction`-long sums.
 
     One rounding of the output to `dtype`, plus the accumulation error of the sum in the
     accumulator (float32 for float16, bfloat16 and float32, float64 for float64), which grows
-    like sqrt(reduction) for random data; 8 is the margin over that growth.
+    like sqrt(reduction) for random data; 8 is the margin over that growth. precision "tf32"
+    (float32 operands multiplied as TF32, 10 fraction bits, truncated) adds four TF32 units
+    for the operands' rounding; "3xtf32" is held to float32's bound.
     """
     dtype = np.dtype(dtype)
     acc = np.float64 if dtype == np.float64 else np.float32
-    return float(ml_dtypes.finfo(dtype).eps + 8 * np.finfo(acc).eps * math.sqrt(max(reduction, 1)))
+    operands = 4 * 2.0 ** -10 if precision == "tf32" else 0.0
+    return float(ml_dtypes.finfo(dtype).eps + operands +
+                 8 * np.finfo(acc).eps * math.sqrt(max(reduction, 1)))
 
 
 def relative_error(y, ref) -> float:

@@ -46,7 +46,7 @@ def test_bench_fails_on_a_wrong_result(monkeypatch, capsys):
         y[0, 0, 0, 0] += 1e-3 * np.abs(y).max()
         return y
     monkeypatch.setattr(bench, "implementations",
-                        lambda device, compare, dtype: {"im2win": off_by_a_little})
+                        lambda device, compare, dtype, precision: {"im2win": off_by_a_little})
     assert bench.main(["--layers", "cv12", "--batch", "1", "--device", "cpu"]) == 1
     assert "WRONG: cv12/im2win" in capsys.readouterr().out
 
@@ -173,3 +173,13 @@ def test_a_native_implementation_gets_its_arrays_once_outside_the_timed_call():
                                          np.ones(2), "NCHW", dict(stride=1))
     np.testing.assert_array_equal(plain_first(), np.full(2, 2.0))
     np.testing.assert_array_equal(plain_call(), np.full(2, 2.0))
+
+
+def test_precision_adds_the_float32_path_and_its_own_error_bound():
+    from im2win.testing import allowed_error
+    impls = bench.implementations(bench.CPU, True, "float32", "3xtf32")
+    assert impls["im2win"].keywords == {"precision": "3xtf32"}
+    assert impls["im2win-float32"] is bench.im2win.conv2d
+    assert list(bench.implementations(bench.CPU, False, "float32")) == ["im2win"]
+    assert allowed_error(np.float32, 576, "tf32") > allowed_error(np.float32, 576, "3xtf32") \
+        == allowed_error(np.float32, 576)

@@ -10,7 +10,7 @@ from im2win import reference
 from im2win.cuda import TILES, Options
 from im2win.cuda.tuning import MMA_TILES, WGMMA_TILES
 from im2win.problem import make_problem
-from im2win.testing import assert_close
+from im2win.testing import allowed_error, assert_close, relative_error
 
 pytestmark = pytest.mark.gpu
 cupy = pytest.importorskip("cupy") if im2win.cuda.is_available() else None
@@ -542,3 +542,48 @@ def test_split_k_matches_reference_and_repeats_bit_for_bit(rng, dtype, x_shape, 
     cupy.testing.assert_array_equal(first, again)                # no atomics: the same bits
     run(x, w, None, "NHWC", kwargs, dtype=dtype)
     run(x, w, b, "NHWC", kwargs, dtype=dtype, options=Options(split_k=False))
+TF32_CASES = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments: all NHWC, C/G % 32 == 0
+    ((2, 64, 9, 11), (70, 64, 3, 3), dict(padding=1, stride=(2, 1))),    # K tail, stride
+    ((3, 32, 7, 6), (40, 32, 1, 1), dict()),                              # reduction of 32
+    ((2, 256, 6, 5), (64, 256, 3, 3), dict(padding=1)),                   # 2304 long
+    ((2, 128, 8, 8), (96, 32, 3, 3), dict(groups=4, padding=1, dilation=2)),   # groups of 32
+]
+SCALES = [(1.0, 1.0), (2.0 ** 100, 2.0 ** -100), (1e-30, 1e-5)]   # the exponent range
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", TF32_CASES)
+@pytest.mark.parametrize("scale", SCALES)
+def test_float32_on_tensor_cores_keeps_its_accuracy(rng, x_shape, w_shape, kwargs, scale):
+    """'3xtf32' within 1.5x of the FP32 path's error (the issue's bound) and within float32's
+    tolerance; 'tf32' within its own (four TF32 units more); float64 reference on the same
+    float32 inputs."""
+    if not hopper():
+        pytest.skip("float32 on Tensor Cores runs on the Hopper kernel")
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    x, w = (a.astype(np.float32) * np.float32(s) for a, s in zip((x, w), scale))
+    b = (b * scale[0] * scale[1]).astype(np.float32)
+    xs, ws = to_layout("NHWC", x, w)
+    prob = make_problem(xs, ws, b, layout="NHWC", **kwargs)
+    ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), b.astype(np.float64),
+                           layout="NHWC", **kwargs)
+    errors = {}
+    for precision in ("float32", "3xtf32", "tf32"):
+        out = cupy.full(prob.y_shape, np.nan, np.float32)
+        y = im2win.conv2d(cupy.asarray(xs), cupy.asarray(ws), cupy.asarray(b), layout="NHWC",
+                          out=out, precision=precision, **kwargs)
+        assert y is out
+        errors[precision] = relative_error(cupy.asnumpy(y), ref)
+    assert errors["3xtf32"] <= max(1.5 * errors["float32"], 2 * np.finfo(np.float32).eps), errors
+    assert errors["3xtf32"] <= allowed_error(np.float32, prob.reduction), errors
+    assert errors["tf32"] <= allowed_error(np.float32, prob.reduction, "tf32"), errors
+    assert errors["tf32"] > errors["3xtf32"], errors        # TF32 alone is less accurate
+
+
+def test_float32_on_tensor_cores_refuses_what_it_cannot_run(rng):
+    x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 9, 48)).astype(np.float32))
+    w = cupy.asarray(rng.uniform(-1, 1, (8, 3, 3, 48)).astype(np.float32))
+    with pytest.raises(ValueError, match="precision='3xtf32' cannot run this problem"):
+        im2win.conv2d(x, w, layout="NHWC", precision="3xtf32")         # 48 channels
+    with pytest.raises(ValueError, match="float32 inputs only"):
+        im2win.conv2d(x.astype(cupy.float16), w.astype(cupy.float16), layout="NHWC",
+                      precision="tf32")

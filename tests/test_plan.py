@@ -12,7 +12,7 @@ from im2win import reference
 from im2win.cuda import TILES, Options
 from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, Geometry, geometry, make_plan,
                               reduction_taps, reduction_tables, specializations, window_bytes)
-from im2win.cuda.tuning import NO_MICRO_KERNEL, choose_tile
+from im2win.cuda.tuning import NO_MICRO_KERNEL, WGMMA_TILES, choose_tile
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
 
@@ -380,3 +380,33 @@ def test_tma_problems_with_few_tiles_split_the_reduction():
     assert plan_for(big, arch=90).splits == 1
     compiled = {expr for _, expr in specializations()}
     assert plan.kernel in compiled and "split_reduce<half_t>" in compiled
+def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused():
+    from im2win.cuda.plan import tf32_specializations
+    prob = problem((8, 28, 28, 64), (128, 3, 3, 64), layout="NHWC", padding=1)
+    for precision, three in (("tf32", "false"), ("3xtf32", "true")):
+        plan = plan_for(prob, arch=90, precision=precision)
+        assert plan.file == "im2win_wgmma" and plan.precision == precision
+        assert plan.kernel.startswith("im2win_wgmma_tf32<") and plan.kernel.endswith(
+            f", true, {three}>")
+        assert plan.tma.w_box == (32, plan.tile.BN) and plan.tma.x.channels == 32
+        assert plan.smem <= 227 * 1024 and ("im2win_wgmma", plan.kernel) in \
+            tf32_specializations()
+    three = plan_for(prob, arch=90, precision="3xtf32")
+    assert three.smem == three.tile.smem_bytes(three.tile.three_stages(), three=True)
+    assert plan_for(prob, arch=90).file == "im2win_conv"                # float32: CUDA cores
+    refused = [(prob, dict(arch=80), "compute capability 9.0"),
+               (prob, dict(arch=90, algorithm="im2win"), "fused kernel"),
+               (prob, dict(arch=90, options=Options(tma=False)), "TMA"),
+               (problem((8, 64, 28, 28), (128, 64, 3, 3), padding=1), dict(arch=90),
+                "NHWC, C/groups a multiple of 32"),
+               (problem((8, 28, 28, 48), (128, 3, 3, 48), layout="NHWC"), dict(arch=90),
+                "C/groups=48")]
+    for p, kwargs, match in refused:
+        with pytest.raises(ValueError, match=match):
+            plan_for(p, precision="3xtf32", **kwargs)
+    with pytest.raises(ValueError, match="float32 inputs only"):
+        plan_for(problem((2, 9, 9, 64), (8, 3, 3, 64), np.float16, layout="NHWC"), arch=90,
+                 precision="tf32")
+    for tile in WGMMA_TILES.values():                          # every ring fits, in both
+        assert tile.smem_bytes(tile.three_stages(), three=True) <= 227 * 1024 and \
+            tile.three_stages() >= 2

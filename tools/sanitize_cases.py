@@ -5,11 +5,11 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 ``python3 tools/sanitize_cases.py [float16|wgmma|tma|depthwise]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
-``tma``, only the TMA copies (every tile, both 16-bit types, split-K, and NCHW through the NHWC
-twin); with ``depthwise``, the depthwise kernel's forms (each register window and the general
-one, a channel multiplier, tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and
-both layouts. Otherwise all of these, the Hopper kernel's too where the device has it. Last, a
-captured CUDA graph of several problems, replayed twice.
+``tma``, only the TMA copies (every tile, both 16-bit types, split-K, float32 as tf32 and
+3xtf32, and NCHW through the NHWC twin); with ``depthwise``, the depthwise kernel's forms (each
+register window and the general one, a channel multiplier, tails, groups of 2, 4 and 8 channels
+in NHWC) in every dtype and both layouts. Otherwise all of these, the Hopper kernel's too where
+the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
 
 import itertools
@@ -135,6 +135,13 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
         xs = cupy.asarray(rng.uniform(-1, 1, (2, 7, 7, 768)).astype(dtype))
         ws = cupy.asarray(rng.uniform(-1, 1, (160, 1, 1, 768)).astype(dtype))
         im2win.conv2d(xs, ws, cupy.asarray(rng.uniform(-1, 1, 160).astype(dtype)), layout="NHWC")
+    # float32 on the same kernel: "tf32" and "3xtf32" (its split stages), every tile.
+    x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)).astype(np.float32))
+    w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)).astype(np.float32))
+    b = cupy.asarray(rng.uniform(-1, 1, 70).astype(np.float32))
+    prob = checked_problem(x, w, b, layout="NHWC", stride=(2, 1), padding=1)[0]
+    for tile, precision in itertools.product(WGMMA_TILES, ("tf32", "3xtf32")):
+        cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile, precision=precision)
 # A captured graph of several problems (fused and materialised), replayed twice.
 stream = cupy.cuda.Stream(non_blocking=True)
 calls = []

@@ -67,7 +67,7 @@ def _array_key(a, aligned: bool = False):
 
 
 def call_key(x, w, bias, out, stride, padding, dilation, groups, layout, algorithm, options,
-             workspace_limit):
+             workspace_limit, precision=None):
     """The memo key of an `im2win.conv2d` call on CuPy arrays: everything its validation and
     plan depend on (shapes, strides, dtypes, devices, the inputs' 16-byte alignment, the
     arguments with their types); None when an argument has no exact form."""
@@ -76,7 +76,8 @@ def call_key(x, w, bias, out, stride, padding, dilation, groups, layout, algorit
     try:
         return (_array_key(x, True), _array_key(w, True), _array_key(bias), _array_key(out),
                 _exact(stride), _exact(padding), _exact(dilation), _exact(groups),
-                _exact(layout), _exact(algorithm), options, _exact(workspace_limit))
+                _exact(layout), _exact(algorithm), options, _exact(workspace_limit),
+                _exact(precision))
     except _NoKey:
         return None
 
@@ -86,13 +87,14 @@ def cached_call(key):
     return None if key is None else _calls.get(key)
 
 
-def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None):
+def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None, precision="float32"):
     """The plan for these arrays (pure: nothing is copied or launched before it succeeds)."""
     from im2win.cuda import launch, plan as planning
 
     x_strides = launch.element_strides(x, prob.layout)
     tuned = _tuned.get((prob, x_strides))
-    if algorithm == "auto" and tile is None and tuned and workspace_limit is None:
+    if algorithm == "auto" and tile is None and tuned and workspace_limit is None and \
+            precision == "float32":
         algorithm, tile = tuned
     # A non-contiguous filter is copied into a fresh, aligned buffer before the launch.
     w_aligned = not w.flags.c_contiguous or w.data.ptr % 16 == 0
@@ -100,7 +102,7 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None):
                               algorithm=algorithm, options=options,
                               workspace_limit=workspace_limit, tile=tile,
                               x_aligned=x.data.ptr % 16 == 0,
-                              arch=compute_capability(x.data.device_id))
+                              arch=compute_capability(x.data.device_id), precision=precision)
 
 
 @functools.cache
@@ -111,14 +113,15 @@ def compute_capability(device: int) -> int:
 
 
 def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
-           workspace_limit=None, tile=None, key=None):
+           workspace_limit=None, tile=None, key=None, precision="float32"):
     """Run the checked problem `prob` on CuPy arrays; the GPU half of `im2win.conv2d`.
 
     Args:
         prob: the `Problem` of x, w, bias (already validated).
         x, w, bias: CuPy arrays of prob's shapes and dtype, any strides, on one device.
         out: None or a CuPy array of prob.y_shape (checked by the caller).
-        algorithm, options, workspace_limit: as `im2win.conv2d`.
+        algorithm, options, workspace_limit, precision: as `im2win.conv2d` (precision
+            checked: "float32", "tf32" or "3xtf32").
         tile: force a tile by name (autotuning and tests).
         key: the call's `call_key`: remember the planned call under it (None: don't).
 
@@ -129,7 +132,7 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
     from im2win.cuda import launch
 
     with cupy.cuda.Device(x.data.device_id):
-        plan = _plan(prob, x, w, algorithm, options, workspace_limit, tile)
+        plan = _plan(prob, x, w, algorithm, options, workspace_limit, tile, precision)
         call = launch.Call(prob, launch.executable(prob, plan), x, w, bias, out)
     if key is not None and tile is None:
         _remember(_calls, key, call)

@@ -34,6 +34,15 @@
 // split_reduce adds them in order of the split, then the bias, into y: the same bits every
 // run (no atomics).
 //
+// float32 (precision "tf32" and "3xtf32", TMA copies only): the same rows hold 32 floats and
+// each k-step is wgmma m64nNk8 .tf32 (32 bytes of a row, as a k16 step of 16-bit elements).
+// "tf32" multiplies the operands as they lie (the Tensor Cores read the top 19 bits of each
+// float). "3xtf32" (kThree) splits each operand v into big = rna_tf32(v) and small =
+// rna_tf32(v - big), and accumulates big*small + small*big + big*big in FP32, which keeps
+// FP32 accuracy: the producer warpgroup's warps 1-3, idle under TMA, rewrite each landed
+// stage as its big parts and write the small parts beside it (a second half of the stage),
+// and the consumers wait for that (`parts`) instead of for the copies (`full`).
+//
 // Shared-memory rows are 128 bytes: with kSwizzle the 16-byte chunk c of row r sits at chunk
 // c ^ (r % 8) (wgmma's 128-byte swizzle: the 8 chunks a group of 8 producer threads writes
 // land in distinct banks); without, rows are stored as wgmma's plain 8 x 16-byte core matrices
@@ -54,6 +63,13 @@ __device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, boo
 
 template <int N> __device__ __forceinline__ void cp_async_wait_n() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ uint4 ld_shared16(unsigned src) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src) : "memory");
+  return v;
 }
 
 __device__ __forceinline__ void st_shared16(unsigned dst, uint4 v) {
@@ -184,11 +200,24 @@ template <bool kSwizzle> __device__ constexpr unsigned k16_advance() { return kS
                : OUTS                                                                        \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
+// The .tf32 form (float operands, k8): no transpose flags, both operands K-major.
+#define WG_MMA_TF32(N, REGS, OUTS, A, B, S)                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                             \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, %" A      \
+               ", %" B ", p, 1, 1;\n}\n"                                                     \
+               : OUTS                                                                        \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
 template <int N, typename T>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
   constexpr bool bf = same_type<T, bf16_t>::value;
   static_assert(N == 64 || N == 96 || N == 128 || N == 256, "wgmma N of the tile table");
-  if constexpr (N == 64) {
+  if constexpr (same_type<T, float>::value) {
+    if constexpr (N == 64) WG_MMA_TF32(64, WG_REGS_32, WG_OUT_32, "32", "33", "34");
+    else if constexpr (N == 96) WG_MMA_TF32(96, WG_REGS_48, WG_OUT_48, "48", "49", "50");
+    else if constexpr (N == 128) WG_MMA_TF32(128, WG_REGS_64, WG_OUT_64, "64", "65", "66");
+    else WG_MMA_TF32(256, WG_REGS_128, WG_OUT_128, "128", "129", "130");
+  } else if constexpr (N == 64) {
     if constexpr (bf) WG_MMA(64, "bf16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
     else WG_MMA(64, "f16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
   } else if constexpr (N == 96) {
@@ -213,19 +242,39 @@ __device__ __forceinline__ uint4 pack8(const unsigned short (&e)[8]) {
 template <typename T>
 __device__ __forceinline__ void store_adjacent(T* y, i64 i0, bool ok0, bool ok1, float v0,
                                                float v1) {
-  const T h0 = from_acc<T>(v0), h1 = from_acc<T>(v1);
-  if (ok0 && ok1 && reinterpret_cast<u64>(y + i0) % 4 == 0) {
-    *reinterpret_cast<unsigned*>(y + i0) = h0.bits | (unsigned)h1.bits << 16;
-    return;
+  if constexpr (sizeof(T) == 4) {                  // float: one 8-byte store where aligned
+    if (ok0 && ok1 && reinterpret_cast<u64>(y + i0) % 8 == 0) {
+      *reinterpret_cast<float2*>(y + i0) = make_float2(v0, v1);
+      return;
+    }
+    if (ok0) y[i0] = from_acc<T>(v0);
+    if (ok1) y[i0 + 1] = from_acc<T>(v1);
+  } else {
+    const T h0 = from_acc<T>(v0), h1 = from_acc<T>(v1);
+    if (ok0 && ok1 && reinterpret_cast<u64>(y + i0) % 4 == 0) {
+      *reinterpret_cast<unsigned*>(y + i0) = h0.bits | (unsigned)h1.bits << 16;
+      return;
+    }
+    if (ok0) y[i0] = h0;
+    if (ok1) y[i0 + 1] = h1;
   }
-  if (ok0) y[i0] = h0;
-  if (ok1) y[i0 + 1] = h1;
 }
 
 // Dynamic shared memory of one block (plan.py's WgmmaTile.smem_bytes says the same): 1 KB of
 // alignment slack, the ring, its 2 * STAGES mbarriers, and 16 bytes per pixel row.
 __host__ __device__ constexpr int smem_bytes(int BM, int BN, int STAGES) {
   return 1024 + STAGES * (BM + BN) * 128 + 16 * STAGES + 16 * BM;
+}
+// ... and with "3xtf32"'s split: each stage twice as large, a third mbarrier per stage.
+__host__ __device__ constexpr int smem_bytes_three(int BM, int BN, int STAGES) {
+  return 1024 + STAGES * (BM + BN) * 256 + 24 * STAGES + 16 * BM;
+}
+
+// v rounded to TF32 (to nearest, ties away from zero), as a float whose low 13 bits are zero.
+__device__ __forceinline__ float rna_tf32(float v) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return __uint_as_float(r);
 }
 
 constexpr int INT_MIN_ = -2147483647 - 1;
@@ -268,7 +317,8 @@ __device__ __forceinline__ TileAt tile_at(i64 tile, i64 ptiles, int ftiles, int 
 
 // The kernel's body; the two entry points below pass it the TMA descriptors or none.
 template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
-          bool kSwizzle, bool kTable, bool kPersistent, bool kTma, int SPLITS = 1>
+          bool kSwizzle, bool kTable, bool kPersistent, bool kTma, int SPLITS = 1,
+          bool kThree = false>
 __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* __restrict__ w,
                                            const T* __restrict__ bias, T* __restrict__ y,
                                            const int2* __restrict__ taps, const Geometry& geo,
@@ -277,9 +327,13 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
                                            float* __restrict__ partial = nullptr) {
   static_assert(!kTma || (kNHWC && kFused && kSwizzle), "TMA copies: NHWC, fused, swizzled");
   static_assert(SPLITS == 1 || (kTma && kPersistent), "split-K: TMA copies, persistent grid");
-  constexpr int BK = 64;                             // elements per shared row (128 bytes)
+  static_assert(sizeof(T) == 2 || kTma, "float (TF32) runs with TMA copies only");
+  static_assert(!kThree || same_type<T, float>::value, "3xTF32 splits float operands");
+  constexpr int BK = 128 / (int)sizeof(T);           // elements per shared row (128 bytes)
+  constexpr int K_STEPS = 4;                         // wgmma k-steps per row: 32 bytes each
   constexpr int MI = BM / 128;                       // m64 accumulators per consumer
-  constexpr int A_BYTES = BM * 128, STAGE_BYTES = (BM + BN) * 128;
+  constexpr int A_BYTES = BM * 128, RAW_BYTES = (BM + BN) * 128;   // what the copies fill
+  constexpr int STAGE_BYTES = RAW_BYTES * (kThree ? 2 : 1);       // + the small parts
   constexpr int ROWS_X = BM / 16, ROWS_W = BN / 16;  // rows per producer thread
   // Registers per thread: the block starts with 168 (__launch_bounds__(384, 1)); setmaxnreg
   // moves them between warpgroups within that pool (asking for more than it holds hangs).
@@ -287,21 +341,24 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   constexpr int PRODUCER_REGS = 96;
   constexpr int CONSUMER_REGS = ((POOL - PRODUCER_REGS) / 2) & ~7;
   static_assert(BM == 128 || BM == 256, "two consumer warpgroups of 64 or 128 pixel rows");
-  static_assert(STAGES >= 1 && smem_bytes(BM, BN, STAGES) <= 227 * 1024,
+  static_assert(STAGES >= 1 && (kThree ? smem_bytes_three(BM, BN, STAGES)
+                                        : smem_bytes(BM, BN, STAGES)) <= 227 * 1024,
                 "the ring fits shared memory");
 
   extern __shared__ unsigned char dynamic_smem[];
   const unsigned ring = (smem_addr(dynamic_smem) + 1023) & ~1023u;  // swizzle atoms: 1 KB
   const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
+  const unsigned parts = empty + 8 * STAGES;         // kThree: a stage's parts are written
   // The producer's table of the tile's pixels, after the barriers.
-  const int4* pixels = reinterpret_cast<const int4*>(dynamic_smem + (empty + 8 * STAGES -
-                                                                      smem_addr(dynamic_smem)));
+  const int4* pixels = reinterpret_cast<const int4*>(
+      dynamic_smem + (parts + (kThree ? 8 * STAGES : 0) - smem_addr(dynamic_smem)));
 
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, kTma ? 1 : 128);
       mbar_init(empty + 8 * s, 8);
+      if (kThree) mbar_init(parts + 8 * s, 96);
     }
   }
   __syncthreads();
@@ -322,6 +379,34 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   if (tid < 128) {  // ------------------------------------------------------------ producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
     if constexpr (kTma) {   // one thread issues both copies of every stage
+      if (kThree && tid >= 32) {   // warps 1-3: each landed stage into big and small parts
+        unsigned it = 0;
+        for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
+          const int split = (int)(item % SPLITS), j1 = min(slices, (split + 1) * per);
+          for (int slice = split * per; slice < j1; ++slice, ++it) {
+            const int stage = it % STAGES;
+            mbar_wait(full + 8 * stage, (it / STAGES) & 1);
+            const unsigned base = ring + stage * STAGE_BYTES;
+            for (int i = tid - 32; i < RAW_BYTES / 16; i += 96) {
+              const uint4 v = ld_shared16(base + 16 * i);
+              unsigned big[4], small[4];
+              const unsigned in[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const float f = __uint_as_float(in[e]), b = rna_tf32(f);
+                big[e] = __float_as_uint(b);
+                small[e] = __float_as_uint(rna_tf32(f - b));
+              }
+              st_shared16(base + 16 * i, make_uint4(big[0], big[1], big[2], big[3]));
+              st_shared16(base + RAW_BYTES + 16 * i,
+                          make_uint4(small[0], small[1], small[2], small[3]));
+            }
+            fence_async_shared();          // the Tensor Cores read what these stores wrote
+            mbar_arrive(parts + 8 * stage);
+          }
+        }
+        return;
+      }
       if (tid != 0) return;
       unsigned it = 0;
       for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
@@ -338,103 +423,104 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
           const int stage = it % STAGES;
           mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
           const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
-          mbar_expect_bytes(bar, STAGE_BYTES);
+          mbar_expect_bytes(bar, RAW_BYTES);
           tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh, bar);
           tma_tile2d(a + A_BYTES, w_map, (r * geo.S + s) * geo.Cg + cb * BK, k_base, bar);
         }
       }
       return;
-    }
-    const int chunk = tid % 8, row0 = tid / 8;       // rows row0 + 16 * i, chunk `chunk`
-    unsigned it = 0;
-    for (i64 tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
-      const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
-      // The tile's pixels, once: {base (2 words), h0, w0}, h0 = w0 = INT_MIN past the last.
-      producer_sync();                               // the previous tile's are no longer read
-#pragma unroll
-      for (int r = tid; r < BM; r += 128) {
-        const Pixel px = pixel_at(at.m0 + r, at.g, geo);
-        const int h = px.valid ? px.h0 : INT_MIN_, wq = px.valid ? px.w0 : INT_MIN_;
-        // 16-byte copies take the row's byte address, element gathers its element offset.
-        const i64 base = kVecX ? (i64)reinterpret_cast<u64>(src + px.base) : px.base;
-        const_cast<int4*>(pixels)[r] = make_int4((int)base, (int)(base >> 32), h, wq);
-      }
-      producer_sync();
-      // This thread's filter rows: row0 + 16 * j for j < w_rows, each a run of red elements.
-      const T* w_row0 = w + ((i64)at.g * geo.Kg + at.n0 + row0) * geo.red;
-      const i64 w_step = (i64)16 * geo.red;
-      const int w_rows = (geo.Kg - at.n0 - row0 + 15) / 16;
-      for (int slice = 0; slice < slices; ++slice, ++it) {
-        const int stage = it % STAGES;
-        mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
-        const unsigned a = ring + stage * STAGE_BYTES, b = a + A_BYTES;
-        const int t0 = slice * BK + chunk * 8;
-        const bool t_ok = t0 < geo.red;
-        if (kVecX) {  // 8 consecutive t: one contiguous, aligned run of x or the window tensor
-          const Tap tap = tap_at<kNHWC, !kFused, kTable>(t_ok ? t0 : 0, taps, geo);
-          const i64 off = tap.off * (i64)sizeof(T);
-          const unsigned H = geo.H, W = geo.W;
-          // Rows 16 apart keep their swizzle (r % 8): 2048 bytes apart in shared memory.
-          const unsigned to = a + chunk_offset<kSwizzle>(row0, chunk);
-#pragma unroll
-          for (int i0 = 0; i0 < ROWS_X; i0 += 4) {   // 4 rows' pixels loaded, then copied
-            PixelRow px[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) px[i] = pixel_row(pixels, row0 + 16 * (i0 + i));
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              bool ok = t_ok && px[i].w0 != INT_MIN_;
-              if (kFused)
-                ok = ok && (unsigned)(px[i].h0 + tap.dr) < H && (unsigned)(px[i].w0 + tap.ds) < W;
-              cp_async16_to(to + 2048 * (i0 + i),
-                            ok ? reinterpret_cast<const void*>(px[i].base + off) : src, ok);
-            }
-          }
-        } else {      // element by element (C = 3, NCHW): the chunk's 8 table entries at once
-          int2 entries[8];
-          if (kTable) taps_of<8>(taps, t0, entries);
-#pragma unroll
-          for (int i = 0; i < ROWS_X; ++i) {
-            const PixelRow px = pixel_row(pixels, row0 + 16 * i);
-            unsigned short e[8];
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-              const int t = t0 + k;
-              e[k] = 0;
-              if (px.w0 != INT_MIN_ && t < geo.red) {
-                const Tap tap = kTable ? tap_of(entries[k])
-                                       : tap_at<kNHWC, !kFused, false>(t, taps, geo);
-                if (!kFused || ((unsigned)(px.h0 + tap.dr) < (unsigned)geo.H &&
-                                (unsigned)(px.w0 + tap.ds) < (unsigned)geo.W))
-                  e[k] = src[px.base + tap.off].bits;
+    } else {                // the producer warpgroup's copies (16-bit elements)
+      const int chunk = tid % 8, row0 = tid / 8;       // rows row0 + 16 * i, chunk `chunk`
+      unsigned it = 0;
+      for (i64 tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
+        const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
+        // The tile's pixels, once: {base (2 words), h0, w0}, h0 = w0 = INT_MIN past the last.
+        producer_sync();                               // the previous tile's are no longer read
+  #pragma unroll
+        for (int r = tid; r < BM; r += 128) {
+          const Pixel px = pixel_at(at.m0 + r, at.g, geo);
+          const int h = px.valid ? px.h0 : INT_MIN_, wq = px.valid ? px.w0 : INT_MIN_;
+          // 16-byte copies take the row's byte address, element gathers its element offset.
+          const i64 base = kVecX ? (i64)reinterpret_cast<u64>(src + px.base) : px.base;
+          const_cast<int4*>(pixels)[r] = make_int4((int)base, (int)(base >> 32), h, wq);
+        }
+        producer_sync();
+        // This thread's filter rows: row0 + 16 * j for j < w_rows, each a run of red elements.
+        const T* w_row0 = w + ((i64)at.g * geo.Kg + at.n0 + row0) * geo.red;
+        const i64 w_step = (i64)16 * geo.red;
+        const int w_rows = (geo.Kg - at.n0 - row0 + 15) / 16;
+        for (int slice = 0; slice < slices; ++slice, ++it) {
+          const int stage = it % STAGES;
+          mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
+          const unsigned a = ring + stage * STAGE_BYTES, b = a + A_BYTES;
+          const int t0 = slice * BK + chunk * 8;
+          const bool t_ok = t0 < geo.red;
+          if (kVecX) {  // 8 consecutive t: one contiguous, aligned run of x or the window tensor
+            const Tap tap = tap_at<kNHWC, !kFused, kTable>(t_ok ? t0 : 0, taps, geo);
+            const i64 off = tap.off * (i64)sizeof(T);
+            const unsigned H = geo.H, W = geo.W;
+            // Rows 16 apart keep their swizzle (r % 8): 2048 bytes apart in shared memory.
+            const unsigned to = a + chunk_offset<kSwizzle>(row0, chunk);
+  #pragma unroll
+            for (int i0 = 0; i0 < ROWS_X; i0 += 4) {   // 4 rows' pixels loaded, then copied
+              PixelRow px[4];
+  #pragma unroll
+              for (int i = 0; i < 4; ++i) px[i] = pixel_row(pixels, row0 + 16 * (i0 + i));
+  #pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                bool ok = t_ok && px[i].w0 != INT_MIN_;
+                if (kFused)
+                  ok = ok && (unsigned)(px[i].h0 + tap.dr) < H && (unsigned)(px[i].w0 + tap.ds) < W;
+                cp_async16_to(to + 2048 * (i0 + i),
+                              ok ? reinterpret_cast<const void*>(px[i].base + off) : src, ok);
               }
             }
-            st_shared16(a + chunk_offset<kSwizzle>(row0 + 16 * i, chunk), pack8(e));
+          } else {      // element by element (C = 3, NCHW): the chunk's 8 table entries at once
+            int2 entries[8];
+            if (kTable) taps_of<8>(taps, t0, entries);
+  #pragma unroll
+            for (int i = 0; i < ROWS_X; ++i) {
+              const PixelRow px = pixel_row(pixels, row0 + 16 * i);
+              unsigned short e[8];
+  #pragma unroll
+              for (int k = 0; k < 8; ++k) {
+                const int t = t0 + k;
+                e[k] = 0;
+                if (px.w0 != INT_MIN_ && t < geo.red) {
+                  const Tap tap = kTable ? tap_of(entries[k])
+                                         : tap_at<kNHWC, !kFused, false>(t, taps, geo);
+                  if (!kFused || ((unsigned)(px.h0 + tap.dr) < (unsigned)geo.H &&
+                                  (unsigned)(px.w0 + tap.ds) < (unsigned)geo.W))
+                    e[k] = src[px.base + tap.off].bits;
+                }
+              }
+              st_shared16(a + chunk_offset<kSwizzle>(row0 + 16 * i, chunk), pack8(e));
+            }
           }
-        }
-        const unsigned to_w = b + chunk_offset<kSwizzle>(row0, chunk);
-#pragma unroll
-        for (int j = 0; j < ROWS_W; ++j) {
-          const bool row_ok = j < w_rows;
-          const T* from = w_row0 + (row_ok ? j * w_step : 0);
-          if (kVecW) {  // red % 8 == 0: the chunk lies wholly inside or wholly past the row
-            const bool ok = row_ok && t_ok;
-            cp_async16_to(to_w + 2048 * j, ok ? from + t0 : w, ok);
-          } else {
-            unsigned short e[8];
-#pragma unroll
-            for (int k = 0; k < 8; ++k) e[k] = row_ok && t0 + k < geo.red ? from[t0 + k].bits : 0;
-            st_shared16(to_w + 2048 * j, pack8(e));
+          const unsigned to_w = b + chunk_offset<kSwizzle>(row0, chunk);
+  #pragma unroll
+          for (int j = 0; j < ROWS_W; ++j) {
+            const bool row_ok = j < w_rows;
+            const T* from = w_row0 + (row_ok ? j * w_step : 0);
+            if (kVecW) {  // red % 8 == 0: the chunk lies wholly inside or wholly past the row
+              const bool ok = row_ok && t_ok;
+              cp_async16_to(to_w + 2048 * j, ok ? from + t0 : w, ok);
+            } else {
+              unsigned short e[8];
+  #pragma unroll
+              for (int k = 0; k < 8; ++k) e[k] = row_ok && t0 + k < geo.red ? from[t0 + k].bits : 0;
+              st_shared16(to_w + 2048 * j, pack8(e));
+            }
           }
+          // Publish the stage: stores through registers are fenced for the Tensor Cores now;
+          // the arrive itself happens when this thread's copies into it have landed.
+          if (!kVecX || !kVecW) fence_async_shared();
+          cp_async_arrive(full + 8 * stage);
         }
-        // Publish the stage: stores through registers are fenced for the Tensor Cores now;
-        // the arrive itself happens when this thread's copies into it have landed.
-        if (!kVecX || !kVecW) fence_async_shared();
-        cp_async_arrive(full + 8 * stage);
       }
+      cp_async_wait_n<0>();
+      return;
     }
-    cp_async_wait_n<0>();
-    return;
   }
   // ------------------------------------------------------------------------------ consumers
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
@@ -455,18 +541,24 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     const int j1 = min(slices, (split + 1) * per);
     for (int slice = split * per; slice < j1; ++slice, ++it) {
       const int stage = it % STAGES;
-      mbar_wait(full + 8 * stage, (it / STAGES) & 1);
+      mbar_wait((kThree ? parts : full) + 8 * stage, (it / STAGES) & 1);
       const unsigned a = ring + stage * STAGE_BYTES + consumer * (BM / 2) * 128;
       const unsigned b = ring + stage * STAGE_BYTES + A_BYTES;
 #pragma unroll
       for (int i = 0; i < MI; ++i) pin(acc[i]);
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < BK / 16; ++k)
+      for (int k = 0; k < K_STEPS; ++k)
 #pragma unroll
-        for (int i = 0; i < MI; ++i)
-          wgmma<BN, T>(acc[i], descriptor<kSwizzle>(a + i * 64 * 128 + k * k16_advance<kSwizzle>()),
-                       descriptor<kSwizzle>(b + k * k16_advance<kSwizzle>()), 1);
+        for (int i = 0; i < MI; ++i) {
+          const unsigned ak = a + i * 64 * 128 + k * k16_advance<kSwizzle>();
+          const unsigned bk = b + k * k16_advance<kSwizzle>();
+          if (kThree) {   // the two cross terms first, then big * big
+            wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak), descriptor<kSwizzle>(bk + RAW_BYTES), 1);
+            wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak + RAW_BYTES), descriptor<kSwizzle>(bk), 1);
+          }
+          wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak), descriptor<kSwizzle>(bk), 1);
+        }
       wgmma_commit();
 #pragma unroll
       for (int i = 0; i < MI; ++i) pin(acc[i]);
@@ -578,4 +670,17 @@ __global__ void split_reduce(const float* __restrict__ partial, const T* __restr
     if (bias) v += to_acc(bias[i % K], 0.f);
     y[i] = from_acc<T>(v);
   }
+}
+
+// float32 on Tensor Cores ("tf32"; kThree: "3xtf32"), fused NHWC windows copied by the TMA
+// (C/G a multiple of 32: each slice is 32 channels of one tap).
+template <int BM, int BN, int STAGES, bool kPersistent, bool kThree>
+__global__ void __launch_bounds__(384, 1)
+    im2win_wgmma_tf32(const float* __restrict__ src, const float* __restrict__ w,
+                      const float* __restrict__ bias, float* __restrict__ y,
+                      const int2* __restrict__ taps, Geometry geo, int g0,
+                      const __grid_constant__ TensorMap x_map,
+                      const __grid_constant__ TensorMap w_map) {
+  wgmma_conv<float, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true, 1,
+             kThree>(src, w, bias, y, taps, geo, g0, &x_map, &w_map);
 }

@@ -97,6 +97,8 @@ class Plan:
             layout copies; None for the others.
         splits: split-K (TMA plans only): the reduction ranges per tile, each a work item
             writing FP32 partial sums (workspace_bytes) that split_reduce adds into y; 1: none.
+        precision: float32 problems: "float32" (FP32 fused multiply-adds), "tf32" or
+            "3xtf32" (Tensor Cores, the wgmma kernel); "float32" for the other dtypes too.
     """
 
     algorithm: str
@@ -111,6 +113,7 @@ class Plan:
     tma: "TmaArgs | None" = None
     inner: "Plan | None" = None
     splits: int = 1
+    precision: str = "float32"
 
     @property
     def tables(self) -> bool:
@@ -146,7 +149,8 @@ class Plan:
             return self.geometry.smem
         if self.file != "im2win_wgmma":
             return 0
-        return self.tile.smem_bytes(self.tile.STAGES if self.options.double_buffer else 1)
+        return self.tile.smem_bytes(wgmma_stages(self.tile, self.options, self.precision),
+                                    three=self.precision == "3xtf32")
 
 
 def check_algorithm(algorithm) -> str:
@@ -156,6 +160,24 @@ def check_algorithm(algorithm) -> str:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got "
                          f"{algorithm!r}")
     return algorithm
+
+
+PRECISIONS = ("float32", "tf32", "3xtf32")
+
+
+def check_precision(precision, dtype) -> str:
+    """The precision of a call: None is "float32"; anything else only for float32 inputs."""
+    if precision is None:
+        return "float32"
+    if not isinstance(precision, str):
+        raise TypeError(f"precision must be a string or None, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got "
+                         f"{precision!r}")
+    if np.dtype(dtype) != np.float32 and precision != "float32":
+        raise ValueError(f"precision={precision!r} applies to float32 inputs only, got "
+                         f"{np.dtype(dtype).name}")
+    return precision
 
 
 def check_workspace_limit(limit) -> int | None:
@@ -295,7 +317,8 @@ def table_bytes(prob: Problem, geo: Geometry, window_order: bool, wanted: bool) 
 
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
               options: Options | None = None, workspace_limit: int | None = None,
-              tile: str | None = None, x_aligned: bool = True, arch: int | None = None) -> Plan:
+              tile: str | None = None, x_aligned: bool = True, arch: int | None = None,
+              precision: str = "float32") -> Plan:
     """Decide how to run `prob` on the GPU.
 
     Args:
@@ -309,18 +332,24 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         x_aligned: whether x starts on a 16-byte boundary (float16 copies of 16 bytes).
         arch: the device's compute capability as major*10 + minor (90: the wgmma kernel is
             there for float16 and bfloat16); None: unknown, the mma.sync kernel.
+        precision: "float32" (CUDA cores for float32), "tf32" or "3xtf32" (float32 on the
+            wgmma kernel's Tensor Cores: tf32_plan).
 
     Raises:
         ValueError: a forced choice that cannot run this problem (the message says why).
     """
     algorithm = check_algorithm(algorithm)
     options = check_options(options)
+    precision = check_precision(precision, prob.dtype)
     workspace_limit = check_workspace_limit(workspace_limit)
     if prob.P * prob.Q > INT32_MAX or prob.reduction > INT32_MAX:
         raise ValueError(f"P*Q = {prob.P * prob.Q} and (C/G)*R*S = {prob.reduction} must each "
                          f"stay below 2**31")
 
     per_image = window_bytes(prob, 1)
+    if precision != "float32":
+        return tf32_plan(prob, algorithm, options, tile, x_strides, x_aligned, w_aligned, arch,
+                         precision)
     if algorithm == "auto":
         channelwise = (is_depthwise(prob) and prob.G > 1) or (
             prob.Cg in DEPTHWISE_AUTO_GROUPS and
@@ -750,15 +779,71 @@ def tma_args(prob: Problem, tile: WgmmaTile, x_strides, src_aligned: bool,
     (no box crosses into the next tap or group, and no slice is part padding: a C/G of 96
     would pad a third of its slices), and what im2col_args checks."""
     from im2win.cuda.tma import im2col_args
-    if not (prob.layout == "NHWC" and src_aligned and w_aligned and
-            prob.Cg % WGMMA_BK == 0):
+    channels = slice_elements(prob)
+    if not (prob.layout == "NHWC" and src_aligned and w_aligned and prob.Cg % channels == 0):
         return None
     try:
-        x = im2col_args(prob, x_strides, WGMMA_BK, tile.BM)
+        x = im2col_args(prob, x_strides, channels, tile.BM)
     except ValueError:
         return None
     return TmaArgs(x, (prob.reduction, prob.K), prob.reduction * prob.dtype.itemsize,
-                   (WGMMA_BK, tile.BN))
+                   (channels, tile.BN))
+
+
+def slice_elements(prob: Problem) -> int:
+    """Elements of one 128-byte shared row of the wgmma kernel: a slice of the reduction (64
+    of float16 or bfloat16, 32 of float32)."""
+    return 128 // prob.dtype.itemsize
+
+
+def wgmma_stages(tile: WgmmaTile, options: Options, precision: str = "float32") -> int:
+    """The wgmma kernel's ring depth: the tile's, 1 without double buffering, and for
+    "3xtf32" the deepest that fits its doubled stages."""
+    if not options.double_buffer:
+        return 1
+    return tile.three_stages() if precision == "3xtf32" else tile.STAGES
+
+
+def tf32_refusal(prob: Problem, algorithm: str, options: Options, x_strides, x_aligned: bool,
+                 w_aligned: bool, arch: int | None) -> str | None:
+    """Why float32 on Tensor Cores (precision "tf32" or "3xtf32") cannot run `prob` (None: it
+    can): it runs on the Hopper kernel with TMA copies, so compute capability 9.0, NHWC, fused
+    windows, C/groups a multiple of 32, x and w 16-byte aligned."""
+    if arch != HOPPER or not options.hopper:
+        return "it runs on the Hopper kernel (compute capability 9.0, Options(hopper=True))"
+    if algorithm not in ("auto", "im2win_fused"):
+        return f"it runs the fused kernel (algorithm 'auto' or 'im2win_fused'), not {algorithm!r}"
+    if not (options.tma and options.conflict_free):
+        return "it copies by TMA (Options(tma=True, conflict_free=True))"
+    tile = WGMMA_TILES[choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    if tma_args(prob, tile, x_strides, x_aligned, w_aligned) is None:
+        return (f"it copies by TMA: NHWC, C/groups a multiple of {slice_elements(prob)}, x and w "
+                f"16-byte aligned (got layout {prob.layout}, C/groups={prob.Cg})")
+    return None
+
+
+def tf32_plan(prob: Problem, algorithm: str, options: Options, tile: str | None, x_strides,
+              x_aligned: bool, w_aligned: bool, arch: int | None, precision: str) -> Plan:
+    """float32 on the wgmma kernel's Tensor Cores: one TF32 product ("tf32", lower
+    precision, as PyTorch's default for convolutions) or three ("3xtf32": big*small +
+    small*big + big*big of each operand's TF32 split, FP32-accurate)."""
+    refusal = tf32_refusal(prob, algorithm, options, x_strides, x_aligned, w_aligned, arch)
+    if refusal:
+        raise ValueError(f"precision={precision!r} cannot run this problem: {refusal}")
+    if tile is not None and tile not in WGMMA_TILES:
+        raise ValueError(f"tile must be one of {', '.join(WGMMA_TILES)} for precision="
+                         f"{precision!r}, got {tile!r}")
+    chosen = WGMMA_TILES[tile or choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    geo = geometry(prob, True, max(prob.N, 1), x_strides)
+    geo = geo._replace(redp=-(-prob.reduction // slice_elements(prob)) * slice_elements(prob))
+    return Plan("im2win_fused", chosen, options, "im2win_wgmma",
+                wgmma_tf32_kernel_name(chosen, options, precision), max(prob.N, 1), geo, b"",
+                0, tma_args(prob, chosen, x_strides, x_aligned, w_aligned), precision=precision)
+
+
+def wgmma_tf32_kernel_name(tile: WgmmaTile, options: Options, precision: str) -> str:
+    return f"im2win_wgmma_tf32<{tile.BM}, {tile.BN}, {wgmma_stages(tile, options, precision)}, " \
+           f"{str(options.persistent).lower()}, {str(precision == '3xtf32').lower()}>"
 
 
 SPLIT_ITEMS = 128        # split-K aims at this many work items (about one per SM of an H200)
@@ -793,17 +878,13 @@ def split_workspace(prob: Problem, splits: int) -> int:
 
 def wgmma_split_kernel_name(prob: Problem, tile: WgmmaTile, options: Options, splits: int) -> str:
     T = CUDA_TYPES[prob.dtype.name][0]
-    stages = wgmma_stages_of(tile, options)
+    stages = wgmma_stages(tile, options)
     return f"im2win_wgmma_tma_split<{T}, {tile.BM}, {tile.BN}, {stages}, {splits}>"
-
-
-def wgmma_stages_of(tile: WgmmaTile, options: Options) -> int:
-    return tile.STAGES if options.double_buffer else 1
 
 
 def wgmma_tma_kernel_name(prob: Problem, tile: WgmmaTile, options: Options) -> str:
     T = CUDA_TYPES[prob.dtype.name][0]
-    stages = wgmma_stages_of(tile, options)
+    stages = wgmma_stages(tile, options)
     return f"im2win_wgmma_tma<{T}, {tile.BM}, {tile.BN}, {stages}, " \
            f"{str(options.persistent).lower()}>"
 
@@ -834,7 +915,7 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
         if splits > 1:
             return Plan(algorithm, chosen, options, family.file,
                         wgmma_split_kernel_name(prob, chosen, options, splits), chunk, geo, b"",
-                        split_workspace(prob, splits), tma, splits)
+                        split_workspace(prob, splits), tma, splits=splits)
         return Plan(algorithm, chosen, options, family.file,
                     wgmma_tma_kernel_name(prob, chosen, options), chunk, geo, b"", workspace,
                     tma)
@@ -891,6 +972,7 @@ def specializations() -> list[tuple[str, str]]:
                             for tables in {True, False} & {options.index_tables, False}:
                                 out.add(("im2win_conv", kernel_name(
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
+    out |= tf32_specializations()
     return sorted(out)
 
 
@@ -917,6 +999,18 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                                      wgmma_split_kernel_name(prob, tile, options, splits)))
         if hopper and fused and prob.layout == "NHWC":
             out.add((WGMMA.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>"))
+    return out
+
+
+def tf32_specializations() -> set:
+    """float32 on the wgmma kernel (NHWC, fused, TMA): every tile in both precisions under
+    the full option set and each Hopper switch off alone that keeps TMA."""
+    out = set()
+    for options in Options.ablations(tensor_cores=True, hopper=True).values():
+        if options.hopper and options.tma and options.conflict_free:
+            for tile in WGMMA_TILES.values():
+                for precision in ("tf32", "3xtf32"):
+                    out.add(("im2win_wgmma", wgmma_tf32_kernel_name(tile, options, precision)))
     return out
 
 

@@ -86,10 +86,18 @@ class WgmmaTile:
 
     threads = 384
 
-    def smem_bytes(self, stages: int | None = None) -> int:
-        """Dynamic shared memory of a block (im2win_wgmma.cu's smem_bytes)."""
+    def smem_bytes(self, stages: int | None = None, three: bool = False) -> int:
+        """Dynamic shared memory of a block (im2win_wgmma.cu's smem_bytes; with `three`,
+        "3xtf32"'s smem_bytes_three: stages twice as large, a third mbarrier each)."""
         stages = self.STAGES if stages is None else stages
+        if three:
+            return 1024 + stages * (self.BM + self.BN) * 256 + 24 * stages + 16 * self.BM
         return 1024 + stages * (self.BM + self.BN) * 128 + 16 * stages + 16 * self.BM
+
+    def three_stages(self) -> int:
+        """The deepest ring of "3xtf32" that fits 227 KB (at most STAGES)."""
+        fit = (227 * 1024 - 1024 - 16 * self.BM) // ((self.BM + self.BN) * 256 + 24)
+        return min(self.STAGES, fit)
 
 
 WGMMA_TILES = {tile.name: tile for tile in (
