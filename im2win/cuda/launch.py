@@ -153,25 +153,34 @@ def _cublas_types(dtype: str):
     return _CUBLAS_TYPES[dtype]
 
 
-def gemm(prob: Problem, plan: Plan, x, w, bias, y):
-    """A 1x1 convolution into the contiguous y by one cuBLAS GEMM on x and w in place (w
-    contiguous): y is first filled with the bias, then accumulated into (beta = 1)."""
-    from cupy.cuda import cublas
-    g = plan.geometry
-    data, compute, scale = _cublas_types(prob.dtype.name)
-    if y.size == 0:
+class GemmCall:
+    """A plan's cuBLAS GEMM (plan.geometry: GemmArgs) with what every call passes the same,
+    made once: the element and compute types and the host scalars alpha = 1 and beta (0, or 1
+    over a bias-filled y), which are never written after this."""
+
+    def __init__(self, prob: Problem, plan: Plan):
+        from cupy.cuda import cublas
+        self.prob, self.g, self.cublas = prob, plan.geometry, cublas
+        self.data, self.compute, scale = _cublas_types(prob.dtype.name)
+        self.scalars = np.array([1, 0, 1], scale)        # alpha, beta without and with a bias
+        self.alpha = self.scalars.ctypes.data
+        self.betas = (self.alpha + self.scalars.itemsize, self.alpha + 2 * self.scalars.itemsize)
+
+    def __call__(self, x, w, bias, y):
+        """conv(x, w) + bias into the contiguous y, on CuPy's current stream (which
+        gemmStridedBatchedEx sets on CuPy's handle); w contiguous."""
+        g, prob = self.g, self.prob
+        if y.size == 0:
+            return y
+        if bias is not None:
+            y[...] = bias if prob.layout == "NHWC" else bias[:, None, None]
+        a, b = (x, w) if g.a_is_x else (w, x)
+        self.cublas.gemmStridedBatchedEx(
+            cupy.cuda.device.get_cublas_handle(), g.transa, g.transb, g.m, g.n, g.k,
+            self.alpha, a.data.ptr, self.data, g.lda, g.stride_a, b.data.ptr, self.data, g.ldb,
+            g.stride_b, self.betas[bias is not None], y.data.ptr, self.data, g.ldc, g.stride_c,
+            g.batch, self.compute, self.cublas.CUBLAS_GEMM_DEFAULT)
         return y
-    if bias is not None:
-        y[...] = bias if prob.layout == "NHWC" else bias[:, None, None]
-    one, beta = np.ones((), scale), np.array(0 if bias is None else 1, scale)
-    a, b = (x, w) if g.a_is_x else (w, x)
-    # CuPy's handle, on CuPy's current stream (gemmStridedBatchedEx sets it), host scalars.
-    cublas.gemmStridedBatchedEx(
-        cupy.cuda.device.get_cublas_handle(), g.transa, g.transb, g.m, g.n, g.k,
-        one.ctypes.data, a.data.ptr, data, g.lda, g.stride_a, b.data.ptr, data, g.ldb,
-        g.stride_b, beta.ctypes.data, y.data.ptr, data, g.ldc, g.stride_c, g.batch, compute,
-        cublas.CUBLAS_GEMM_DEFAULT)
-    return y
 
 
 def im2col_gemm(prob: Problem, x, w, bias, y):
@@ -288,6 +297,7 @@ class Executable:
         self.reduce = None
         if plan.splits > 1:
             self.reduce = kernel(plan.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>")
+        self.gemm = GemmCall(prob, plan) if plan.algorithm == "gemm" else None
         self.local = threading.local()
 
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
@@ -345,7 +355,7 @@ class Executable:
         if plan.algorithm == "im2col_gemm":
             return im2col_gemm(prob, x, w, bias, y)
         if plan.algorithm == "gemm":
-            return gemm(prob, plan, x, w, bias, y)
+            return self.gemm(x, w, bias, y)
         if plan.algorithm == "im2win_nhwc":
             return self.through_nhwc(x, w, bias, y, scratch)
         if plan.algorithm in ("im2win_fused", "depthwise"):
