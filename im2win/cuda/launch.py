@@ -293,7 +293,8 @@ class Executable:
         self.inner = self.transpose = None
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)
-            self.transpose = kernel("layout", f"transpose_batched<{CUDA_TYPES[prob.dtype.name][0]}>")
+            T = CUDA_TYPES[prob.dtype.name][0]
+            self.transpose = kernel("layout", f"transpose_batched<{T}>")
         self.reduce = None
         if plan.splits > 1:
             self.reduce = kernel(plan.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>")
