@@ -314,6 +314,21 @@ def test_nan_inf_and_float16_range():
         np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_float32_products_below_the_normal_range_are_not_flushed(rng, layout):
+    """CuPy compiles every kernel with -ftz=true; the kernels accumulate with IEEE fused
+    multiply-adds all the same, so x ~ 1e-30 and w ~ 1e-5 (products down to the subnormal
+    range, 2^-126) keep float32's accuracy on every CUDA-core path (flushed, the FP32 path's
+    error reached 3e-4 of max|y| on the H200)."""
+    x, w, b = random_arrays(rng, (2, 32, 7, 6), (40, 32, 3, 3), 40)
+    x, w, b = x * 1e-30, w * 1e-5, b * 1e-35
+    for algorithm in WINDOWS + ["direct"]:
+        run(x, w, b, layout, dict(padding=1), algorithm=algorithm)
+    xd, wd, bd = random_arrays(rng, (2, 16, 9, 8), (16, 1, 3, 3), 16)
+    run(xd * 1e-30, wd * 1e-5, bd * 1e-35, layout, dict(groups=16, padding=1),
+        algorithm="depthwise")
+
+
 def test_more_groups_than_one_grid_axis_holds(rng):
     """INPUTS.md row 29: 70000 groups, more than a grid's y/z extent."""
     G = 70000

@@ -72,7 +72,7 @@ __device__ __forceinline__ void fma_vector(Acc (&acc)[QT][VEC], int qi, const Ve
 #pragma unroll
   for (int v = 0; v < VEC; ++v)
 #pragma unroll
-    for (int u = 0; u < CG; ++u) acc[qi][v] += av[(v / CG) * CG + u] * fs[v][u];
+    for (int u = 0; u < CG; ++u) acc[qi][v] = madd(av[(v / CG) * CG + u], fs[v][u], acc[qi][v]);
 }
 
 // acc[qi][v] += the taps of input row `row` (a pointer to its column 0, channel kv) for output

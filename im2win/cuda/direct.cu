@@ -41,8 +41,8 @@ __global__ void direct_conv(const T* __restrict__ x, const T* __restrict__ w,
         for (int s = 0; s < S; ++s) {
           const int col = q * sw + s * dw - pl;
           if (col < 0 || col >= W) continue;
-          acc += to_acc(xc_ptr[h * xh + col * xw], Acc()) *
-                 to_acc(w[k * wk + c * wc + r * wr + s * ws], Acc());
+          acc = madd(to_acc(xc_ptr[h * xh + col * xw], Acc()),
+                     to_acc(w[k * wk + c * wc + r * wr + s * ws], Acc()), acc);
         }
       }
     }

@@ -101,7 +101,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] += af[i] * bf[j];
+        for (int j = 0; j < TN; ++j) acc[i][j] = madd(af[i], bf[j], acc[i][j]);
     }
   } else {
     constexpr int NBUF = kDouble ? 2 : 1;
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
-          for (int j = 0; j < TN; ++j) acc[i][j] += af[i] * bf[j];
+          for (int j = 0; j < TN; ++j) acc[i][j] = madd(af[i], bf[j], acc[i][j]);
       }
     };
 
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
       const int m = m0 + ty * TM + i;
       if (m >= geo.Kg) continue;
       const int k = g * geo.Kg + m;
-      const Acc v = acc[i][j] + (bias ? to_acc(bias[k], Acc()) : Acc(0));
+      const Acc v = bias ? add(acc[i][j], to_acc(bias[k], Acc())) : acc[i][j];
       const i64 at = kNHWC ? (n * geo.PQ + pq) * geo.K + k : (n * geo.K + k) * geo.PQ + pq;
       y[at] = from_acc<T>(v);
     }

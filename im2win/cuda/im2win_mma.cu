@@ -282,7 +282,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
       for (int h = 0; h < 2; ++h) {                              // filter rows m, m + 8
         const int m = m0 + wm * WM + i * 16 + lane / 4 + 8 * h;
         const float b = bias && m < geo.Kg ? to_acc(bias[g * geo.Kg + m], 0.f) : 0.f;
-        float v0 = acc[i][j][2 * h] + b, v1 = acc[i][j][2 * h + 1] + b;
+        float v0 = add(acc[i][j][2 * h], b), v1 = add(acc[i][j][2 * h + 1], b);
         if (kNHWC) {                   // this lane keeps pixel pix + odd_row, rows mm, mm + 1
           const float other = __shfl_xor_sync(0xffffffffu, odd_row ? v0 : v1, 4);
           if (odd_row) v0 = other; else v1 = other;
