@@ -410,3 +410,10 @@ def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused(
     for tile in WGMMA_TILES.values():                          # every ring fits, in both
         assert tile.smem_bytes(tile.three_stages(), three=True) <= 227 * 1024 and \
             tile.three_stages() >= 2
+    # "3xtf32" adds each slice into a second accumulator set: 256x128 gives way to 128x128,
+    # and the tiles of more than 64 accumulators per thread are refused by name.
+    wide = problem((128, 56, 56, 64), (128, 3, 3, 64), layout="NHWC", padding=1)
+    assert plan_for(wide, arch=90, precision="tf32").tile.name == "wg256x128"
+    assert plan_for(wide, arch=90, precision="3xtf32").tile.name == "wg128x128"
+    with pytest.raises(ValueError, match="wg128x128, wg256x64"):
+        plan_for(wide, arch=90, precision="3xtf32", tile="wg128x256")

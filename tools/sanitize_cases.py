@@ -21,7 +21,7 @@ import numpy as np
 
 import im2win
 from im2win.cuda import Options
-from im2win.cuda.tuning import MMA_TILES, WGMMA_TILES
+from im2win.cuda.tuning import MMA_TILES, THREE_TF32_TILES, WGMMA_TILES
 
 from im2win import cuda
 from im2win.arrays import checked_problem
@@ -141,6 +141,8 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
     b = cupy.asarray(rng.uniform(-1, 1, 70).astype(np.float32))
     prob = checked_problem(x, w, b, layout="NHWC", stride=(2, 1), padding=1)[0]
     for tile, precision in itertools.product(WGMMA_TILES, ("tf32", "3xtf32")):
+        if precision == "3xtf32" and tile not in THREE_TF32_TILES:
+            continue
         cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile, precision=precision)
 # A captured graph of several problems (fused and materialised), replayed twice.
 stream = cupy.cuda.Stream(non_blocking=True)

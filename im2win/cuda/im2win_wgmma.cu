@@ -38,10 +38,17 @@
 // each k-step is wgmma m64nNk8 .tf32 (32 bytes of a row, as a k16 step of 16-bit elements).
 // "tf32" multiplies the operands as they lie (the Tensor Cores read the top 19 bits of each
 // float). "3xtf32" (kThree) splits each operand v into big = rna_tf32(v) and small =
-// rna_tf32(v - big), and accumulates big*small + small*big + big*big in FP32, which keeps
-// FP32 accuracy: the producer warpgroup's warps 1-3, idle under TMA, rewrite each landed
-// stage as its big parts and write the small parts beside it (a second half of the stage),
-// and the consumers wait for that (`parts`) instead of for the copies (`full`).
+// rna_tf32(v - big) and sums big*small + small*big + big*big. Each slice's sum starts from
+// zero in accumulators of its own (`part`), the slice's cross terms first (small, so their
+// sum loses nothing that matters), then its four big*big steps, and is added to the tile's in
+// FP32 (round to nearest): the Tensor Cores' own FP32 additions are the coarser ones, and
+// with the three terms of each k-step in turn, accumulated in place over the whole
+// reduction, 3xTF32 had 6x the error of FP32 fused multiply-adds (H200, 2026-12-01: 3.8e-6
+// against 6.0e-7, max-norm relative, a 3x3 of 64 channels). The two sets of accumulators fit
+// the registers of the 128x128 and 256x64 tiles only. The producer warpgroup's warps 1-3,
+// idle under TMA, rewrite each landed stage as its big parts and write the small parts beside
+// it (a second half of the stage), and the consumers wait for that (`parts`) instead of for
+// the copies (`full`).
 //
 // Shared-memory rows are 128 bytes: with kSwizzle the 16-byte chunk c of row r sits at chunk
 // c ^ (r % 8) (wgmma's 128-byte swizzle: the 8 chunks a group of 8 producer threads writes
@@ -341,6 +348,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   constexpr int PRODUCER_REGS = 96;
   constexpr int CONSUMER_REGS = ((POOL - PRODUCER_REGS) / 2) & ~7;
   static_assert(BM == 128 || BM == 256, "two consumer warpgroups of 64 or 128 pixel rows");
+  static_assert(!kThree || MI * BN <= 128, "3xTF32 adds each slice's sum in a second set of "
+                "accumulators: at most 64 + 64 per thread (128x128, 256x64)");
   static_assert(STAGES >= 1 && (kThree ? smem_bytes_three(BM, BN, STAGES)
                                         : smem_bytes(BM, BN, STAGES)) <= 227 * 1024,
                 "the ring fits shared memory");
@@ -533,10 +542,17 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     const int split = (int)(item - tile * SPLITS);
     const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
     float acc[MI][BN / 2];
+    float part[kThree ? MI : 1][kThree ? BN / 2 : 1];   // kThree: one slice's sum
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
       for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
+    if constexpr (kThree) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int e = 0; e < BN / 2; ++e) part[i][e] = 0.f;
+    }
     int previous = -1;
     const int j1 = min(slices, (split + 1) * per);
     for (int slice = split * per; slice < j1; ++slice, ++it) {
@@ -547,32 +563,55 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
 #pragma unroll
       for (int i = 0; i < MI; ++i) pin(acc[i]);
       wgmma_fence();
+      if constexpr (kThree) {   // the slice's sum in `part`: the cross terms, then big * big
 #pragma unroll
-      for (int k = 0; k < K_STEPS; ++k)
+        for (int i = 0; i < MI; ++i) pin(part[i]);
+#pragma unroll
+        for (int term = 0; term < 3; ++term)     // big*small, small*big, big*big
+#pragma unroll
+          for (int k = 0; k < K_STEPS; ++k)
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+              const unsigned ak = a + i * 64 * 128 + k * k16_advance<kSwizzle>();
+              const unsigned bk = b + k * k16_advance<kSwizzle>();
+              wgmma<BN, T>(part[i], descriptor<kSwizzle>(ak + (term == 1 ? RAW_BYTES : 0)),
+                           descriptor<kSwizzle>(bk + (term == 0 ? RAW_BYTES : 0)),
+                           term + k > 0);              // the slice's first product overwrites
+            }
+        wgmma_commit();
+        wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
-          const unsigned ak = a + i * 64 * 128 + k * k16_advance<kSwizzle>();
-          const unsigned bk = b + k * k16_advance<kSwizzle>();
-          if (kThree) {   // the two cross terms first, then big * big
-            wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak), descriptor<kSwizzle>(bk + RAW_BYTES), 1);
-            wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak + RAW_BYTES), descriptor<kSwizzle>(bk), 1);
-          }
-          wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak), descriptor<kSwizzle>(bk), 1);
-        }
-      wgmma_commit();
+          pin(part[i]);
 #pragma unroll
-      for (int i = 0; i < MI; ++i) pin(acc[i]);
-      if (STAGES > 1) {
-        wgmma_wait<1>();             // the previous slice's wgmmas have read their stage
-        if (previous >= 0) {
-          __syncwarp();
-          if (lane == 0) mbar_arrive(empty + 8 * previous);
+          for (int e = 0; e < BN / 2; ++e) acc[i][e] = add(acc[i][e], part[i][e]);
         }
-        previous = stage;
-      } else {
-        wgmma_wait<0>();
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + 8 * stage);
+      } else {
+#pragma unroll
+        for (int k = 0; k < K_STEPS; ++k)
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+            const unsigned ak = a + i * 64 * 128 + k * k16_advance<kSwizzle>();
+            const unsigned bk = b + k * k16_advance<kSwizzle>();
+            wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak), descriptor<kSwizzle>(bk), 1);
+          }
+        wgmma_commit();
+#pragma unroll
+        for (int i = 0; i < MI; ++i) pin(acc[i]);
+        if (STAGES > 1) {
+          wgmma_wait<1>();             // the previous slice's wgmmas have read their stage
+          if (previous >= 0) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty + 8 * previous);
+          }
+          previous = stage;
+        } else {
+          wgmma_wait<0>();
+          __syncwarp();
+          if (lane == 0) mbar_arrive(empty + 8 * stage);
+        }
       }
     }
     wgmma_wait<0>();
@@ -609,8 +648,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
             continue;
           }
           if (bias) {
-            if (ok0) v0 += to_acc(bias[k], 0.f);
-            if (ok1) v1 += to_acc(bias[k + 1], 0.f);
+            if (ok0) v0 = add(v0, to_acc(bias[k], 0.f));
+            if (ok1) v1 = add(v1, to_acc(bias[k + 1], 0.f));
           }
           if (kNHWC) {
             store_adjacent(y, pix * geo.K + k, ok0, ok1, v0, v1);
@@ -666,8 +705,8 @@ __global__ void split_reduce(const float* __restrict__ partial, const T* __restr
   for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total;
        i += (i64)gridDim.x * blockDim.x) {
     float v = 0.f;
-    for (int s = 0; s < splits; ++s) v += partial[s * total + i];
-    if (bias) v += to_acc(bias[i % K], 0.f);
+    for (int s = 0; s < splits; ++s) v = add(v, partial[s * total + i]);
+    if (bias) v = add(v, to_acc(bias[i % K], 0.f));
     y[i] = from_acc<T>(v);
   }
 }

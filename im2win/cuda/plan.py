@@ -15,9 +15,10 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from im2win.cuda.tuning import (ALGORITHMS, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, TILES, WGMMA_BK,
-                                WGMMA_TILES, MmaTile, Options, Tile, WgmmaTile, choose_mma_tile,
-                                choose_tile, choose_wgmma_tile, choose_wgmma_tma_tile)
+from im2win.cuda.tuning import (ALGORITHMS, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, THREE_TF32_TILES,
+                                TILES, WGMMA_BK, WGMMA_TILES, MmaTile, Options, Tile, WgmmaTile,
+                                choose_mma_tile, choose_tf32_tile, choose_tile, choose_wgmma_tile,
+                                choose_wgmma_tma_tile)
 from im2win.problem import Problem
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
@@ -815,7 +816,7 @@ def tf32_refusal(prob: Problem, algorithm: str, options: Options, x_strides, x_a
         return f"it runs the fused kernel (algorithm 'auto' or 'im2win_fused'), not {algorithm!r}"
     if not (options.tma and options.conflict_free):
         return "it copies by TMA (Options(tma=True, conflict_free=True))"
-    tile = WGMMA_TILES[choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    tile = WGMMA_TILES[choose_tf32_tile(prob.Kg, prob.N * prob.P * prob.Q, "tf32")]
     if tma_args(prob, tile, x_strides, x_aligned, w_aligned) is None:
         return (f"it copies by TMA: NHWC, C/groups a multiple of {slice_elements(prob)}, x and w "
                 f"16-byte aligned (got layout {prob.layout}, C/groups={prob.Cg})")
@@ -830,10 +831,11 @@ def tf32_plan(prob: Problem, algorithm: str, options: Options, tile: str | None,
     refusal = tf32_refusal(prob, algorithm, options, x_strides, x_aligned, w_aligned, arch)
     if refusal:
         raise ValueError(f"precision={precision!r} cannot run this problem: {refusal}")
-    if tile is not None and tile not in WGMMA_TILES:
-        raise ValueError(f"tile must be one of {', '.join(WGMMA_TILES)} for precision="
+    tiles = THREE_TF32_TILES if precision == "3xtf32" else tuple(WGMMA_TILES)
+    if tile is not None and tile not in tiles:
+        raise ValueError(f"tile must be one of {', '.join(tiles)} for precision="
                          f"{precision!r}, got {tile!r}")
-    chosen = WGMMA_TILES[tile or choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q)]
+    chosen = WGMMA_TILES[tile or choose_tf32_tile(prob.Kg, prob.N * prob.P * prob.Q, precision)]
     geo = geometry(prob, True, max(prob.N, 1), x_strides)
     geo = geo._replace(redp=-(-prob.reduction // slice_elements(prob)) * slice_elements(prob))
     return Plan("im2win_fused", chosen, options, "im2win_wgmma",
@@ -1008,9 +1010,11 @@ def tf32_specializations() -> set:
     out = set()
     for options in Options.ablations(tensor_cores=True, hopper=True).values():
         if options.hopper and options.tma and options.conflict_free:
-            for tile in WGMMA_TILES.values():
+            for name, tile in WGMMA_TILES.items():
                 for precision in ("tf32", "3xtf32"):
-                    out.add(("im2win_wgmma", wgmma_tf32_kernel_name(tile, options, precision)))
+                    if precision == "tf32" or name in THREE_TF32_TILES:
+                        out.add(("im2win_wgmma", wgmma_tf32_kernel_name(tile, options,
+                                                                        precision)))
     return out
 
 

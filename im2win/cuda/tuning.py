@@ -253,6 +253,18 @@ def choose_wgmma_tile(Kg: int, pixels: int) -> str:
     return "wg128x256"
 
 
+# "3xtf32" holds each slice's sum in a second set of accumulators (im2win_wgmma.cu): the tiles
+# of at most 64 accumulators per consumer thread, so that both fit its registers.
+THREE_TF32_TILES = ("wg128x128", "wg256x64")
+
+
+def choose_tf32_tile(Kg: int, pixels: int, precision: str) -> str:
+    """The float32 Tensor-Core tile: choose_wgmma_tma_tile's (the copies are the same TMA
+    boxes), for "3xtf32" the nearest of THREE_TF32_TILES (128x128 in place of 256x128)."""
+    tile = choose_wgmma_tma_tile(Kg, pixels)
+    return tile if precision != "3xtf32" or tile in THREE_TF32_TILES else "wg128x128"
+
+
 def choose_wgmma_tma_tile(Kg: int, pixels: int) -> str:
     """Pick the Hopper tile where TMA copies the operands (the producer is one thread, so the
     tile no longer pays for the producer warpgroup's copy work). Read off the TMA tile sweep
