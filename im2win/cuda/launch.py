@@ -33,7 +33,7 @@ OPTIONS = ("-std=c++17",)
 GEOMETRY = np.dtype([(name, np.int64 if i < GEOMETRY_64BIT else np.int32)
                      for i, name in enumerate(Geometry._fields)], align=True)
 NULL = np.uint64(0)
-
+TRANSPOSE_TILE = 64           # layout.cu's tile: 64 x 64 elements a block of 32 x 8 threads
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
@@ -320,7 +320,7 @@ class Executable:
     def _transpose(self, src, dst, batch, rows, cols, sb, sr, sc):
         """dst (contiguous (batch, cols, rows)) = each of src's batch (rows x cols) matrices,
         elements at b*sb + r*sr + c*sc, transposed (layout.cu)."""
-        tiles = -(-rows // 32) * -(-cols // 32)
+        tiles = -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
         self.transpose((tiles, min(batch, 65535), 1), (32, 8, 1),
                        (src, dst, *map(np.int64, (batch, rows, cols, sb, sr, sc))))
 
