@@ -28,13 +28,18 @@ __global__ void __launch_bounds__(256)
   for (i64 b = blockIdx.y; b < batch; b += gridDim.y) {
     const T* s = src + b * sb;
     T* d = dst + b * rows * cols;
+    T v[TILE / 8][2];                               // all 16 loads in flight, then stored
 #pragma unroll
-    for (int i = ty; i < TILE; i += 8)              // tile row i: src row r0 + i
+    for (int i = 0; i < TILE / 8; ++i)              // tile row ty + 8i: src row r0 + ty + 8i
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const i64 r = r0 + i, c = c0 + h * 32 + tx;
-        if (r < rows && c < cols) tile[i][h * 32 + tx] = s[r * sr + c * sc];
+        const i64 r = r0 + ty + 8 * i, c = c0 + h * 32 + tx;
+        if (r < rows && c < cols) v[i][h] = s[r * sr + c * sc];
       }
+#pragma unroll
+    for (int i = 0; i < TILE / 8; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) tile[ty + 8 * i][h * 32 + tx] = v[i][h];
     __syncthreads();
 #pragma unroll
     for (int i = ty; i < TILE; i += 8)              // dst row c0 + i: src column c0 + i

@@ -1,0 +1,95 @@
+"""Where the time of an NCHW problem run on its NHWC twin goes (algorithm "im2win_nhwc").
+
+``python3 tools/twin_dev.py [--layers cv8,cv10,cv12] [--dtype float16] [--batch 128]``: per
+layer, GPU time (CUDA events, median after warm-up) of the whole NCHW call, of the twin's NHWC
+call on channels-last copies made beforehand, and of each layout copy alone (layout.cu's
+transpose_batched, and CuPy's own strided copy for scale), with the bandwidth each copy
+reaches on the bytes it must move (read once, written once); then the host time per call.
+One process, table last.
+"""
+
+import argparse
+import statistics
+import time
+
+import cupy
+import numpy as np
+
+import im2win
+from im2win import cuda
+from im2win.bench import GPU_BATCH, make_inputs
+from im2win.cuda import launch
+from im2win.cuda.plan import dtype_of
+from im2win.layers import LAYERS
+from im2win.problem import make_problem
+
+
+def gpu_ms(fn, reps=20):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def host_us(fn, reps=50):
+    fn()
+    cupy.cuda.get_current_stream().synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    t1 = time.perf_counter()
+    cupy.cuda.get_current_stream().synchronize()
+    return (t1 - t0) / reps * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default="cv8,cv10,cv12")
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--batch", type=int, default=GPU_BATCH)
+    args = parser.parse_args()
+    names = args.layers.split(",")
+    rows = []
+    for layer in (LAYERS[name] for name in names):
+        x_host, w_host = make_inputs(layer, args.batch, dtype_of(args.dtype), "NCHW")
+        x, w = cupy.asarray(x_host), cupy.asarray(w_host)
+        kwargs = layer.kwargs
+        prob = make_problem(x, w, layout="NCHW", **kwargs)
+        plan = cuda._plan(prob, x, w, "auto", None, None)
+        exe = launch.executable(prob, plan)
+        N, C, K, P, Q = prob.N, prob.C, prob.K, prob.P, prob.Q
+        HW, item = prob.H * prob.W, prob.dtype.itemsize
+        x_nhwc = cupy.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        w_nhwc = cupy.ascontiguousarray(w.transpose(0, 2, 3, 1))
+        x_t = cupy.empty_like(x_nhwc)
+        y_t = cupy.empty((N, P, Q, K), prob.dtype)
+        y = cupy.empty((N, K, P, Q), prob.dtype)
+        full = lambda: im2win.conv2d(x, w, **kwargs)                       # noqa: E731
+        inner = lambda: im2win.conv2d(x_nhwc, w_nhwc, layout="NHWC", **kwargs)  # noqa: E731
+        tx = lambda: exe._transpose(x, x_t, N, C, HW, C * HW, HW, 1)       # noqa: E731
+        ty = lambda: exe._transpose(y_t, y, N, P * Q, K, P * Q * K, K, 1)  # noqa: E731
+        cp = lambda: cupy.ascontiguousarray(x.transpose(0, 2, 3, 1))       # noqa: E731
+        x_bytes, y_bytes = 2 * x.size * item, 2 * y.size * item
+        t = {name: gpu_ms(fn) for name, fn in (("full", full), ("inner", inner), ("x copy", tx),
+                                               ("y copy", ty), ("cupy x", cp))}
+        rows.append((layer.name, plan.algorithm, t, x_bytes / t["x copy"] / 1e9,
+                     y_bytes / t["y copy"] / 1e9, x_bytes / t["cupy x"] / 1e9,
+                     host_us(full), host_us(inner)))
+    print(f"{args.dtype} NCHW, batch {args.batch}: GPU ms (median), copies' TB/s, host us/call")
+    print("layer  plan         full   inner  x copy  y copy  cupy x | x TB/s y TB/s cupy "
+          "| host full inner")
+    for name, algorithm, t, bx, by, bc, hf, hi in rows:
+        print(f"{name:5s}  {algorithm:11s} {t['full']:6.3f} {t['inner']:7.3f} {t['x copy']:7.3f}"
+              f" {t['y copy']:7.3f} {t['cupy x']:7.3f} | {bx:6.2f} {by:6.2f} {bc:4.2f} | "
+              f"{hf:6.1f} {hi:5.1f}")
+
+
+if __name__ == "__main__":
+    main()
