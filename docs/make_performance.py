@@ -182,6 +182,50 @@ def float16_targets(record, rows, data=DOCS / "data"):
     return text
 
 
+PRECISION_NOTES = """### float32 on Tensor Cores: `precision="3xtf32"` and `"tf32"`
+
+`python -m im2win --compare --dtype float32 --layout NHWC --precision P`: im2win at precision P
+(the Hopper kernel with TMA copies, `.tf32` wgmma; it refuses C/groups not a multiple of 32,
+so the C = 3 layers show "-"), this project's FP32 path (CUDA cores, IEEE fused multiply-adds),
+and cuDNN FP32 with TF32 off. Errors are max|y - ref| / max|ref| against the float64 reference
+on the same float32 inputs (first and last image). "3xtf32" sums big*small + small*big +
+big*big of each operand's TF32 split, each 32-deep slice from zero, added in FP32; "tf32" is one
+TF32 product (10 fraction bits, truncated operands: lower precision, as PyTorch's default).
+"""
+
+
+def precision_section(records):
+    """3xtf32 and tf32 against the FP32 path and cuDNN FP32: speed and error per layer."""
+    by = {r["command"].split("--precision ")[1].split()[0]: by_layer(r) for r in records}
+    three, one = by.get("3xtf32", {}), by.get("tf32", {})
+    base = three or one
+    lines = [PRECISION_NOTES] + [f"`{r['command'].split(' --json')[0]}` on {r['date'][:10]}."
+                                 for r in records] + [
+        "", "| layer | 3xtf32 TFLOPS | tf32 TFLOPS | FP32 path TFLOPS | cuDNN FP32 TFLOPS | "
+        "3xtf32 vs cuDNN | error: 3xtf32 | tf32 | FP32 path | cuDNN FP32 |",
+        "|---|---|---|---|---|---|---|---|---|---|"]
+    ratios, ratios_all, worst = [], [], []
+    for layer, impls in base.items():
+        t3, t1 = three.get(layer, {}).get("im2win"), one.get(layer, {}).get("im2win")
+        fp32, dnn = impls["im2win-float32"], impls["cudnn"]
+        cell = lambda row, key, f: format(row[key], f) if row else "-"  # noqa: E731
+        if t3:
+            ratios.append(t3["tflops"] / dnn["tflops"])
+            worst.append(t3["rel_error"] / fp32["rel_error"])
+        ratios_all.append((t3 or fp32)["tflops"] / dnn["tflops"])
+        lines.append(f"| {layer} | {cell(t3, 'tflops', '.1f')} | {cell(t1, 'tflops', '.1f')} | "
+                     f"{fp32['tflops']:.1f} | {dnn['tflops']:.1f} | "
+                     + (f"{ratios[-1]:.2f}x" if t3 else "-") +
+                     f" | {cell(t3, 'rel_error', '.1e')} | {cell(t1, 'rel_error', '.1e')} | "
+                     f"{fp32['rel_error']:.1e} | {dnn['rel_error']:.1e} |")
+    if ratios:
+        lines += ["", f"3xtf32 against cuDNN FP32: {geomean(ratios):.2f}x over the {len(ratios)} "
+                      f"layers it runs, {geomean(ratios_all):.2f}x over all {len(ratios_all)} "
+                      "with the FP32 path on the others (target 1.3x); its error is at most "
+                      f"{max(worst):.2f}x the FP32 path's on any layer (target: at most 1.5x)."]
+    return "\n".join(lines)
+
+
 def window_mib(name, record):
     """MiB of the layer's whole-batch window tensor, N*C*P*Wp*R elements (spec/im2win.md)."""
     from im2win.layers import LAYERS
@@ -649,6 +693,9 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
         page.append(gpu_section(record, data) + "\n")
         page.append(f"![TFLOPS per layer]({link(tflops, out)})\n"
                     f"![extra memory per layer]({link(memory, out)})\n")
+    precisions = sorted(data.glob("gpu-float32-NHWC-*tf32.json"))
+    if precisions:
+        page.append(precision_section([json.loads(p.read_text()) for p in precisions]) + "\n")
     if gpu:
         page.append(GPU_WHY)
     profiles = sorted((data / "logs").glob("ncu-*.txt"))
