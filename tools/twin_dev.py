@@ -1,15 +1,14 @@
 """Where the time of an NCHW problem run on its NHWC twin goes (algorithm "im2win_nhwc").
 
 ``python3 tools/twin_dev.py [--layers cv8,cv10,cv12] [--dtype float16] [--batch 128]``: per
-layer, GPU time (CUDA events, median after warm-up) of the whole NCHW call, of the twin's NHWC
-call on channels-last copies made beforehand, and of each layout copy alone (layout.cu's
-transpose_batched, and CuPy's own strided copy for scale), with the bandwidth each copy
-reaches on the bytes it must move (read once, written once); then the host time per call.
+layer, GPU time (bench.GPU.time: CUDA events, median after warm-up) of the whole NCHW call, of
+the twin's NHWC call on channels-last copies made beforehand, and of each layout copy alone
+(layout.cu's transpose_batched, and CuPy's own strided copy for scale), with the bandwidth each
+copy reaches on the bytes it must move (read once, written once); then the host time per call.
 One process, table last.
 """
 
 import argparse
-import statistics
 import time
 
 import cupy
@@ -17,25 +16,11 @@ import numpy as np
 
 import im2win
 from im2win import cuda
-from im2win.bench import GPU_BATCH, make_inputs
+from im2win.bench import GPU, GPU_BATCH, make_inputs
 from im2win.cuda import launch
 from im2win.cuda.plan import dtype_of
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
-
-
-def gpu_ms(fn, reps=20):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
 
 
 def host_us(fn, reps=50):
@@ -56,7 +41,7 @@ def main():
     parser.add_argument("--batch", type=int, default=GPU_BATCH)
     args = parser.parse_args()
     names = args.layers.split(",")
-    rows = []
+    device, rows = GPU(), []
     for layer in (LAYERS[name] for name in names):
         x_host, w_host = make_inputs(layer, args.batch, dtype_of(args.dtype), "NCHW")
         x, w = cupy.asarray(x_host), cupy.asarray(w_host)
@@ -77,8 +62,8 @@ def main():
         ty = lambda: exe._transpose(y_t, y, N, P * Q, K, P * Q * K, K, 1)  # noqa: E731
         cp = lambda: cupy.ascontiguousarray(x.transpose(0, 2, 3, 1))       # noqa: E731
         x_bytes, y_bytes = 2 * x.size * item, 2 * y.size * item
-        t = {name: gpu_ms(fn) for name, fn in (("full", full), ("inner", inner), ("x copy", tx),
-                                               ("y copy", ty), ("cupy x", cp))}
+        calls = (("full", full), ("inner", inner), ("x copy", tx), ("y copy", ty), ("cupy x", cp))
+        t = {name: 1e3 * device.time(fn) for name, fn in calls}      # ms
         rows.append((layer.name, plan.algorithm, t, x_bytes / t["x copy"] / 1e9,
                      y_bytes / t["y copy"] / 1e9, x_bytes / t["cupy x"] / 1e9,
                      host_us(full), host_us(inner)))
