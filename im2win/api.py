@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from im2win import baselines, cpu, cuda, interop, reference
+from im2win import baselines, cpu, cuda, gradients, interop, reference
 from im2win.arrays import checked_problem, native, on_gpu, same_device
 from im2win.cuda.plan import (check_algorithm, check_options, check_precision,
                               check_workspace_limit)
-from im2win.problem import make_backward_data_problem, make_backward_filter_problem
+from im2win.problem import (check_shape, make_backward_data_problem,
+                            make_backward_filter_problem)
 
 CPU_ALGORITHMS = ("auto", "im2win", "im2col_gemm")
 
@@ -149,15 +150,29 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     return cpu.conv2d(prob, x, w, bias, y)
 
 
-def _backward(make, compute, a, b, shape, kwargs):
-    """Check a backward call (`make`: its problem's checks) and run `compute` on the CPU."""
+def _backward(make, compute, through_forward, a, b, shape, kwargs):
+    """Check a backward call (`make`: its problem's checks) and run it: `compute` (the
+    reference's float64 sums) on NumPy arrays, `through_forward` (im2win.gradients: forward
+    convolutions on views) on CuPy arrays, and on CUDA arrays of another library through CuPy
+    views of them, on the caller's stream, the result in their type."""
+    if not (on_gpu(a) or on_gpu(b)):
+        family = interop.gpu_family({"first array": a, "second array": b})
+        if family is not None:
+            door = interop.Door(family)
+            ca, cb = door.enter(a), door.enter(b)
+            with ca.device, door.stream(a):
+                result = _backward(make, compute, through_forward, ca, cb, shape, kwargs)
+            return door.leave(result)
     gpu = same_device(a, b, None, None)
     if not gpu:
         a, b = native(a), native(b)
-    make(a, b, shape, **kwargs)                                 # every check, before any work
+    prob = make(a, b, shape, **kwargs)                          # every check, before any work
     if gpu:
-        raise NotImplementedError("the backward passes run on the CPU (NumPy arrays) so far; "
-                                  "their GPU kernels are not written yet")
+        import cupy
+        result = cupy.empty(check_shape("shape", shape), prob.dtype)
+        if result.size == 0:
+            return result
+        return through_forward(conv2d, prob, a, b, result)
     return compute(a, b, shape, **kwargs)
 
 
@@ -176,13 +191,16 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
         stride, padding, dilation, groups, layout: those of the forward `conv2d`.
 
     Returns:
-        dx of `x_shape`, dy's dtype (NumPy). Computed by the reference's window formulation
-        (`im2win.reference.conv2d_backward_data`): float64 sums, rounded once.
+        dx of `x_shape`, dy's dtype, on dy's device and in its array type. NumPy arrays: by
+        the reference's window formulation (`im2win.reference.conv2d_backward_data`), float64
+        sums rounded once. GPU arrays: as sh*sw forward convolutions of views of dy, one per
+        phase of dx's rows and columns (`im2win.gradients.backward_data`), each element one
+        sum of the forward kernels (float32 accumulation for float16 and bfloat16), rounded
+        once; no workspace but the re-ordered filter.
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
             bad x_shape.
-        NotImplementedError: CuPy arrays (the GPU kernels are not written yet).
 
     Example:
         >>> import numpy as np, im2win
@@ -192,7 +210,8 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
                [2., 4., 2.],
                [1., 2., 1.]])
     """
-    return _backward(make_backward_data_problem, reference.conv2d_backward_data, dy, w, x_shape,
+    return _backward(make_backward_data_problem, reference.conv2d_backward_data,
+                     gradients.backward_data, dy, w, x_shape,
                      dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                           layout=layout))
 
@@ -214,14 +233,16 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
         stride, padding, dilation, groups, layout: those of the forward `conv2d`.
 
     Returns:
-        dw of `w_shape`, x's dtype (NumPy), deterministic (the same bits every run). Computed
-        by the reference's window formulation (`im2win.reference.conv2d_backward_filter`):
-        float64 sums, rounded once.
+        dw of `w_shape`, x's dtype, on x's device and in its array type, deterministic (the
+        same bits every run). NumPy arrays: by the reference's window formulation
+        (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays: one
+        forward convolution per group of x seen as C/G images of N channels with dy as K/G
+        filters of P x Q taps, views of both (`im2win.gradients.backward_filter`): a sum over
+        N*P*Q per element in a fixed order, no atomics, no workspace.
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
             bad w_shape.
-        NotImplementedError: CuPy arrays (the GPU kernels are not written yet).
 
     Example:
         >>> im2win.conv2d_backward_filter(np.ones((1, 1, 3, 3)), np.ones((1, 1, 2, 2)),
@@ -229,6 +250,7 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
         array([[4., 4.],
                [4., 4.]])
     """
-    return _backward(make_backward_filter_problem, reference.conv2d_backward_filter, x, dy,
-                     w_shape, dict(stride=stride, padding=padding, dilation=dilation,
-                                   groups=groups, layout=layout))
+    return _backward(make_backward_filter_problem, reference.conv2d_backward_filter,
+                     gradients.backward_filter, x, dy, w_shape,
+                     dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
+                          layout=layout))

@@ -1,13 +1,17 @@
 """The two gradients of conv2d: exact adjoints, against tap-by-tap oracles and finite
-differences, with the forward's argument checks."""
+differences, with the forward's argument checks; as forward convolutions (im2win.gradients,
+what the GPU runs) on the CPU and, where there is one, on the GPU."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import im2win
 from helpers import problems, random_arrays, to_layout
-from im2win import reference
+from im2win import gradients, reference
+from im2win.problem import make_backward_data_problem, make_backward_filter_problem
+from im2win.testing import allowed_error, relative_error
 
 AWKWARD = [((3, 5, 13, 11), (7, 5, 3, 2), dict(padding=1, stride=(2, 1))),
            ((2, 6, 19, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 3), dilation=(1, 2),
@@ -158,13 +162,77 @@ def test_against_pytorch(rng, x_shape, w_shape, kwargs, torch_kwargs):
                                rtol=0, atol=1e-10)
 
 
+@settings(max_examples=60, deadline=None)
+@given(problem=problems(max_n=2), layout=st.sampled_from(["NCHW", "NHWC"]),
+       seed=st.integers(0, 2**16))
+def test_gradients_as_forward_convolutions_match_the_reference(problem, layout, seed):
+    """im2win.gradients (what CuPy arrays run): every element of dx and dw written (both
+    poisoned with NaN first) and equal to the reference's float64 sums, here through the CPU's
+    forward conv2d on views of dy, w and x."""
+    x_shape, w_shape, kwargs = problem
+    rng = np.random.default_rng(seed)
+    x, w = case(rng, layout, x_shape, w_shape)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout=layout, **kwargs).shape)
+    prob = make_backward_data_problem(dy, w, x.shape, layout=layout, **kwargs)
+    dx = gradients.backward_data(im2win.conv2d, prob, dy, w, np.full(x.shape, np.nan))
+    ref = reference.conv2d_backward_data(dy, w, x.shape, layout=layout, **kwargs)
+    np.testing.assert_allclose(dx, ref, rtol=0, atol=1e-13 * (1 + np.abs(ref).max(initial=0)))
+    prob = make_backward_filter_problem(x, dy, w.shape, layout=layout, **kwargs)
+    dw = gradients.backward_filter(im2win.conv2d, prob, x, dy, np.full(w.shape, np.nan))
+    ref = reference.conv2d_backward_filter(x, dy, w.shape, layout=layout, **kwargs)
+    np.testing.assert_allclose(dw, ref, rtol=0, atol=1e-13 * (1 + np.abs(ref).max(initial=0)))
+
+
+GPU = pytest.mark.skipif(not im2win.cuda.is_available(), reason="needs CuPy and a visible CUDA GPU")
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not im2win.cuda.is_available(), reason="needs CuPy and a visible CUDA GPU")
-def test_gpu_arrays_are_refused_clearly():
+@GPU
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", AWKWARD + [
+    ((4, 64, 9, 10), (64, 64, 3, 3), dict(padding=1)),                  # the Tensor-Core kernels
+    ((3, 32, 12, 11), (48, 16, 3, 3), dict(groups=2, stride=2, padding=1))])
+def test_gpu_gradients_match_the_reference(rng, dtype, layout, x_shape, w_shape, kwargs):
+    """CuPy arrays: both gradients against the float64 reference on the same rounded inputs,
+    within the forward's tolerance for their reduction lengths; dw the same bits twice."""
     import cupy
-    with pytest.raises(NotImplementedError, match="run on the CPU"):
-        im2win.conv2d_backward_data(cupy.ones((1, 1, 2, 2)), cupy.ones((1, 1, 2, 2)),
-                                    (1, 1, 3, 3))
+    x, w = case(rng, layout, x_shape, w_shape)
+    x, w = x.astype(dtype), w.astype(dtype)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout=layout, **kwargs).shape).astype(dtype)
+    wide = [a.astype(np.float64) for a in (x, w, dy)]
+    cx, cw, cdy = (cupy.asarray(a) for a in (x, w, dy))
+    dx = im2win.conv2d_backward_data(cdy, cw, x.shape, layout=layout, **kwargs)
+    dw = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout=layout, **kwargs)
+    assert isinstance(dx, cupy.ndarray) and dx.dtype == dtype and dw.dtype == dtype
+    prob = make_backward_data_problem(dy, w, x.shape, layout=layout, **kwargs)
+    data_red = prob.Kg * prob.R * prob.S
+    filter_red = prob.N * prob.P * prob.Q
+    ref = reference.conv2d_backward_data(wide[2], wide[1], x.shape, layout=layout, **kwargs)
+    assert relative_error(cupy.asnumpy(dx), ref) <= allowed_error(dtype, data_red)
+    ref = reference.conv2d_backward_filter(wide[0], wide[2], w.shape, layout=layout, **kwargs)
+    assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(dtype, filter_red)
+    again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout=layout, **kwargs)
+    cupy.testing.assert_array_equal(again, dw)                    # deterministic: no atomics
+
+
+@pytest.mark.gpu
+@GPU
+def test_gpu_gradients_of_torch_tensors_come_back_as_torch_tensors(rng):
+    """CUDA tensors of PyTorch in, PyTorch tensors out, on its current stream; against
+    torch.nn.grad."""
+    torch = pytest.importorskip("torch")
+    x, w = case(rng, "NCHW", (2, 6, 19, 11), (10, 3, 3, 2))
+    kwargs = dict(groups=2, stride=(2, 3), dilation=(1, 2), padding=2)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, **kwargs).shape)
+    tx, tw, tdy = (torch.from_numpy(a).cuda() for a in (x, w, dy))
+    dx = im2win.conv2d_backward_data(tdy, tw, x.shape, **kwargs)
+    dw = im2win.conv2d_backward_filter(tx, tdy, w.shape, **kwargs)
+    assert isinstance(dx, torch.Tensor) and dx.is_cuda and isinstance(dw, torch.Tensor)
+    torch.testing.assert_close(dx, torch.nn.grad.conv2d_input(x.shape, tw, tdy, **kwargs),
+                               rtol=0, atol=1e-11)
+    torch.testing.assert_close(dw, torch.nn.grad.conv2d_weight(tx, w.shape, tdy, **kwargs),
+                               rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -1,0 +1,112 @@
+"""The two gradients of `conv2d` as forward convolutions, on whatever device `conv2d` runs.
+
+Backward data (a transposed convolution) by phases: the rows h = a + sh*i of dx with one
+remainder a < sh (and likewise the columns) receive only the taps r with (a + pt - r*dh) a
+multiple of sh, which are every t-th tap (t = sh / gcd(sh, dh)); over i that is a forward
+convolution of dy, stride 1, dilation dh / gcd(sh, dh), with those taps reversed, the filters'
+K and C/G exchanged within each group, and dy's rows shifted (padding, or a view that starts
+later) so that output row i lands on dx row a + sh*i. Each of the sh*sw phases writes its
+strided view of dx (`out=`), so every element of dx is written once, by one rounded sum; a
+phase with no tap is zero. Stride 1 is one phase: the whole filter, flipped.
+
+Backward filter as one forward convolution per group: ``dw[k, c, r, s] = sum_{n,p,q}
+dy[n, k, p, q] * xp[n, c, p*sh + r*dh, q*sw + s*dw]`` is the convolution of x seen as C/G
+images of N channels (x's axes exchanged: a view) with dy seen as K/G filters of N channels
+and P x Q taps, stride (dh, dw), dilation (sh, sw), padding (pt, pl) and at the bottom what
+makes its output R x S; its output is dw's view with the axes exchanged back. The reduction
+runs over N*P*Q and is computed once per element in a fixed order: the same bits every run.
+
+Both use only views of the caller's arrays and the re-ordered filter (backward data), so the
+GPU runs them on the forward kernels with no workspace of the batch's size.
+"""
+
+from __future__ import annotations
+
+import math
+
+from im2win.problem import Problem
+
+
+def _phase(a: int, s: int, d: int, pad: int, taps: int, P: int, extent: int):
+    """One axis of backward data's phase `a`: (the taps it takes, in the order the forward
+    convolution reads them; its dilation; dy's slice; the forward padding (lo, hi); output
+    length), or None where the phase has no output or no tap (its output is then zero, and
+    `taps` empty)."""
+    rows = (extent - a + s - 1) // s             # dx rows a, a + s, ... below `extent`
+    chosen = [r for r in range(taps) if (a + pad - r * d) % s == 0]
+    if rows <= 0:
+        return None
+    if not chosen:
+        return (), 1, slice(0, 0), (0, 0), rows
+    J, e = len(chosen), d // math.gcd(s, d)
+    base = (a + pad - chosen[0] * d) // s        # dy row of output row 0 under the first tap
+    lo = (J - 1) * e - base                      # dy rows before the first that row 0 reads
+    last = rows - 1 - lo + (J - 1) * e           # the last dy row read
+    start, stop = max(0, -lo), min(P, last + 1)
+    if stop <= start:                            # every row it reads is padding
+        return (), 1, slice(0, 0), (0, 0), rows
+    return tuple(reversed(chosen)), e, slice(start, stop), (max(0, lo), max(0, last - P + 1)), \
+        rows
+
+
+def backward_data(conv2d, prob: Problem, dy, w, dx):
+    """dx (x's shape, dy's dtype, its module's array) = the x-gradient, by sh*sw forward
+    `conv2d` calls on views of dy, one per phase (module docstring)."""
+    nhwc = prob.layout == "NHWC"
+    G, Cg, Kg = prob.G, prob.Cg, prob.Kg
+    for a in range(prob.sh):
+        rows = _phase(a, prob.sh, prob.dh, prob.pt, prob.R, prob.P, prob.H)
+        if rows is None:
+            continue
+        for b in range(prob.sw):
+            cols = _phase(b, prob.sw, prob.dw, prob.pl, prob.S, prob.Q, prob.W)
+            if cols is None:
+                continue
+            out = dx[:, a::prob.sh, b::prob.sw, :] if nhwc else dx[:, :, a::prob.sh, b::prob.sw]
+            (r_taps, eh, r_slice, r_pad, _), (s_taps, ew, s_slice, s_pad, _) = rows, cols
+            if not r_taps or not s_taps:
+                out[...] = 0
+                continue
+            if nhwc:    # w (K, R, S, C/G) -> (C, J, L, K/G): group g's C/G x K/G exchanged
+                taps = w[:, list(r_taps)][:, :, list(s_taps)]
+                wt = taps.reshape(G, Kg, len(r_taps), len(s_taps), Cg).transpose(0, 4, 2, 3, 1)
+                wt = wt.reshape(G * Cg, len(r_taps), len(s_taps), Kg)
+                view = dy[:, r_slice, s_slice, :]
+            else:       # w (K, C/G, R, S) -> (C, K/G, J, L)
+                taps = w[:, :, list(r_taps)][:, :, :, list(s_taps)]
+                wt = taps.reshape(G, Kg, Cg, len(r_taps), len(s_taps)).transpose(0, 2, 1, 3, 4)
+                wt = wt.reshape(G * Cg, Kg, len(r_taps), len(s_taps))
+                view = dy[:, :, r_slice, s_slice]
+            conv2d(view, wt, padding=(r_pad, s_pad), dilation=(eh, ew), groups=G,
+                   layout=prob.layout, out=out)
+    return dx
+
+
+def backward_filter(conv2d, prob: Problem, x, dy, dw):
+    """dw (w's shape, x's dtype, its module's array) = the w-gradient, by one forward
+    `conv2d` call per group on views of x, dy and dw (module docstring)."""
+    nhwc = prob.layout == "NHWC"
+    Cg, Kg = prob.Cg, prob.Kg
+    # Bottom and right padding that make the output R x S: negative where the forward padding
+    # (or x itself) reaches past the last row any tap reads, which a view then leaves out.
+    bottom = (prob.R - 1) * prob.dh + prob.sh * (prob.P - 1) + 1 - prob.H - prob.pt
+    right = (prob.S - 1) * prob.dw + prob.sw * (prob.Q - 1) + 1 - prob.W - prob.pl
+    if prob.H + bottom <= 0 or prob.W + right <= 0:     # every tap reads padding only
+        dw[...] = 0
+        return dw
+    rows = slice(0, prob.H + min(bottom, 0))
+    cols = slice(0, prob.W + min(right, 0))
+    padding = ((prob.pt, max(bottom, 0)), (prob.pl, max(right, 0)))
+    for g in range(prob.G):
+        cs, ks = slice(g * Cg, (g + 1) * Cg), slice(g * Kg, (g + 1) * Kg)
+        if nhwc:    # images (C/G, H, W, N), filters (K/G, P, Q, N), y (C/G, R, S, K/G)
+            images = x[:, rows, cols, cs].transpose(3, 1, 2, 0)
+            filters = dy[..., ks].transpose(3, 1, 2, 0)
+            out = dw[ks].transpose(3, 1, 2, 0)
+        else:       # images (C/G, N, H, W), filters (K/G, N, P, Q), y (C/G, K/G, R, S)
+            images = x[:, cs, rows, cols].transpose(1, 0, 2, 3)
+            filters = dy[:, ks].transpose(1, 0, 2, 3)
+            out = dw[ks].transpose(1, 0, 2, 3)
+        conv2d(images, filters, stride=(prob.dh, prob.dw), padding=padding,
+               dilation=(prob.sh, prob.sw), layout=prob.layout, out=out)
+    return dw
