@@ -383,6 +383,93 @@ def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compa
     return rows
 
 
+OPS = ("forward", "backward_data", "backward_filter")
+
+
+def pair(v) -> list[int]:
+    return [v, v] if isinstance(v, int) else list(v)
+
+
+def torch_backward(op: str, shape_nchw: tuple):
+    """cuDNN's gradient as a PyTorch user's autograd meets it: aten.convolution_backward on
+    tensors held (channels-last for NHWC), the array the gradient does not read (x for
+    backward data, w for backward filter) a placeholder of its shape in the same memory
+    format, made at the first (untimed) call."""
+    held = {}
+
+    def call(a, b, *, layout, stride=1, padding=0, dilation=1, groups=1):
+        import torch
+        if "other" not in held:
+            fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+            held["other"] = torch.empty(shape_nchw, dtype=a.dtype, device=a.device,
+                                        memory_format=fmt)
+        dy, x, w = (a, held["other"], b) if op == "backward_data" else (b, a, held["other"])
+        mask = [op == "backward_data", op == "backward_filter", False]
+        grads = torch.ops.aten.convolution_backward(
+            dy, x, w, None, pair(stride), pair(padding), pair(dilation), False, [0, 0], groups,
+            mask)
+        return grads[0] if op == "backward_data" else grads[1]
+    return Native(torch_view, call, from_torch)
+
+
+def bench_backward_layer(layer: Layer, batch: int, dtype: str, layout: str, device,
+                         compare: bool, op: str):
+    """One layer's gradient (`op`): im2win's and, with --compare on the GPU, cuDNN's; TFLOPS
+    count the forward's FLOPs (the same multiply-adds). Backward data is checked on the first
+    and last image as the forward is; backward filter sums over the batch, so each
+    implementation is checked by a second, untimed call on those two images alone."""
+    prob, x_host, w_host, x, w = prepare(layer, batch, dtype, layout, device)
+    rng = np.random.default_rng(1)
+    dy_host = rng.uniform(-1, 1, prob.y_shape).astype(x_host.dtype)
+    dy = device.asarray(dy_host)
+    sample = sample_images(batch)
+    nchw = lambda shape: shape if layout == "NCHW" else (shape[0], shape[3], *shape[1:3])  # noqa
+    wide = lambda a: a.astype(np.float64)                                                 # noqa
+    if op == "backward_data":
+        shape, first_in, second = prob.x_shape, rotation(dy, device), w
+        ours = functools.partial(_backward_data, shape=shape)
+        ref = reference.conv2d_backward_data(wide(dy_host[sample]), wide(w_host),
+                                             (len(sample), *shape[1:]), layout=layout,
+                                             **layer.kwargs)
+    else:
+        shape, first_in, second = prob.w_shape, rotation(x, device), dy
+        ours = functools.partial(_backward_filter, shape=shape)
+        ref = reference.conv2d_backward_filter(wide(x_host[sample]), wide(dy_host[sample]),
+                                               shape, layout=layout, **layer.kwargs)
+    impls = {"im2win": ours}
+    if compare and device.name == "gpu" and torch_cuda_available():
+        impls["cudnn"] = torch_backward(op, nchw(prob.x_shape if op == "backward_data"
+                                                 else prob.w_shape))
+    rows = []
+    for impl, fn in impls.items():
+        call, first = bind(fn, first_in, second, layout, layer.kwargs)
+        if op == "backward_data":
+            result = device.to_host(first())[sample]
+        else:       # a call of its own on the two images (w's placeholder: any batch)
+            dy_s, x_s = device.asarray(dy_host[sample]), device.asarray(x_host[sample])
+            result = device.to_host(bind(fn, [x_s], dy_s, layout, layer.kwargs)[1]())
+        seconds = device.time(call)
+        gpu_seconds = device.back_to_back(call)
+        reduction = prob.Kg * prob.R * prob.S if op == "backward_data" else \
+            prob.N * prob.P * prob.Q
+        rows.append(Row(
+            layer=layer.name, impl=impl, x_shape=tuple(x.shape), w_shape=tuple(w.shape),
+            stride=layer.kwargs["stride"], gflop=prob.flops / 1e9, time_ms=seconds * 1e3,
+            tflops=prob.flops / seconds / 1e12,
+            gpu_ms=None if gpu_seconds is None else gpu_seconds * 1e3,
+            extra_bytes=device.extra_memory(call), rel_error=relative_error(result, ref),
+            allowed_error=allowed_error(dtype, reduction)))
+    return rows
+
+
+def _backward_data(dy, w, *, shape, layout, **kwargs):
+    return im2win.conv2d_backward_data(dy, w, shape, layout=layout, **kwargs)
+
+
+def _backward_filter(x, dy, *, shape, layout, **kwargs):
+    return im2win.conv2d_backward_filter(x, dy, shape, layout=layout, **kwargs)
+
+
 def suite_summary(rows: list[Row], convs: list) -> dict | None:
     """im2win against the first baseline measured (cuDNN, else im2col+GEMM): the geometric
     mean of per-layer speed ratios over all layers and by layer class (a layer counts in each
@@ -564,6 +651,10 @@ def parse_args(argv):
     parser.add_argument("--precision", default="float32", choices=["float32", "tf32", "3xtf32"],
                         help="float32 only: im2win's precision (tf32, 3xtf32: Tensor Cores, "
                              "the Hopper kernel; with --compare its float32 path is timed too)")
+    parser.add_argument("--op", default="forward", choices=list(OPS),
+                        help="what to time: the forward convolution (the default) or one of "
+                             "its gradients (cuDNN's through PyTorch's convolution_backward "
+                             "with --compare)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
                         help="where to run (default: the GPU when CuPy sees one, else the CPU)")
     parser.add_argument("--compare", action="store_true",
@@ -593,6 +684,8 @@ def parse_args(argv):
         parser.error("--calls and --repeats must be positive")
     if args.precision != "float32" and args.dtype != "float32":
         parser.error("--precision applies to --dtype float32 only")
+    if args.precision != "float32" and args.op != "forward":
+        parser.error("--precision applies to --op forward only")
     return args
 
 
@@ -610,13 +703,18 @@ def main(argv=None) -> int:
     if args.command == "overhead":
         return overhead_main(args, device)
     batch = args.batch or (SUITE_BATCH[device.name] if args.suite else device.batch)
-    print(f"im2win {im2win.__version__} on {device.name}: batch {batch}, {args.dtype}, "
-          f"{args.layout}; median time after warm-up, everything a call allocates included")
+    print(f"im2win {im2win.__version__} on {device.name}: {args.op}, batch {batch}, "
+          f"{args.dtype}, {args.layout}; median time after warm-up, everything a call "
+          f"allocates included")
     rows = []
     for i, name in enumerate(args.layers):
         progress(i, len(args.layers), name)
-        rows += bench_layer(args.pool[name], batch, args.dtype, args.layout, device,
-                            args.compare, args.precision)
+        if args.op == "forward":
+            rows += bench_layer(args.pool[name], batch, args.dtype, args.layout, device,
+                                args.compare, args.precision)
+        else:
+            rows += bench_backward_layer(args.pool[name], batch, args.dtype, args.layout,
+                                         device, args.compare, args.op)
     progress(len(args.layers), len(args.layers), "done")
     print(format_table(rows))
     summary = suite_summary(rows, [args.pool[name] for name in args.layers]) \
@@ -630,7 +728,7 @@ def main(argv=None) -> int:
         record = {"command": "python -m im2win " + " ".join(sys.argv[1:] if argv is None
                                                             else argv),
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "batch": batch, "dtype": args.dtype, "layout": args.layout,
+                  "batch": batch, "dtype": args.dtype, "layout": args.layout, "op": args.op,
                   "machine": machine_info(device), "suite": args.suite, "summary": summary,
                   "rows": [dict(dataclasses.asdict(r), ok=r.ok) for r in rows]}
         with open(args.json, "w") as f:

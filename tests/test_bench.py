@@ -40,6 +40,17 @@ def test_bench_runs_bfloat16(capsys):
     assert status == 0 and "2 of 2 results correct" in out and "bfloat16" in out
 
 
+@pytest.mark.parametrize("op", ["backward_data", "backward_filter"])
+def test_bench_times_and_checks_the_gradients(tmp_path, capsys, op):
+    path = tmp_path / "bench.json"
+    status = bench.main(["--op", op, "--layers", "cv12", "--batch", "2", "--device", "cpu",
+                         "--layout", "NHWC", "--json", str(path)])
+    assert status == 0 and "1 of 1 results correct" in capsys.readouterr().out
+    record = json.loads(path.read_text())
+    assert record["op"] == op and record["rows"][0]["impl"] == "im2win"
+    assert record["rows"][0]["gflop"] == pytest.approx(2 * 2 * 512 * 5 * 5 * 512 * 9 / 1e9)
+
+
 def test_bench_fails_on_a_wrong_result(monkeypatch, capsys):
     def off_by_a_little(x, w, **kwargs):
         y = bench.im2win.conv2d(x, w, **kwargs)
@@ -60,7 +71,8 @@ def test_cpu_extra_memory_counts_temporaries_not_the_result():
 
 
 @pytest.mark.parametrize("argv", [["--layers", "cv13"], ["--batch", "0"], ["--dtype", "int8"],
-                                  ["--device", "tpu"], ["run"]])
+                                  ["--device", "tpu"], ["run"], ["--op", "sideways"],
+                                  ["--op", "backward_data", "--precision", "tf32"]])
 def test_bench_rejects_bad_options(argv):
     with pytest.raises(SystemExit) as err:
         bench.main(argv)
