@@ -226,6 +226,35 @@ def precision_section(records):
     return "\n".join(lines)
 
 
+BACKWARD_NOTES = """### The gradients (issue 13)
+
+`python -m im2win --op backward_data|backward_filter --compare`: im2win's gradient on the GPU
+(`im2win.gradients`: forward convolutions on views; backward data one per phase of the stride)
+against cuDNN's through PyTorch (`aten.convolution_backward` on tensors held, channels-last for
+NHWC), batch 128, TFLOPS of the forward's FLOPs, each result checked against the float64
+reference on the first and last image. No backward-filter record yet: as forward convolutions
+over N*P*Q-long reductions with few outputs, the twelve layers did not finish within the 80
+seconds the run allowed.
+"""
+
+
+def backward_section(records):
+    """Per-layer TFLOPS of each gradient record, im2win against cuDNN."""
+    lines = [BACKWARD_NOTES]
+    for record in records:
+        rows = by_layer(record)
+        lines += [f"`{record['command'].split(' --json')[0]}` on {record['date'][:10]}:", "",
+                  "| layer | im2win TFLOPS | cuDNN TFLOPS | im2win / cuDNN |", "|---|---|---|---|"]
+        ratios = []
+        for layer, impls in rows.items():
+            ours, dnn = impls["im2win"], impls["cudnn"]
+            ratios.append(ours["tflops"] / dnn["tflops"])
+            lines.append(f"| {layer} | {ours['tflops']:.1f} | {dnn['tflops']:.1f} | "
+                         f"{ratios[-1]:.2f}x |")
+        lines += ["", f"Geometric mean: {geomean(ratios):.2f}x cuDNN (target 0.8x).", ""]
+    return "\n".join(lines)
+
+
 def window_mib(name, record):
     """MiB of the layer's whole-batch window tensor, N*C*P*Wp*R elements (spec/im2win.md)."""
     from im2win.layers import LAYERS
@@ -696,6 +725,9 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
     precisions = sorted(data.glob("gpu-float32-NHWC-*tf32.json"))
     if precisions:
         page.append(precision_section([json.loads(p.read_text()) for p in precisions]) + "\n")
+    gradients = sorted(data.glob("gpu-*-backward_*.json"))
+    if gradients:
+        page.append(backward_section([json.loads(p.read_text()) for p in gradients]))
     if gpu:
         page.append(GPU_WHY)
     profiles = sorted((data / "logs").glob("ncu-*.txt"))

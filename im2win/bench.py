@@ -409,7 +409,7 @@ def torch_backward(op: str, shape_nchw: tuple):
             dy, x, w, None, pair(stride), pair(padding), pair(dilation), False, [0, 0], groups,
             mask)
         return grads[0] if op == "backward_data" else grads[1]
-    return Native(torch_view, call, from_torch)
+    return Native(CUDNN.adopt, call, CUDNN.back)
 
 
 def bench_backward_layer(layer: Layer, batch: int, dtype: str, layout: str, device,
