@@ -543,7 +543,7 @@ def format_table(rows: list[Row]) -> str:
 OVERHEAD_CASE = ((1, 16, 8, 8), (16, 16, 3, 3), 1)
 
 
-def torch_view(device):
+def torch_viewer(device):
     """The function that shows `device`'s arrays to PyTorch without a copy (DLPack on the GPU),
     or None where PyTorch cannot run there."""
     try:
@@ -565,7 +565,7 @@ def host_overhead(device, calls: int = 200, repeats: int = 5) -> dict:
     x = device.asarray(rng.standard_normal(x_shape, dtype=np.float32))
     w = device.asarray(rng.standard_normal(w_shape, dtype=np.float32))
     impls = {"im2win": (im2win.conv2d, x, w)}
-    view = torch_view(device)
+    view = torch_viewer(device)
     if view is not None:
         import torch
         impls["torch"] = (torch.nn.functional.conv2d, view(x), view(w))

@@ -147,7 +147,7 @@ class HostTimeGPU:
         if not hasattr(bench, "host_overhead"):
             raise NotImplementedError("this commit's im2win.bench has no host_overhead")
         self.device = bench.select_device("gpu")
-        if impl == "torch" and bench.torch_view(self.device) is None:
+        if impl == "torch" and bench.torch_viewer(self.device) is None:
             raise NotImplementedError("needs PyTorch with CUDA")
 
     def track_host_us(self, impl):
