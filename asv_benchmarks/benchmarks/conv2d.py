@@ -13,6 +13,8 @@ whole networks and for the host's cost of a call:
 * `NetworksGPU`: `track_speedup_vs_cudnn` per network of `im2win.networks` and dtype (float32
   NCHW, float16 NHWC), batch 32: cuDNN's total time over im2win's, each convolution weighted by
   how often the network runs it.
+* `GradientsGPU`: `track_tflops` of both gradients (``--op``), the twelve layers, float32 and
+  float16 NHWC, batch 128, im2win and cuDNN.
 * `HostTimeGPU`: `track_host_us`, microseconds of host time per cached call of a tiny
   convolution (issuing it; the GPU runs behind), im2win and PyTorch
   (``python -m im2win overhead``).
@@ -190,3 +192,43 @@ class NetworksGPU:
         return theirs / ours
 
     track_speedup_vs_cudnn.unit = "x"
+
+
+class GradientsGPU:
+    """The two gradients on the twelve layers, batch 128, NHWC (``python -m im2win --op OP
+    --compare``): im2win's (`im2win.gradients` on the GPU) and cuDNN's through PyTorch's
+    convolution_backward; TFLOPS of the forward's FLOPs."""
+
+    params = (list(LAYERS), ["float32", "float16"], ["backward_data", "backward_filter"],
+              ["im2win", "cudnn"])
+    param_names = ["layer", "dtype", "op", "implementation"]
+    timeout = 300
+
+    def setup(self, layer, dtype, op, impl):
+        if not hasattr(bench, "torch_backward"):
+            raise NotImplementedError("this commit's im2win has no GPU gradients")
+        self.device = bench.select_device("gpu")
+        if impl == "cudnn" and not bench.torch_cuda_available():
+            raise NotImplementedError("cuDNN needs PyTorch with CUDA")
+        spec = LAYERS[layer]
+        x, w = device_inputs(spec, self.device.batch, dtype, "NHWC", self.device)
+        prob = make_problem(x, w, stride=spec.stride, layout="NHWC")
+        rng = self.device.cupy.random.default_rng(1)
+        dy = (2 * rng.random(prob.y_shape, dtype=self.device.cupy.float32) - 1).astype(dtype)
+        self.flops = prob.flops
+        data = op == "backward_data"
+        a, b, shape = (dy, w, prob.x_shape) if data else (x, dy, prob.w_shape)
+        if impl == "cudnn":          # its placeholder: the array the gradient does not read
+            other = prob.x_shape if data else prob.w_shape
+            fn, kwargs = bench.torch_backward(op, (other[0], other[3], *other[1:3])), {}
+        else:
+            fn = bench._backward_data if data else bench._backward_filter
+            kwargs = dict(shape=shape)
+        self.call, _ = bench.bind(fn, [a], b, "NHWC", dict(kwargs, stride=spec.stride))
+        self.call()
+        self.device.sync()
+
+    def track_tflops(self, layer, dtype, op, impl):
+        return self.flops / self.device.time(self.call, min_seconds=0.1) / 1e12
+
+    track_tflops.unit = "TFLOPS"
