@@ -169,10 +169,11 @@ def _backward(make, compute, through_forward, a, b, shape, kwargs):
     prob = make(a, b, shape, **kwargs)                          # every check, before any work
     if gpu:
         import cupy
-        result = cupy.empty(check_shape("shape", shape), prob.dtype)
-        if result.size == 0:
-            return result
-        return through_forward(conv2d, prob, a, b, result)
+        with a.device:                  # the result and the re-ordered filter on a's GPU
+            result = cupy.empty(check_shape("shape", shape), prob.dtype)
+            if result.size == 0:
+                return result
+            return through_forward(conv2d, prob, a, b, result)
     return compute(a, b, shape, **kwargs)
 
 
@@ -196,7 +197,9 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
         sums rounded once. GPU arrays: as sh*sw forward convolutions of views of dy, one per
         phase of dx's rows and columns (`im2win.gradients.backward_data`), each element one
         sum of the forward kernels (float32 accumulation for float16 and bfloat16), rounded
-        once; no workspace but the re-ordered filter.
+        once. Memory beyond dx: the re-ordered filter, and what those forward calls take (a
+        phase's output when stride > 1, a strided view of dx, goes through a buffer of its
+        size; float16 and bfloat16 NCHW on Hopper run the NHWC twin's copies).
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
@@ -238,7 +241,10 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
         (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays: one
         forward convolution per group of x seen as C/G images of N channels with dy as K/G
         filters of P x Q taps, views of both (`im2win.gradients.backward_filter`): a sum over
-        N*P*Q per element in a fixed order, no atomics, no workspace.
+        N*P*Q per element in a fixed order, no atomics; memory beyond dw is what those calls
+        take (a buffer of dw's size for its strided view; the NHWC twin's copies for float16
+        and bfloat16 NCHW on Hopper). Not tuned yet: the reductions are long and the outputs
+        few, so it is slow.
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a

@@ -16,8 +16,10 @@ and P x Q taps, stride (dh, dw), dilation (sh, sw), padding (pt, pl) and at the 
 makes its output R x S; its output is dw's view with the axes exchanged back. The reduction
 runs over N*P*Q and is computed once per element in a fixed order: the same bits every run.
 
-Both use only views of the caller's arrays and the re-ordered filter (backward data), so the
-GPU runs them on the forward kernels with no workspace of the batch's size.
+Both read views of the caller's arrays (and backward data a re-ordered copy of the filter),
+so the GPU runs them on the forward kernels; what memory those calls take is theirs (a strided
+`out` goes through a buffer of its size, and float16/bfloat16 NCHW on Hopper through the
+NHWC twin's copies).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from im2win.problem import Problem
 def _phase(a: int, s: int, d: int, pad: int, taps: int, P: int, extent: int):
     """One axis of backward data's phase `a`: (the taps it takes, in the order the forward
     convolution reads them; its dilation; dy's slice; the forward padding (lo, hi); output
-    length), or None where the phase has no output or no tap (its output is then zero, and
-    `taps` empty)."""
+    length); the taps are empty where no tap reaches the phase, or only padding does (its
+    output is then zero); None where the phase has no output row."""
     rows = (extent - a + s - 1) // s             # dx rows a, a + s, ... below `extent`
     chosen = [r for r in range(taps) if (a + pad - r * d) % s == 0]
     if rows <= 0:
@@ -91,8 +93,8 @@ def backward_filter(conv2d, prob: Problem, x, dy, dw):
     # (or x itself) reaches past the last row any tap reads, which a view then leaves out.
     bottom = (prob.R - 1) * prob.dh + prob.sh * (prob.P - 1) + 1 - prob.H - prob.pt
     right = (prob.S - 1) * prob.dw + prob.sw * (prob.Q - 1) + 1 - prob.W - prob.pl
-    if prob.H + bottom <= 0 or prob.W + right <= 0:     # every tap reads padding only
-        dw[...] = 0
+    if prob.N == 0 or prob.H + bottom <= 0 or prob.W + right <= 0:   # no image, or padding
+        dw[...] = 0                                                    # only: zero sums
         return dw
     rows = slice(0, prob.H + min(bottom, 0))
     cols = slice(0, prob.W + min(right, 0))

@@ -400,7 +400,9 @@ def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused(
                (problem((8, 64, 28, 28), (128, 64, 3, 3), padding=1), dict(arch=90),
                 "NHWC, C/groups a multiple of 32"),
                (problem((8, 28, 28, 48), (128, 3, 3, 48), layout="NHWC"), dict(arch=90),
-                "C/groups=48")]
+                "C/groups=48"),
+               (problem((2, 40, 40, 64), (8, 3, 3, 64), layout="NHWC", stride=9),
+                dict(arch=90), "TMA traversal strides are at most 8")]   # im2col_args' reason
     for p, kwargs, match in refused:
         with pytest.raises(ValueError, match=match):
             plan_for(p, precision="3xtf32", **kwargs)

@@ -48,6 +48,9 @@ def main():
         kwargs = layer.kwargs
         prob = make_problem(x, w, layout="NCHW", **kwargs)
         plan = cuda._plan(prob, x, w, "auto", None, None)
+        if plan.algorithm != "im2win_nhwc":
+            raise SystemExit(f"{layer.name}: the planner runs {plan.algorithm!r} here, not the "
+                             "NHWC twin (it takes it on Hopper, where the twin runs wgmma)")
         exe = launch.executable(prob, plan)
         N, C, K, P, Q = prob.N, prob.C, prob.K, prob.P, prob.Q
         HW, item = prob.H * prob.W, prob.dtype.itemsize

@@ -10,9 +10,10 @@
 // stride is 1: a warp covers 64 elements of one row), each thread 16 elements per image on
 // each side, so that enough bytes are in flight: the 32 x 32 tiles of 2-byte elements moved
 // about 1 TB/s on the H200 (cv10 float16 NCHW, 2026-12-01). Tile rows are 65 elements apart:
-// a warp reads tile elements 2*tx + h of one column, 130 elements apart, distinct banks for
-// 2-byte elements (4-byte ones share banks pairwise). Tiles are flattened into blockIdx.x (up
-// to 2^31 - 1), images loop over gridDim.y; 64-bit offsets throughout.
+// the warp that reads one tile column reads rows h*32 + tx, 65 elements apart, which puts
+// 4-byte elements in distinct banks and 2-byte ones two to a bank (a 2-way conflict on the
+// reads; reading rows 2*tx + h would avoid it, not yet measured). Tiles are flattened into
+// blockIdx.x (up to 2^31 - 1), images loop over gridDim.y; 64-bit offsets throughout.
 
 constexpr int TRANSPOSE_TILE = 64;
 

@@ -818,7 +818,14 @@ def tf32_refusal(prob: Problem, algorithm: str, options: Options, x_strides, x_a
         return "it copies by TMA (Options(tma=True, conflict_free=True))"
     tile = WGMMA_TILES[choose_tf32_tile(prob.Kg, prob.N * prob.P * prob.Q, "tf32")]
     if tma_args(prob, tile, x_strides, x_aligned, w_aligned) is None:
-        return (f"it copies by TMA: NHWC, C/groups a multiple of {slice_elements(prob)}, x and w "
+        channels = slice_elements(prob)
+        if prob.layout == "NHWC" and prob.Cg % channels == 0 and x_aligned and w_aligned:
+            from im2win.cuda.tma import im2col_args
+            try:                        # what im2col_args refused (a stride, corner, offset)
+                im2col_args(prob, x_strides, channels, tile.BM)
+            except ValueError as err:
+                return f"it copies by TMA, and {err}"
+        return (f"it copies by TMA: NHWC, C/groups a multiple of {channels}, x and w "
                 f"16-byte aligned (got layout {prob.layout}, C/groups={prob.Cg})")
     return None
 
