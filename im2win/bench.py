@@ -390,18 +390,19 @@ def pair(v) -> list[int]:
     return [v, v] if isinstance(v, int) else list(v)
 
 
-def torch_backward(op: str, shape_nchw: tuple):
+def torch_backward(op: str, shape: tuple):
     """cuDNN's gradient as a PyTorch user's autograd meets it: aten.convolution_backward on
     tensors held (channels-last for NHWC), the array the gradient does not read (x for
-    backward data, w for backward filter) a placeholder of its shape in the same memory
-    format, made at the first (untimed) call."""
+    backward data, w for backward filter; `shape` is its shape in the benchmark's layout) a
+    placeholder in the same memory format, made at the first (untimed) call."""
     held = {}
 
     def call(a, b, *, layout, stride=1, padding=0, dilation=1, groups=1):
         import torch
         if "other" not in held:
+            nchw = shape if layout == "NCHW" else (shape[0], shape[3], *shape[1:3])
             fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
-            held["other"] = torch.empty(shape_nchw, dtype=a.dtype, device=a.device,
+            held["other"] = torch.empty(nchw, dtype=a.dtype, device=a.device,
                                         memory_format=fmt)
         dy, x, w = (a, held["other"], b) if op == "backward_data" else (b, a, held["other"])
         mask = [op == "backward_data", op == "backward_filter", False]
@@ -423,8 +424,7 @@ def bench_backward_layer(layer: Layer, batch: int, dtype: str, layout: str, devi
     dy_host = rng.uniform(-1, 1, prob.y_shape).astype(x_host.dtype)
     dy = device.asarray(dy_host)
     sample = sample_images(batch)
-    nchw = lambda shape: shape if layout == "NCHW" else (shape[0], shape[3], *shape[1:3])  # noqa
-    wide = lambda a: a.astype(np.float64)                                                 # noqa
+    wide = lambda a: a.astype(np.float64)  # noqa: E731
     if op == "backward_data":
         shape, first_in, second = prob.x_shape, rotation(dy, device), w
         ours = functools.partial(_backward_data, shape=shape)
@@ -438,8 +438,8 @@ def bench_backward_layer(layer: Layer, batch: int, dtype: str, layout: str, devi
                                                shape, layout=layout, **layer.kwargs)
     impls = {"im2win": ours}
     if compare and device.name == "gpu" and torch_cuda_available():
-        impls["cudnn"] = torch_backward(op, nchw(prob.x_shape if op == "backward_data"
-                                                 else prob.w_shape))
+        impls["cudnn"] = torch_backward(op, prob.x_shape if op == "backward_data"
+                                        else prob.w_shape)
     rows = []
     for impl, fn in impls.items():
         call, first = bind(fn, first_in, second, layout, layer.kwargs)

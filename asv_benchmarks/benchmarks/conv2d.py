@@ -219,8 +219,8 @@ class GradientsGPU:
         data = op == "backward_data"
         a, b, shape = (dy, w, prob.x_shape) if data else (x, dy, prob.w_shape)
         if impl == "cudnn":          # its placeholder: the array the gradient does not read
-            other = prob.x_shape if data else prob.w_shape
-            fn, kwargs = bench.torch_backward(op, (other[0], other[3], *other[1:3])), {}
+            fn = bench.torch_backward(op, prob.x_shape if data else prob.w_shape)
+            kwargs = {}
         else:
             fn = bench._backward_data if data else bench._backward_filter
             kwargs = dict(shape=shape)
