@@ -132,7 +132,8 @@ def test_network_suite_runs_layers_with_their_hyper_parameters(tmp_path, capsys)
     assert summary["baseline"] == "im2col+gemm"
     assert set(summary["kinds"]) == {"stem", "strided", "depthwise", "1x1"}
     assert summary["all"]["layers"] == 3
-    assert all(v["slowest"] <= v["speedup"] for v in summary["kinds"].values())
+    # a class of one layer: its geometric mean (exp of a mean of logs) may be an ulp below it
+    assert all(v["slowest"] <= v["speedup"] * (1 + 1e-12) for v in summary["kinds"].values())
     assert list(summary["networks"]) == ["mobilenet_v2"]
     from im2win.networks import NETWORKS
     convs = {c.name: c for c in NETWORKS["mobilenet_v2"]}
