@@ -359,9 +359,11 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "depthwise"
         elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None:
             algorithm = "gemm"
-        elif tile is None and nhwc_pays(prob, x_strides, options, workspace_limit, arch):
-            algorithm = "im2win_nhwc"
         else:
+            twin = None if tile is not None else \
+                nhwc_auto_plan(prob, x_strides, options, workspace_limit, arch)
+            if twin is not None:
+                return twin
             algorithm = "im2win_fused"
     if algorithm == "depthwise":
         return depthwise_plan(prob, options, x_strides, x_aligned)
@@ -393,18 +395,18 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                                                   prob.dtype.name == "bfloat16"):
         geo = geometry(prob, fused, chunk, x_strides)
         src_aligned = x_aligned or not fused
-        tma_tile = None
-        if options.hopper and arch == HOPPER and tile is None:
+        tma_tile, tma = None, None      # TMA takes the wgmma kernel with a tile of its own
+        if options.hopper and arch == HOPPER and tile is None and fused:
             tma_tile = choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q)
-            if not (fused and tma_plan(prob, WGMMA_TILES[tma_tile], options, x_strides,
-                                       src_aligned, w_aligned)):
-                tma_tile = None
+            tma = tma_plan(prob, WGMMA_TILES[tma_tile], options, x_strides, src_aligned,
+                           w_aligned)
         hopper = options.hopper and arch == HOPPER and (
-            tile in WGMMA_TILES or tma_tile is not None or
+            tile in WGMMA_TILES or tma is not None or
             (tile is None and wgmma_pays(prob, geo, src_aligned)))
         return tensor_core_plan(WGMMA if hopper else MMA, prob, algorithm, options,
-                                tile or tma_tile, chunk, workspace, geo, src_aligned,
-                                w_aligned or not fused, x_strides, workspace_limit)
+                                tile or (tma_tile if tma else None), chunk, workspace, geo,
+                                src_aligned, w_aligned or not fused, x_strides, workspace_limit,
+                                tma)
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
     if tile is not None and tile not in TILES:
@@ -672,21 +674,19 @@ def nhwc_refusal(prob: Problem, x_strides, workspace_limit: int | None) -> str |
     return None
 
 
-def nhwc_pays(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
-              arch: int | None) -> bool:
-    """Whether "auto" runs an NCHW problem on its NHWC twin: on Hopper, where the twin takes
+def nhwc_auto_plan(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
+                   arch: int | None) -> Plan | None:
+    """The "im2win_nhwc" plan where "auto" takes it, else None: on Hopper, where the twin runs
     the wgmma kernel (the NCHW problem cannot: its window operand is gathered element by
-    element) and the copies fit the workspace limit. Estimated from the twelve layers on the
-    H200 (float16, batch 128: the NHWC kernel's time plus the copies at 3 TB/s against the NCHW
-    kernel's time), not yet measured: cv8 94 -> about 230 TFLOPS; C = 3 stays NCHW (its twin
-    gathers too)."""
+    element) and the copies fit the workspace limit. Measured on the H200 (float16 NCHW,
+    batch 128, docs/hopper.md step 5): the twelve layers' geometric mean went from 0.47x to
+    0.84x cuDNN's (cv8 95 -> 202 TFLOPS); the C = 3 layers stay NCHW (their twin gathers
+    too)."""
     if arch != HOPPER or not options.hopper or \
             nhwc_refusal(prob, x_strides, workspace_limit) is not None:
-        return False
-    twin, strides = nhwc_twin(prob)
-    inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
-                      options=options, arch=arch)
-    return inner.file == "im2win_wgmma"
+        return None
+    plan = nhwc_plan(prob, x_strides, options, workspace_limit, None, arch)
+    return plan if plan.inner.file == "im2win_wgmma" else None
 
 
 def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
@@ -901,11 +901,12 @@ def wgmma_tma_kernel_name(prob: Problem, tile: WgmmaTile, options: Options) -> s
 def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Options,
                      tile: str | None, chunk: int, workspace: int, geo: Geometry,
                      src_aligned: bool, w_aligned: bool, x_strides=None,
-                     workspace_limit: int | None = None) -> Plan:
+                     workspace_limit: int | None = None, tma: "TmaArgs | None" = None) -> Plan:
     """The Tensor-Core plan of `family` (float16, bfloat16): the reduction padded (by
     predication) to a multiple of the family's slice once. `src_aligned`, `w_aligned`: whether
     the window operand's and the filter's sources start 16-byte aligned; `workspace_limit`
-    bounds split-K's partial sums."""
+    bounds split-K's partial sums; `tma`: the TMA arguments of `tile` where the caller has
+    them already (None: worked out here)."""
     if tile is not None and tile not in family.tiles:
         raise ValueError(f"tile must be one of {', '.join(family.tiles)} on Tensor Cores, got "
                          f"{tile!r}")
@@ -917,8 +918,8 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
     taps = table_bytes(prob, geo, not fused, options.index_tables)
     vector_w = w_aligned and prob.reduction % 8 == 0
     vector_x = src_aligned and contiguous_runs_of_8(prob, geo)
-    tma = tma_plan(prob, chosen, options, x_strides, src_aligned, w_aligned) \
-        if family is WGMMA and fused else None
+    if tma is None and family is WGMMA and fused:
+        tma = tma_plan(prob, chosen, options, x_strides, src_aligned, w_aligned)
     if tma is not None:         # the TMA computes every address: no table
         splits = split_count(prob, chosen, options, workspace_limit)
         if splits > 1:
