@@ -369,18 +369,23 @@ def bench_layer(layer: Layer, batch: int, dtype: str, layout: str, device, compa
             print(f"{layer.name}: im2win at precision {precision!r} skipped: {err}",
                   file=sys.stderr)
             continue
-        seconds = device.time(call)
-        gpu_seconds = device.back_to_back(call)
-        rows.append(Row(
-            layer=layer.name, impl=impl, x_shape=tuple(x.shape), w_shape=tuple(w.shape),
-            stride=layer.kwargs["stride"], gflop=prob.flops / 1e9, time_ms=seconds * 1e3,
-            tflops=prob.flops / seconds / 1e12,
-            gpu_ms=None if gpu_seconds is None else gpu_seconds * 1e3,
-            extra_bytes=device.extra_memory(call),
-            rel_error=relative_error(y, ref),
-            allowed_error=allowed_error(dtype, prob.reduction,
-                                        precision if impl == "im2win" else "float32")))
+        rows.append(measured(layer, impl, prob, x, w, device, call, relative_error(y, ref),
+                             allowed_error(dtype, prob.reduction,
+                                           precision if impl == "im2win" else "float32")))
     return rows
+
+
+def measured(layer: Layer, impl: str, prob, x, w, device, call, rel_error: float,
+             allowed: float) -> Row:
+    """The Row of one implementation's timed `call` (its result already checked)."""
+    seconds = device.time(call)
+    gpu_seconds = device.back_to_back(call)
+    return Row(layer=layer.name, impl=impl, x_shape=tuple(x.shape), w_shape=tuple(w.shape),
+               stride=layer.kwargs["stride"], gflop=prob.flops / 1e9, time_ms=seconds * 1e3,
+               tflops=prob.flops / seconds / 1e12,
+               gpu_ms=None if gpu_seconds is None else gpu_seconds * 1e3,
+               extra_bytes=device.extra_memory(call), rel_error=rel_error,
+               allowed_error=allowed)
 
 
 OPS = ("forward", "backward_data", "backward_filter")
@@ -440,25 +445,18 @@ def bench_backward_layer(layer: Layer, batch: int, dtype: str, layout: str, devi
     if compare and device.name == "gpu" and torch_cuda_available():
         impls["cudnn"] = torch_backward(op, prob.x_shape if op == "backward_data"
                                         else prob.w_shape)
+    if op == "backward_filter":     # the two images the check's own calls take
+        x_s, dy_s = device.asarray(x_host[sample]), device.asarray(dy_host[sample])
+    reduction = prob.Kg * prob.R * prob.S if op == "backward_data" else prob.N * prob.P * prob.Q
     rows = []
     for impl, fn in impls.items():
         call, first = bind(fn, first_in, second, layout, layer.kwargs)
         if op == "backward_data":
             result = device.to_host(first())[sample]
         else:       # a call of its own on the two images (w's placeholder: any batch)
-            dy_s, x_s = device.asarray(dy_host[sample]), device.asarray(x_host[sample])
             result = device.to_host(bind(fn, [x_s], dy_s, layout, layer.kwargs)[1]())
-        seconds = device.time(call)
-        gpu_seconds = device.back_to_back(call)
-        reduction = prob.Kg * prob.R * prob.S if op == "backward_data" else \
-            prob.N * prob.P * prob.Q
-        rows.append(Row(
-            layer=layer.name, impl=impl, x_shape=tuple(x.shape), w_shape=tuple(w.shape),
-            stride=layer.kwargs["stride"], gflop=prob.flops / 1e9, time_ms=seconds * 1e3,
-            tflops=prob.flops / seconds / 1e12,
-            gpu_ms=None if gpu_seconds is None else gpu_seconds * 1e3,
-            extra_bytes=device.extra_memory(call), rel_error=relative_error(result, ref),
-            allowed_error=allowed_error(dtype, reduction)))
+        rows.append(measured(layer, impl, prob, x, w, device, call,
+                             relative_error(result, ref), allowed_error(dtype, reduction)))
     return rows
 
 
