@@ -219,6 +219,16 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
                           layout=layout))
 
 
+def _filter_on_gpu(conv2d, prob, x, dy, dw):
+    """The w-gradient of CuPy arrays: the Hopper kernel's (`im2win.cuda.wgrad`) where it
+    takes the problem, else forward convolutions (`im2win.gradients`)."""
+    from im2win.cuda import launch, wgrad
+    if wgrad.takes(prob, x, dy):
+        wgrad.run(prob, x, dy, dw, launch.element_strides(x, "NHWC"))
+        return dw
+    return gradients.backward_filter(conv2d, prob, x, dy, dw)
+
+
 def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
                            layout="NCHW"):
     """Compute the gradient of `conv2d` with respect to w.
@@ -238,8 +248,10 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
     Returns:
         dw of `w_shape`, x's dtype, on x's device and in its array type, deterministic (the
         same bits every run). NumPy arrays: by the reference's window formulation
-        (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays: one
-        forward convolution per group of x seen as C/G images of N channels with dy as K/G
+        (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays:
+        float16 and bfloat16 NHWC with C/groups a multiple of 64 on Hopper run a kernel of its
+        own (`im2win.cuda.wgrad`: the window operand with the pixels as the reduction, split-K
+        added in a fixed order); the others one forward convolution per group of x seen as C/G images of N channels with dy as K/G
         filters of P x Q taps, views of both (`im2win.gradients.backward_filter`): a sum over
         N*P*Q per element in a fixed order, no atomics; memory beyond dw is what those calls
         take (a buffer of dw's size for its strided view; the NHWC twin's copies for float16
@@ -257,6 +269,6 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
                [4., 4.]])
     """
     return _backward(make_backward_filter_problem, reference.conv2d_backward_filter,
-                     gradients.backward_filter, x, dy, w_shape,
+                     _filter_on_gpu, x, dy, w_shape,
                      dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
                           layout=layout))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import im2win
-from helpers import problems, random_arrays, to_layout
+from helpers import contiguous_strides, problems, random_arrays, to_layout
 from im2win import gradients, reference
 from im2win.problem import make_backward_data_problem, make_backward_filter_problem
 from im2win.testing import allowed_error, relative_error
@@ -214,6 +214,72 @@ def test_gpu_gradients_match_the_reference(rng, dtype, layout, x_shape, w_shape,
     assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(dtype, filter_red)
     again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout=layout, **kwargs)
     cupy.testing.assert_array_equal(again, dw)                    # deterministic: no atomics
+
+
+WGRAD_CASES = [  # NHWC problems the Hopper backward-filter kernel takes: C/G % 64 == 0
+    ((4, 64, 9, 10), (64, 64, 3, 3), dict(padding=1)),                  # split-K, NB = 1
+    ((2, 128, 7, 6), (200, 128, 3, 2), dict(stride=2, padding=(1, 0))),  # NB = 2, filter tail
+    ((3, 128, 8, 9), (96, 64, 3, 3), dict(groups=2, dilation=2, padding=2)),   # groups
+    ((1, 64, 5, 5), (8, 64, 1, 1), dict())]                             # few filters, 1x1
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", WGRAD_CASES)
+def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
+    """im2win.cuda.wgrad where it applies (Hopper): against the reference, the same bits
+    twice (split-K adds its partial sums in a fixed order)."""
+    import cupy
+    from im2win.cuda import compute_capability, wgrad
+    if compute_capability(0) != 90:
+        pytest.skip("the backward-filter kernel runs on compute capability 9.0")
+    x, w = case(rng, "NHWC", x_shape, w_shape)
+    x, w = x.astype(dtype), w.astype(dtype)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout="NHWC", **kwargs).shape).astype(dtype)
+    cx, cdy = cupy.asarray(x), cupy.asarray(dy)
+    prob = make_backward_filter_problem(cx, cdy, w.shape, layout="NHWC", **kwargs)
+    assert wgrad.takes(prob, cx, cdy)
+    dw = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout="NHWC", **kwargs)
+    ref = reference.conv2d_backward_filter(x.astype(np.float64), dy.astype(np.float64), w.shape,
+                                           layout="NHWC", **kwargs)
+    assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(dtype, prob.N * prob.P *
+                                                                   prob.Q)
+    again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout="NHWC", **kwargs)
+    cupy.testing.assert_array_equal(again, dw)
+
+
+def test_hopper_backward_filter_plan():
+    """Which problems the kernel takes, its tiles and split-K (no GPU needed)."""
+    from im2win.cuda import wgrad
+    from im2win.cuda.plan import specializations
+    from im2win.problem import make_problem
+    prob = make_problem(np.empty((128, 56, 56, 64), np.float16), np.empty((64, 3, 3, 64),
+                                                                           np.float16),
+                        layout="NHWC", padding=1)
+    strides = contiguous_strides(prob)
+    assert wgrad.refusal(prob, strides, 0, 0, 90) is None
+    nb, splits = wgrad.choose(prob, 132)
+    assert nb == 1 and splits == -(-2 * 132 // 9)              # 9 tiles (one per tap)
+    assert ("im2win_wgmma", wgrad.kernel_name("float16", nb)) in specializations()
+    assert wgrad.smem_bytes(1) <= 227 * 1024 and wgrad.smem_bytes(2) <= 227 * 1024
+    big = make_problem(np.empty((8, 7, 7, 512), np.float16), np.empty((512, 3, 3, 512),
+                                                                      np.float16),
+                       layout="NHWC", padding=1)
+    assert wgrad.choose(big, 132) == (2, 1)                    # 4 x 9 x 4 tiles: no split
+    refused = [(dict(arch=80), "compute capability 9.0"),
+               (dict(prob=make_problem(np.empty((2, 9, 9, 32), np.float16),
+                                       np.empty((8, 3, 3, 32), np.float16), layout="NHWC")),
+                "multiple of 64"),
+               (dict(x_ptr=8), "16-byte aligned"),
+               (dict(prob=make_problem(np.empty((2, 9, 9, 64), np.float32),
+                                       np.empty((8, 3, 3, 64), np.float32), layout="NHWC")),
+                "float16 and bfloat16")]
+    for change, match in refused:
+        args = dict(prob=prob, x_strides=strides, x_ptr=0, dy_ptr=0, arch=90) | change
+        if "prob" in change:
+            args["x_strides"] = contiguous_strides(change["prob"])
+        assert match in wgrad.refusal(**args)
 
 
 @pytest.mark.gpu

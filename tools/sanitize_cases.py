@@ -6,9 +6,9 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, split-K, float32 as tf32 and
-3xtf32, and NCHW through the NHWC twin); with ``depthwise``, the depthwise kernel's forms (each
-register window and the general one, a channel multiplier, tails, groups of 2, 4 and 8 channels
-in NHWC) in every dtype and both layouts. Otherwise all of these, the Hopper kernel's too where
+3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
+depthwise kernel's forms (each register window and the general one, a channel multiplier,
+tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts. Otherwise all of these, the Hopper kernel's too where
 the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
 
@@ -135,6 +135,12 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
         xs = cupy.asarray(rng.uniform(-1, 1, (2, 7, 7, 768)).astype(dtype))
         ws = cupy.asarray(rng.uniform(-1, 1, (160, 1, 1, 768)).astype(dtype))
         im2win.conv2d(xs, ws, cupy.asarray(rng.uniform(-1, 1, 160).astype(dtype)), layout="NHWC")
+        # The backward-filter kernel (im2win.cuda.wgrad): 128 channels (NB = 2) and 64
+        # (NB = 1), a filter tail, split-K.
+        dy = cupy.asarray(rng.uniform(-1, 1, (2, 5, 11, 70)).astype(dtype))
+        im2win.conv2d_backward_filter(x, dy, w.shape, layout="NHWC", stride=(2, 1), padding=1)
+        im2win.conv2d_backward_filter(x[..., :64], dy, (70, 3, 3, 64), layout="NHWC",
+                                      stride=(2, 1), padding=1)
     # float32 on the same kernel: "tf32" and "3xtf32" (its split stages), every tile.
     x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)).astype(np.float32))
     w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)).astype(np.float32))

@@ -723,3 +723,186 @@ __global__ void __launch_bounds__(384, 1)
   wgmma_conv<float, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true, 1,
              kThree>(src, w, bias, y, taps, geo, g0, &x_map, &w_map);
 }
+
+// ------------------------------------------------------------------ backward filter (wgrad)
+// dw[k, (r, s, c)] = sum over output pixels m of dy[m, k] * x_win[m, (r, s, c)] (NHWC, one
+// group's filters and channels): the window operand of the forward GEMM with the pixels as
+// the reduction. A slice is 64 pixels. Its x tile is the forward's TMA im2col box of one tap
+// (r, s) and 64 channels: 64 pixel rows of 128 bytes, here read by wgmma as B "MN-major"
+// (channels contiguous, the reduction across rows: imm-trans-b). The dy tile is a tiled box of
+// dy as a (N*P*Q) x K matrix: 64 pixel rows of 64 filters, A MN-major (imm-trans-a). An output
+// tile is 128 filters (two consumer warpgroups of m64) x NB*64 channels of one tap. Work
+// items are (split, tile), tile fastest, so blocks running together read the same pixel
+// rows of x and dy; a split's pixel range is `per` slices, and with geo.splits > 1 each item
+// writes FP32 partial sums that split_reduce adds in order of the split (deterministic). The
+// pixels past N*P*Q and the filters past K read as zeros (TMA bounds); filters of the next
+// group in a box are computed and not stored.
+struct WgradGeo {
+  i64 npix;                   // N*P*Q
+  int PQ, Q, sh, sw, pt, pl, dh, dw, R, S, Cg, Kg, K, G, splits;
+};
+
+// The MN-major form of wgmma (both operands transposed in shared memory).
+#define WG_MMA_T(N, TY, REGS, OUTS, A, B, S)                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                              \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, %" A \
+               ", %" B ", p, 1, 1, 1, 1;\n}\n"                                                \
+               : OUTS                                                                        \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+
+template <typename T>
+__device__ __forceinline__ void wgmma_mn64(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
+  if constexpr (same_type<T, bf16_t>::value)
+    WG_MMA_T(64, "bf16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
+  else
+    WG_MMA_T(64, "f16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
+}
+
+// The descriptor of an MN-major 128-byte-swizzled tile one swizzle atom (64 elements) wide:
+// rows of 128 bytes along the reduction, 8-row atoms 1024 bytes apart. With one atom across,
+// only the offset between atoms along the reduction is read; both offset fields hold it.
+__device__ __forceinline__ u64 mn_descriptor(unsigned addr) {
+  const u64 start = (addr & 0x3FFFF) >> 4, atoms = 1024 >> 4;
+  return start | atoms << 16 | atoms << 32 | (u64)1 << 62;
+}
+
+__host__ __device__ constexpr int wgrad_smem_bytes(int NB, int STAGES) {
+  return 1024 + STAGES * (2 + NB) * 64 * 128 + 16 * STAGES;
+}
+
+template <typename T, int NB, int STAGES>
+__global__ void __launch_bounds__(384, 1)
+    im2win_wgmma_wgrad(float* __restrict__ partial, T* __restrict__ dw, WgradGeo geo,
+                       const __grid_constant__ TensorMap x_map,
+                       const __grid_constant__ TensorMap dy_map) {
+  static_assert(sizeof(T) == 2, "transposed wgmma operands are 16-bit");
+  static_assert(wgrad_smem_bytes(NB, STAGES) <= 227 * 1024, "the ring fits shared memory");
+  constexpr int BK = 64;                        // pixels per slice
+  constexpr int TILE_BYTES = 64 * 128;          // 64 rows of 128 bytes
+  constexpr int STAGE_BYTES = (2 + NB) * TILE_BYTES;   // dy: two 64-filter halves; x: NB
+  constexpr int POOL = 168 * 3, PRODUCER_REGS = 96;
+  constexpr int CONSUMER_REGS = ((POOL - PRODUCER_REGS) / 2) & ~7;
+
+  extern __shared__ unsigned char dynamic_smem[];
+  const unsigned ring = (smem_addr(dynamic_smem) + 1023) & ~1023u;
+  const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 8);
+    }
+  }
+  __syncthreads();
+
+  const int kblocks = (geo.Kg + 127) / 128, cblocks = geo.Cg / (64 * NB), RS = geo.R * geo.S;
+  const i64 tiles = (i64)kblocks * RS * cblocks * geo.G;
+  const i64 items = tiles * geo.splits;
+  const i64 slices = (geo.npix + BK - 1) / BK;
+  const i64 per = (slices + geo.splits - 1) / geo.splits;
+  // Tile t: channel block fastest, then tap, filter block, group.
+  auto decode = [&](i64 t, int& g, int& kb, int& rs, int& cb) {
+    cb = (int)(t % cblocks);
+    t /= cblocks;
+    rs = (int)(t % RS);
+    t /= RS;
+    kb = (int)(t % kblocks);
+    g = (int)(t / kblocks);
+  };
+
+  if (tid < 128) {  // ------------------------------------------------------------ producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    if (tid != 0) return;
+    unsigned it = 0;
+    for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
+      const i64 split = item / tiles;
+      int g, kb, rs, cb;
+      decode(item - split * tiles, g, kb, rs, cb);
+      const int r = rs / geo.S, s = rs - r * geo.S, k0 = g * geo.Kg + kb * 128;
+      const i64 j1 = min(slices, (split + 1) * per);
+      for (i64 j = split * per; j < j1; ++j, ++it) {
+        const int stage = it % STAGES;
+        mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
+        const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
+        mbar_expect_bytes(bar, STAGE_BYTES);
+        const i64 m0 = j * BK, n = m0 / geo.PQ;
+        const int pq = (int)(m0 - n * geo.PQ), p = pq / geo.Q, q = pq - p * geo.Q;
+        tma_tile2d(a, &dy_map, k0, (int)m0, bar);                    // filters k0.., pixels m0..
+        tma_tile2d(a + TILE_BYTES, &dy_map, k0 + 64, (int)m0, bar);
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+          tma_im2col(a + (2 + b) * TILE_BYTES, &x_map, g * geo.Cg + (cb * NB + b) * 64,
+                     q * geo.sw - geo.pl, p * geo.sh - geo.pt, (int)n, s * geo.dw, r * geo.dh,
+                     bar);
+      }
+    }
+    return;
+  }
+  // ------------------------------------------------------------------------------ consumers
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  const int consumer = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const i64 total = (i64)geo.K * RS * geo.Cg;         // dw's elements
+  unsigned it = 0;
+  for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
+    const i64 split = item / tiles;
+    int g, kb, rs, cb;
+    decode(item - split * tiles, g, kb, rs, cb);
+    float acc[NB][32];
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+      for (int e = 0; e < 32; ++e) acc[b][e] = 0.f;
+    int previous = -1;
+    const i64 j1 = min(slices, (split + 1) * per);
+    for (i64 j = split * per; j < j1; ++j, ++it) {
+      const int stage = it % STAGES;
+      mbar_wait(full + 8 * stage, (it / STAGES) & 1);
+      const unsigned a = ring + stage * STAGE_BYTES + consumer * TILE_BYTES;
+      const unsigned b = ring + stage * STAGE_BYTES + 2 * TILE_BYTES;
+#pragma unroll
+      for (int i = 0; i < NB; ++i) pin(acc[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)                     // k16 steps: 16 pixel rows each
+#pragma unroll
+        for (int i = 0; i < NB; ++i)
+          wgmma_mn64<T>(acc[i], mn_descriptor(a + k * 2048),
+                        mn_descriptor(b + i * TILE_BYTES + k * 2048), 1);
+      wgmma_commit();
+#pragma unroll
+      for (int i = 0; i < NB; ++i) pin(acc[i]);
+      wgmma_wait<1>();                                // the previous slice's have read it
+      if (previous >= 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * previous);
+      }
+      previous = stage;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NB; ++i) pin(acc[i]);
+    if (previous >= 0) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + 8 * previous);
+    }
+    // Epilogue: accumulator (i, 4*jj + e) is filter kb*128 + consumer*64 + warp*16 + lane/4
+    // (+8 for e >= 2) and channel (cb*NB + i)*64 + 8*jj + (lane%4)*2 (+1 for odd e).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = kb * 128 + consumer * 64 + warp * 16 + lane / 4 + 8 * h;
+      if (m >= geo.Kg) continue;
+      const i64 row = ((i64)(g * geo.Kg + m) * RS + rs) * geo.Cg;
+#pragma unroll
+      for (int i = 0; i < NB; ++i)
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+          const i64 at = row + (cb * NB + i) * 64 + 8 * jj + (lane % 4) * 2;
+          const float v0 = acc[i][4 * jj + 2 * h], v1 = acc[i][4 * jj + 2 * h + 1];
+          if (geo.splits > 1)             // an even index: 8-byte aligned float pairs
+            *reinterpret_cast<float2*>(partial + split * total + at) = make_float2(v0, v1);
+          else
+            store_adjacent(dw, at, true, true, v0, v1);
+        }
+    }
+  }
+}
