@@ -404,7 +404,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
               for (int e = 0; e < 4; ++e) {
                 const float f = __uint_as_float(in[e]), b = rna_tf32(f);
                 big[e] = __float_as_uint(b);
-                small[e] = __float_as_uint(rna_tf32(f - b));
+                small[e] = __float_as_uint(rna_tf32(__fmaf_ieee_rn(b, -1.f, f)));   // f - b, IEEE
               }
               st_shared16(base + 16 * i, make_uint4(big[0], big[1], big[2], big[3]));
               st_shared16(base + RAW_BYTES + 16 * i,
