@@ -758,12 +758,15 @@ __device__ __forceinline__ void wgmma_mn64(float (&d)[32], u64 desc_a, u64 desc_
     WG_MMA_T(64, "f16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
 }
 
-// The descriptor of an MN-major 128-byte-swizzled tile one swizzle atom (64 elements) wide:
-// rows of 128 bytes along the reduction, 8-row atoms 1024 bytes apart. With one atom across,
-// only the offset between atoms along the reduction is read; both offset fields hold it.
+// The descriptor of an MN-major 128-byte-swizzled tile (rows of 128 bytes along the reduction):
+// the stride-byte-offset field holds the 1024 bytes between 8-row atoms along the reduction,
+// the leading-byte-offset field the 8 KB between 64-element atoms along M/N (the next tile of
+// the stage; read only by an instruction wider than one atom, which this kernel does not
+// issue). As CUTLASS's make_gmma_desc, DeepGEMM and ThunderKittens set them for MN-major
+// operands (a helper checked them against those sources; not yet run).
 __device__ __forceinline__ u64 mn_descriptor(unsigned addr) {
-  const u64 start = (addr & 0x3FFFF) >> 4, atoms = 1024 >> 4;
-  return start | atoms << 16 | atoms << 32 | (u64)1 << 62;
+  const u64 start = (addr & 0x3FFFF) >> 4, k_atoms = 1024 >> 4, mn_atoms = 8192 >> 4;
+  return start | mn_atoms << 16 | k_atoms << 32 | (u64)1 << 62;
 }
 
 __host__ __device__ constexpr int wgrad_smem_bytes(int NB, int STAGES) {
