@@ -249,7 +249,7 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
         dw of `w_shape`, x's dtype, on x's device and in its array type, deterministic (the
         same bits every run). NumPy arrays: by the reference's window formulation
         (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays:
-        float16 and bfloat16 NHWC with C/groups a multiple of 64 on Hopper run a kernel of its
+        float16 and bfloat16 NHWC with C/groups a multiple of 8 on Hopper run a kernel of its
         own (`im2win.cuda.wgrad`: the window operand with the pixels as the reduction, split-K
         added in a fixed order); the others one forward convolution per group of x seen as C/G images of N channels with dy as K/G
         filters of P x Q taps, views of both (`im2win.gradients.backward_filter`): a sum over

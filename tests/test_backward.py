@@ -216,11 +216,13 @@ def test_gpu_gradients_match_the_reference(rng, dtype, layout, x_shape, w_shape,
     cupy.testing.assert_array_equal(again, dw)                    # deterministic: no atomics
 
 
-WGRAD_CASES = [  # NHWC problems the Hopper backward-filter kernel takes: C/G % 64 == 0
+WGRAD_CASES = [  # NHWC problems the Hopper backward-filter kernel takes: C/G % 8 == 0
     ((4, 64, 9, 10), (64, 64, 3, 3), dict(padding=1)),                  # split-K, NB = 1
     ((2, 128, 7, 6), (200, 128, 3, 2), dict(stride=2, padding=(1, 0))),  # NB = 2, filter tail
     ((3, 128, 8, 9), (96, 64, 3, 3), dict(groups=2, dilation=2, padding=2)),   # groups
-    ((1, 64, 5, 5), (8, 64, 1, 1), dict())]                             # few filters, 1x1
+    ((1, 64, 5, 5), (8, 64, 1, 1), dict()),                             # few filters, 1x1
+    ((2, 96, 9, 8), (40, 96, 3, 3), dict(padding=1)),                   # C past a box: zeros
+    ((2, 64, 8, 8), (48, 32, 3, 3), dict(groups=2, stride=2))]          # boxes cross groups
 
 
 @pytest.mark.gpu
@@ -269,8 +271,9 @@ def test_hopper_backward_filter_plan():
     assert wgrad.choose(big, 132) == (2, 1)                    # 4 x 9 x 4 tiles: no split
     refused = [(dict(arch=80), "compute capability 9.0"),
                (dict(prob=make_problem(np.empty((2, 9, 9, 32), np.float16),
-                                       np.empty((8, 3, 3, 32), np.float16), layout="NHWC")),
-                "multiple of 64"),
+                                       np.empty((8, 3, 3, 4), np.float16), layout="NHWC",
+                                       groups=8)),
+                "multiple of 8"),
                (dict(x_ptr=8), "16-byte aligned"),
                (dict(prob=make_problem(np.empty((2, 9, 9, 64), np.float32),
                                        np.empty((8, 3, 3, 64), np.float32), layout="NHWC")),

@@ -731,7 +731,9 @@ __global__ void __launch_bounds__(384, 1)
 // (r, s) and 64 channels: 64 pixel rows of 128 bytes, here read by wgmma as B "MN-major"
 // (channels contiguous, the reduction across rows: imm-trans-b). The dy tile is a tiled box of
 // dy as a (N*P*Q) x K matrix: 64 pixel rows of 64 filters, A MN-major (imm-trans-a). An output
-// tile is 128 filters (two consumer warpgroups of m64) x NB*64 channels of one tap. Work
+// tile is 128 filters (two consumer warpgroups of m64) x NB*64 channels of one tap (C/G any
+// multiple of 8: channels past the group's are computed from the next group's, or from zeros
+// past C, and not stored, as filters are). Work
 // items are (split, tile), tile fastest, so blocks running together read the same pixel
 // rows of x and dy; a split's pixel range is `per` slices, and with geo.splits > 1 each item
 // writes FP32 partial sums that split_reduce adds in order of the split (deterministic). The
@@ -798,7 +800,8 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();
 
-  const int kblocks = (geo.Kg + 127) / 128, cblocks = geo.Cg / (64 * NB), RS = geo.R * geo.S;
+  const int kblocks = (geo.Kg + 127) / 128, cblocks = (geo.Cg + 64 * NB - 1) / (64 * NB);
+  const int RS = geo.R * geo.S;
   const i64 tiles = (i64)kblocks * RS * cblocks * geo.G;
   const i64 items = tiles * geo.splits;
   const i64 slices = (geo.npix + BK - 1) / BK;
@@ -899,7 +902,9 @@ __global__ void __launch_bounds__(384, 1)
       for (int i = 0; i < NB; ++i)
 #pragma unroll
         for (int jj = 0; jj < 8; ++jj) {
-          const i64 at = row + (cb * NB + i) * 64 + 8 * jj + (lane % 4) * 2;
+          const int c = (cb * NB + i) * 64 + 8 * jj + (lane % 4) * 2;
+          if (c >= geo.Cg) continue;              // C/G even: c + 1 is in the group too
+          const i64 at = row + c;
           const float v0 = acc[i][4 * jj + 2 * h], v1 = acc[i][4 * jj + 2 * h + 1];
           if (geo.splits > 1)             // an even index: 8-byte aligned float pairs
             *reinterpret_cast<float2*>(partial + split * total + at) = make_float2(v0, v1);

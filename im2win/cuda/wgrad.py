@@ -5,7 +5,8 @@ dw = dy^T times the window operand, the pixels as the reduction: x's TMA im2col 
 wgmma; output tiles of 128 filters by 64 or 128 channels of one tap, and split-K over pixel
 ranges where the tiles are fewer than about two per SM, the partial sums added in a fixed order
 (`split_reduce`): the same bits every run. It takes float16 and bfloat16 NHWC problems whose
-C/G is a multiple of 64, with x's channels and dy contiguous and 16-byte aligned, on compute
+C/G is a multiple of 8 (channel boxes past the group's are computed and not stored), with x's
+channels and dy contiguous and 16-byte aligned, on compute
 capability 9.0 (`refusal` says why not otherwise; `im2win.gradients` then runs forward
 convolutions instead).
 """
@@ -37,8 +38,8 @@ def refusal(prob: Problem, x_strides, x_ptr: int, dy_ptr: int, arch: int | None)
         return "it runs on compute capability 9.0"
     if prob.dtype.name not in CUDA_TYPES:
         return f"it takes float16 and bfloat16, not {prob.dtype.name}"
-    if prob.layout != "NHWC" or prob.Cg % SLICE:
-        return "it takes NHWC with C/groups a multiple of 64"
+    if prob.layout != "NHWC" or prob.Cg * prob.dtype.itemsize % 16:
+        return "it takes NHWC with C/groups a multiple of 8"
     if x_ptr % 16 or dy_ptr % 16 or prob.K * prob.dtype.itemsize % 16:
         return "x and dy must start 16-byte aligned, and K be a multiple of 8"
     if prob.N * prob.P * prob.Q >= 1 << 31:
@@ -63,7 +64,7 @@ def takes(prob: Problem, x, dy) -> bool:
 def choose(prob: Problem, sms: int) -> tuple[int, int]:
     """(channel boxes per tile NB, splits of the pixel range)."""
     nb = 2 if prob.Cg % (2 * SLICE) == 0 else 1
-    tiles = -(-prob.Kg // 128) * prob.R * prob.S * (prob.Cg // (SLICE * nb)) * prob.G
+    tiles = -(-prob.Kg // 128) * prob.R * prob.S * -(-prob.Cg // (SLICE * nb)) * prob.G
     slices = -(-prob.N * prob.P * prob.Q // SLICE)
     splits = max(1, min(MAX_SPLITS, -(-TARGET_ITEMS * sms // tiles), slices // MIN_SLICES))
     return nb, splits
@@ -111,7 +112,7 @@ def run(prob: Problem, x, dy, dw, x_strides) -> None:
         ctypes.memmove(at + 128 * i, m.getPtr(), 128)
     params = np.array([pointers.ctypes.data, pointers.ctypes.data + 8, geo.ctypes.data, at,
                        at + 128], np.uint64)
-    tiles = -(-prob.Kg // 128) * prob.R * prob.S * (prob.Cg // (SLICE * nb)) * prob.G
+    tiles = -(-prob.Kg // 128) * prob.R * prob.S * -(-prob.Cg // (SLICE * nb)) * prob.G
     grid = min(tiles * splits, sms)
     stream = cupy.cuda.get_current_stream().ptr
     cupy.cuda.driver.launchKernel(function.kernel.ptr, grid, 1, 1, 384, 1, 1, smem, stream,
