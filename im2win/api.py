@@ -223,10 +223,14 @@ def _filter_on_gpu(conv2d, prob, x, dy, dw):
     """The w-gradient of CuPy arrays: the Hopper kernel's (`im2win.cuda.wgrad`) where it
     takes the problem, else forward convolutions (`im2win.gradients`)."""
     from im2win.cuda import launch, wgrad
-    if wgrad.takes(prob, x, dy):
-        wgrad.run(prob, x, dy, dw, launch.element_strides(x, "NHWC"))
-        return dw
-    return gradients.backward_filter(conv2d, prob, x, dy, dw)
+    ready = wgrad.staged(prob, x, dy)
+    if ready is None:
+        return gradients.backward_filter(conv2d, prob, x, dy, dw)
+    inner, x, dy, buffer, finish = ready
+    wgrad.run(inner, x, dy, dw if buffer is None else buffer, launch.element_strides(x, "NHWC"))
+    if finish is not None:
+        finish(buffer, dw)
+    return dw
 
 
 def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
@@ -248,15 +252,16 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
     Returns:
         dw of `w_shape`, x's dtype, on x's device and in its array type, deterministic (the
         same bits every run). NumPy arrays: by the reference's window formulation
-        (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays:
-        float16 and bfloat16 NHWC with C/groups a multiple of 8 on Hopper run a kernel of its
-        own (`im2win.cuda.wgrad`: the window operand with the pixels as the reduction, split-K
-        added in a fixed order); the others one forward convolution per group of x seen as C/G images of N channels with dy as K/G
-        filters of P x Q taps, views of both (`im2win.gradients.backward_filter`): a sum over
-        N*P*Q per element in a fixed order, no atomics; memory beyond dw is what those calls
-        take (a buffer of dw's size for its strided view; the NHWC twin's copies for float16
-        and bfloat16 NCHW on Hopper). Not tuned yet: the reductions are long and the outputs
-        few, so it is slow.
+        (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays of
+        float16 and bfloat16 on Hopper: a kernel of its own (`im2win.cuda.wgrad`: the window
+        operand with the pixels as the reduction, split-K added in a fixed order), on x and dy
+        as they lie for NHWC with C/groups a multiple of 8, else on channels-last copies of
+        them (NCHW; one group with C padded to a multiple of 8): workspace of x's and dy's
+        size. The others: one forward convolution per group of x seen as C/G images of N
+        channels with dy as K/G filters of P x Q taps, views of both
+        (`im2win.gradients.backward_filter`), a sum over N*P*Q per element in a fixed order, no
+        atomics; memory beyond dw is what those calls take (a buffer of dw's size for its
+        strided view). That form is slow: long reductions into few outputs.
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a

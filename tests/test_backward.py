@@ -241,7 +241,7 @@ def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
     dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout="NHWC", **kwargs).shape).astype(dtype)
     cx, cdy = cupy.asarray(x), cupy.asarray(dy)
     prob = make_backward_filter_problem(cx, cdy, w.shape, layout="NHWC", **kwargs)
-    assert wgrad.takes(prob, cx, cdy)
+    assert wgrad.staged(prob, cx, cdy)[3] is None           # the kernel on x and dy as they lie
     dw = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout="NHWC", **kwargs)
     ref = reference.conv2d_backward_filter(x.astype(np.float64), dy.astype(np.float64), w.shape,
                                            layout="NHWC", **kwargs)
@@ -249,6 +249,32 @@ def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
                                                                    prob.Q)
     again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout="NHWC", **kwargs)
     cupy.testing.assert_array_equal(again, dw)
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("layout, x_shape, w_shape, kwargs", [
+    ("NCHW", (2, 64, 9, 8), (40, 64, 3, 3), dict(padding=1)),      # copied channels-last
+    ("NHWC", (2, 3, 13, 12), (16, 3, 5, 5), dict(stride=2)),        # C = 3 padded to 8
+    ("NCHW", (3, 3, 11, 10), (24, 3, 3, 3), dict(padding=1))])      # both
+def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shape, kwargs):
+    import cupy
+    from im2win.cuda import compute_capability, wgrad
+    if compute_capability(0) != 90:
+        pytest.skip("the backward-filter kernel runs on compute capability 9.0")
+    x, w = case(rng, layout, x_shape, w_shape)
+    x, w = x.astype(np.float16), w.astype(np.float16)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout=layout, **kwargs).shape).astype(
+        np.float16)
+    cx, cdy = cupy.asarray(x), cupy.asarray(dy)
+    prob = make_backward_filter_problem(cx, cdy, w.shape, layout=layout, **kwargs)
+    assert wgrad.staged(prob, cx, cdy)[3] is not None       # through a buffer
+    dw = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout=layout, **kwargs)
+    ref = reference.conv2d_backward_filter(x.astype(np.float64), dy.astype(np.float64), w.shape,
+                                           layout=layout, **kwargs)
+    assert dw.shape == w.shape
+    assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(np.float16, prob.N * prob.P *
+                                                                   prob.Q)
 
 
 def test_hopper_backward_filter_plan():

@@ -7,8 +7,9 @@ ranges where the tiles are fewer than about two per SM, the partial sums added i
 (`split_reduce`): the same bits every run. It takes float16 and bfloat16 NHWC problems whose
 C/G is a multiple of 8 (channel boxes past the group's are computed and not stored), with x's
 channels and dy contiguous and 16-byte aligned, on compute
-capability 9.0 (`refusal` says why not otherwise; `im2win.gradients` then runs forward
-convolutions instead).
+capability 9.0 (`refusal` says why not otherwise). `staged` gets other float16 and bfloat16
+problems there by copies: NCHW x and dy channels-last, and with one group C padded with zeros
+to a multiple of 8; the rest runs as forward convolutions (`im2win.gradients`).
 """
 
 from __future__ import annotations
@@ -51,14 +52,43 @@ def refusal(prob: Problem, x_strides, x_ptr: int, dy_ptr: int, arch: int | None)
     return None
 
 
-def takes(prob: Problem, x, dy) -> bool:
-    """Whether `run` takes this problem's CuPy arrays (dy C-contiguous, and `refusal`)."""
+def staged(prob: Problem, x, dy):
+    """(problem, x, dy, dw buffer, finish) for `run` where the kernel can take the problem
+    after copies: NCHW x and dy copied channels-last, and with one group C padded with zeros to
+    a multiple of 8 (x's copy only; the padded channels' gradients are dropped); finish(dw2,
+    dw) writes the result into dw in its layout. None where it cannot even so (see
+    `refusal`). The copies are workspace of x's and dy's size; the kernel alone needs none."""
+    import dataclasses
+
+    import cupy
     from im2win.cuda import compute_capability
     from im2win.cuda.launch import element_strides
-    if prob.N == 0 or not dy.flags.c_contiguous:
-        return False
-    return refusal(prob, element_strides(x, "NHWC"), x.data.ptr, dy.data.ptr,
-                   compute_capability(x.device.id)) is None
+    if prob.N == 0 or prob.dtype.name not in CUDA_TYPES or \
+            compute_capability(x.device.id) != HOPPER:
+        return None
+    step = 16 // prob.dtype.itemsize
+    nchw = prob.layout == "NCHW"
+    pad = -prob.C % step if prob.G == 1 else 0
+    if nchw:
+        x = x.transpose(0, 2, 3, 1)
+        dy = cupy.ascontiguousarray(dy.transpose(0, 2, 3, 1))
+    if pad:
+        padded = cupy.zeros(x.shape[:3] + (prob.C + pad,), x.dtype)
+        padded[..., :prob.C] = x
+        x = padded
+    elif nchw:
+        x = cupy.ascontiguousarray(x)
+    dy = cupy.ascontiguousarray(dy)
+    inner = dataclasses.replace(prob, layout="NHWC", C=prob.C + pad)
+    if refusal(inner, element_strides(x, "NHWC"), x.data.ptr, dy.data.ptr, HOPPER) is not None:
+        return None
+    if not (nchw or pad):
+        return inner, x, dy, None, None            # as it is: run into dw directly
+
+    def finish(dw2, dw):
+        dw2 = dw2[..., :prob.Cg]
+        dw[...] = dw2.transpose(0, 3, 1, 2) if nchw else dw2
+    return inner, x, dy, cupy.empty((prob.K, prob.R, prob.S, inner.Cg), prob.dtype), finish
 
 
 def choose(prob: Problem, sms: int) -> tuple[int, int]:
