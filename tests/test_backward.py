@@ -217,12 +217,18 @@ def test_gpu_gradients_match_the_reference(rng, dtype, layout, x_shape, w_shape,
 
 
 WGRAD_CASES = [  # NHWC problems the Hopper backward-filter kernel takes: C/G % 8 == 0
-    ((4, 64, 9, 10), (64, 64, 3, 3), dict(padding=1)),                  # split-K, NB = 1
-    ((2, 128, 7, 6), (200, 128, 3, 2), dict(stride=2, padding=(1, 0))),  # NB = 2, filter tail
+    # (wgrad.Tile: NC, box channels CB, SPLIT_N where K/G <= 64)
+    ((4, 64, 20, 20), (64, 64, 3, 3), dict(padding=1)),       # 192, 64, split N; split-K
+    ((2, 128, 7, 6), (200, 128, 3, 2), dict(stride=2, padding=(1, 0))),  # 256, 64; filter tail
     ((3, 128, 8, 9), (96, 64, 3, 3), dict(groups=2, dilation=2, padding=2)),   # groups
-    ((1, 64, 5, 5), (8, 64, 1, 1), dict()),                             # few filters, 1x1
-    ((2, 96, 9, 8), (40, 96, 3, 3), dict(padding=1)),                   # C past a box: zeros
-    ((2, 64, 8, 8), (48, 32, 3, 3), dict(groups=2, stride=2))]          # boxes cross groups
+    ((1, 64, 5, 5), (8, 64, 1, 1), dict()),                   # 64, 64, split N: few filters
+    ((2, 64, 6, 9), (16, 64, 1, 7), dict(padding=(0, 3))),    # a tile's boxes past the last
+    ((2, 96, 9, 8), (40, 96, 3, 3), dict(padding=1)),         # C past a box: zeros
+    ((2, 64, 8, 8), (48, 32, 3, 3), dict(groups=2, stride=2)),  # boxes across groups
+    ((2, 8, 12, 12), (96, 8, 5, 5), dict(stride=2)),          # 256, 8
+    ((2, 16, 12, 12), (136, 16, 3, 3), dict(padding=1)),      # 256, 8; filter tail
+    ((3, 24, 10, 10), (136, 24, 3, 3), dict(padding=1)),      # 64 a box, 24 used; tail
+    ((4, 16, 20, 20), (24, 16, 3, 3), dict(padding=1))]       # 128, 8, split N; split-K          # boxes cross groups
 
 
 @pytest.mark.gpu
@@ -287,14 +293,19 @@ def test_hopper_backward_filter_plan():
                         layout="NHWC", padding=1)
     strides = contiguous_strides(prob)
     assert wgrad.refusal(prob, strides, 0, 0, 90) is None
-    nb, splits = wgrad.choose(prob, 132)
-    assert nb == 1 and splits == -(-2 * 132 // 9)              # 9 tiles (one per tap)
-    assert ("im2win_wgmma", wgrad.kernel_name("float16", nb)) in specializations()
-    assert wgrad.smem_bytes(1) <= 227 * 1024 and wgrad.smem_bytes(2) <= 227 * 1024
+    tile, splits = wgrad.choose(prob, 132)
+    assert tile == wgrad.Tile(192, 64, True)                   # 9 boxes: 2 tiles of 6
+    assert splits == 132 // 2                                  # one wave of items
+    assert ("im2win_wgmma", tile.name("float16")) in specializations()
+    assert all(t.smem <= 227 * 1024 for t in wgrad.TILES)
     big = make_problem(np.empty((8, 7, 7, 512), np.float16), np.empty((512, 3, 3, 512),
                                                                       np.float16),
                        layout="NHWC", padding=1)
-    assert wgrad.choose(big, 132) == (2, 1)                    # 4 x 9 x 4 tiles: no split
+    assert wgrad.choose(big, 132) == (wgrad.Tile(256, 64, False), 1)   # 4 x 18 tiles, 7 slices
+    few = make_problem(np.empty((128, 56, 56, 8), np.float16), np.empty((96, 5, 5, 8),
+                                                                        np.float16),
+                       layout="NHWC", stride=2)
+    assert wgrad.choose(few, 132)[0] == wgrad.Tile(256, 8, False)     # 25 boxes of 8 channels
     refused = [(dict(arch=80), "compute capability 9.0"),
                (dict(prob=make_problem(np.empty((2, 9, 9, 32), np.float16),
                                        np.empty((8, 3, 3, 4), np.float16), layout="NHWC",
@@ -309,6 +320,31 @@ def test_hopper_backward_filter_plan():
         if "prob" in change:
             args["x_strides"] = contiguous_strides(change["prob"])
         assert match in wgrad.refusal(**args)
+
+
+@pytest.mark.gpu
+@GPU
+def test_gpu_gradients_check_every_call_after_one_is_remembered(rng):
+    """A CuPy gradient call's checked problem is remembered by its shapes, strides, dtypes,
+    devices and arguments (cuda.backward_key); a call that differs in any of them is checked
+    again, and the remembered one gives the same bits."""
+    import cupy
+    x = cupy.asarray(rng.uniform(-1, 1, (2, 8, 6, 6)).astype(np.float32))
+    w = cupy.asarray(rng.uniform(-1, 1, (4, 8, 3, 3)).astype(np.float32))
+    dy = cupy.asarray(rng.uniform(-1, 1, (2, 4, 4, 4)).astype(np.float32))
+    dw = im2win.conv2d_backward_filter(x, dy, w.shape)
+    dx = im2win.conv2d_backward_data(dy, w, x.shape)
+    cupy.testing.assert_array_equal(im2win.conv2d_backward_filter(x, dy, w.shape), dw)
+    cupy.testing.assert_array_equal(im2win.conv2d_backward_data(dy, w, x.shape), dx)
+    bad = [(lambda: im2win.conv2d_backward_filter(x, dy, (4, 8, 2, 2)), ValueError),
+           (lambda: im2win.conv2d_backward_filter(x, dy.astype(cupy.float16), w.shape), TypeError),
+           (lambda: im2win.conv2d_backward_filter(x, dy, w.shape, stride=2), ValueError),
+           (lambda: im2win.conv2d_backward_filter(x, dy, w.shape, stride=1.0), TypeError),
+           (lambda: im2win.conv2d_backward_data(dy, w, x.shape, padding=1), ValueError),
+           (lambda: im2win.conv2d_backward_data(dy[:1], w, x.shape), ValueError)]
+    for call, error in bad:
+        with pytest.raises(error):
+            call()
 
 
 @pytest.mark.gpu

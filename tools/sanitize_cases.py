@@ -135,12 +135,16 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
         xs = cupy.asarray(rng.uniform(-1, 1, (2, 7, 7, 768)).astype(dtype))
         ws = cupy.asarray(rng.uniform(-1, 1, (160, 1, 1, 768)).astype(dtype))
         im2win.conv2d(xs, ws, cupy.asarray(rng.uniform(-1, 1, 160).astype(dtype)), layout="NHWC")
-        # The backward-filter kernel (im2win.cuda.wgrad): 128 channels (NB = 2) and 64
-        # (NB = 1), a filter tail, split-K.
-        dy = cupy.asarray(rng.uniform(-1, 1, (2, 5, 11, 70)).astype(dtype))
-        im2win.conv2d_backward_filter(x, dy, w.shape, layout="NHWC", stride=(2, 1), padding=1)
-        im2win.conv2d_backward_filter(x[..., :64], dy, (70, 3, 3, 64), layout="NHWC",
-                                      stride=(2, 1), padding=1)
+        # The backward-filter kernel (im2win.cuda.wgrad): boxes of 64 channels (C of 128, 64)
+        # and of 8 (C of 16), 128 filters a tile and 64 (SPLIT_N: 40 filters), tiles whose
+        # last boxes are loaded and not stored, filter tails, split-K (the 990 pixels).
+        dy = cupy.asarray(rng.uniform(-1, 1, (18, 5, 11, 70)).astype(dtype))
+        xb = cupy.asarray(rng.uniform(-1, 1, (18, 9, 11, 128)).astype(dtype))
+        for c, size, pad, k in itertools.product((128, 64, 16), (3, 1), (1, 0), (70, 40)):
+            if (size == 1) == (pad == 1):
+                continue
+            im2win.conv2d_backward_filter(xb[..., :c], dy[..., :k], (k, size, size, c),
+                                          layout="NHWC", stride=(2, 1), padding=pad)
     # float32 on the same kernel: "tf32" and "3xtf32" (its split stages), every tile.
     x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)).astype(np.float32))
     w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)).astype(np.float32))
