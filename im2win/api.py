@@ -153,28 +153,36 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
 def _backward(make, compute, through_forward, a, b, shape, kwargs):
     """Check a backward call (`make`: its problem's checks) and run it: `compute` (the
     reference's float64 sums) on NumPy arrays, `through_forward` (im2win.gradients: forward
-    convolutions on views) on CuPy arrays, and on CUDA arrays of another library through CuPy
-    views of them, on the caller's stream, the result in their type."""
-    if not (on_gpu(a) or on_gpu(b)):
-        family = interop.gpu_family({"first array": a, "second array": b})
-        if family is not None:
-            door = interop.Door(family)
-            ca, cb = door.enter(a), door.enter(b)
-            with ca.device, door.stream(a):
-                result = _backward(make, compute, through_forward, ca, cb, shape, kwargs)
-            return door.leave(result)
-    gpu = same_device(a, b, None, None)
-    if not gpu:
-        a, b = native(a), native(b)
-    prob = make(a, b, shape, **kwargs)                          # every check, before any work
-    if gpu:
-        import cupy
-        with a.device:                  # the result and the re-ordered filter on a's GPU
-            result = cupy.empty(check_shape("shape", shape), prob.dtype)
-            if result.size == 0:
-                return result
-            return through_forward(conv2d, prob, a, b, result)
-    return compute(a, b, shape, **kwargs)
+    convolutions on views; the Hopper backward-filter kernel) on CuPy arrays, and on CUDA
+    arrays of another library through CuPy views of them, on the caller's stream, the result
+    in their type. A CuPy call seen before (same shapes, strides, dtypes, devices and
+    arguments) was checked then: its problem is remembered (`cuda.backward_key`)."""
+    key = cuda.backward_key(make, a, b, shape, kwargs) if on_gpu(a) and on_gpu(b) else None
+    checked = cuda.cached_backward(key)
+    if checked is None:
+        if not (on_gpu(a) or on_gpu(b)):
+            family = interop.gpu_family({"first array": a, "second array": b})
+            if family is not None:
+                door = interop.Door(family)
+                ca, cb = door.enter(a), door.enter(b)
+                with ca.device, door.stream(a):
+                    result = _backward(make, compute, through_forward, ca, cb, shape, kwargs)
+                return door.leave(result)
+        gpu = same_device(a, b, None, None)
+        if not gpu:
+            a, b = native(a), native(b)
+        prob = make(a, b, shape, **kwargs)                      # every check, before any work
+        if not gpu:
+            return compute(a, b, shape, **kwargs)
+        checked = prob, check_shape("shape", shape)
+        cuda.remember_backward(key, checked)
+    prob, shape = checked
+    import cupy
+    with a.device:                      # the result and the re-ordered filter on a's GPU
+        result = cupy.empty(shape, prob.dtype)
+        if result.size == 0:
+            return result
+        return through_forward(conv2d, prob, a, b, result)
 
 
 def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1,

@@ -24,6 +24,7 @@ NHWC twin's copies).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from im2win.problem import Problem
@@ -55,37 +56,41 @@ def _phase(a: int, s: int, d: int, pad: int, taps: int, P: int, extent: int):
     return J, taps, e, slice(start, stop), (max(0, lo), max(0, last - P + 1)), rows
 
 
+@functools.lru_cache(maxsize=256)
+def _phases(prob: Problem) -> tuple:
+    """Backward data's phases with an output: (a, b, rows' `_phase`, columns' `_phase`)."""
+    phases = []
+    for a in range(prob.sh):
+        rows = _phase(a, prob.sh, prob.dh, prob.pt, prob.R, prob.P, prob.H)
+        for b in range(prob.sw if rows is not None else 0):
+            cols = _phase(b, prob.sw, prob.dw, prob.pl, prob.S, prob.Q, prob.W)
+            if cols is not None:
+                phases.append((a, b, rows, cols))
+    return tuple(phases)
+
+
 def backward_data(conv2d, prob: Problem, dy, w, dx):
     """dx (x's shape, dy's dtype, its module's array) = the x-gradient, by sh*sw forward
     `conv2d` calls on views of dy, one per phase (module docstring)."""
     nhwc = prob.layout == "NHWC"
     G, Cg, Kg = prob.G, prob.Cg, prob.Kg
-    for a in range(prob.sh):
-        rows = _phase(a, prob.sh, prob.dh, prob.pt, prob.R, prob.P, prob.H)
-        if rows is None:
+    for a, b, rows, cols in _phases(prob):
+        out = dx[:, a::prob.sh, b::prob.sw, :] if nhwc else dx[:, :, a::prob.sh, b::prob.sw]
+        (J, r_taps, eh, r_slice, r_pad, _), (L, s_taps, ew, s_slice, s_pad, _) = rows, cols
+        if not J or not L:
+            out[...] = 0
             continue
-        for b in range(prob.sw):
-            cols = _phase(b, prob.sw, prob.dw, prob.pl, prob.S, prob.Q, prob.W)
-            if cols is None:
-                continue
-            out = dx[:, a::prob.sh, b::prob.sw, :] if nhwc else dx[:, :, a::prob.sh, b::prob.sw]
-            (J, r_taps, eh, r_slice, r_pad, _), (L, s_taps, ew, s_slice, s_pad, _) = rows, cols
-            if not J or not L:
-                out[...] = 0
-                continue
-            # The filter re-ordered by one copy of a view: group g's C/G x K/G exchanged.
-            if nhwc:    # w (K, R, S, C/G) -> (C, J, L, K/G)
-                taps = w[:, r_taps, s_taps]
-                wt = taps.reshape(G, Kg, J, L, Cg).transpose(0, 4, 2, 3, 1).reshape(G * Cg, J, L,
-                                                                                    Kg)
-                view = dy[:, r_slice, s_slice, :]
-            else:       # w (K, C/G, R, S) -> (C, K/G, J, L)
-                taps = w[:, :, r_taps, s_taps]
-                wt = taps.reshape(G, Kg, Cg, J, L).transpose(0, 2, 1, 3, 4).reshape(G * Cg, Kg,
-                                                                                    J, L)
-                view = dy[:, :, r_slice, s_slice]
-            conv2d(view, wt, padding=(r_pad, s_pad), dilation=(eh, ew), groups=G,
-                   layout=prob.layout, out=out)
+        # The filter re-ordered by one copy of a view: group g's C/G x K/G exchanged.
+        if nhwc:    # w (K, R, S, C/G) -> (C, J, L, K/G)
+            taps = w[:, r_taps, s_taps]
+            wt = taps.reshape(G, Kg, J, L, Cg).transpose(0, 4, 2, 3, 1).reshape(G * Cg, J, L, Kg)
+            view = dy[:, r_slice, s_slice, :]
+        else:       # w (K, C/G, R, S) -> (C, K/G, J, L)
+            taps = w[:, :, r_taps, s_taps]
+            wt = taps.reshape(G, Kg, Cg, J, L).transpose(0, 2, 1, 3, 4).reshape(G * Cg, Kg, J, L)
+            view = dy[:, :, r_slice, s_slice]
+        conv2d(view, wt, padding=(r_pad, s_pad), dilation=(eh, ew), groups=G,
+               layout=prob.layout, out=out)
     return dx
 
 
