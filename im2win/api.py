@@ -150,13 +150,15 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     return cpu.conv2d(prob, x, w, bias, y)
 
 
-def _backward(make, compute, through_forward, a, b, shape, kwargs):
+def _backward(make, compute, through_forward, a, b, shape, kwargs, direct=None):
     """Check a backward call (`make`: its problem's checks) and run it: `compute` (the
     reference's float64 sums) on NumPy arrays, `through_forward` (im2win.gradients: forward
     convolutions on views; the Hopper backward-filter kernel) on CuPy arrays, and on CUDA
     arrays of another library through CuPy views of them, on the caller's stream, the result
-    in their type. A CuPy call seen before (same shapes, strides, dtypes, devices and
-    arguments) was checked then: its problem is remembered (`cuda.backward_key`)."""
+    in their type. A CuPy call seen before (same shapes, strides, dtypes, devices, 16-byte
+    alignment and arguments) was checked then: its problem is remembered
+    (`cuda.backward_key`), with what `direct(prob, a, b)` gave then, a callable that writes
+    the result from a and b with nothing else to do (None: `through_forward` each time)."""
     key = cuda.backward_key(make, a, b, shape, kwargs) if on_gpu(a) and on_gpu(b) else None
     checked = cuda.cached_backward(key)
     if checked is None:
@@ -166,7 +168,8 @@ def _backward(make, compute, through_forward, a, b, shape, kwargs):
                 door = interop.Door(family)
                 ca, cb = door.enter(a), door.enter(b)
                 with ca.device, door.stream(a):
-                    result = _backward(make, compute, through_forward, ca, cb, shape, kwargs)
+                    result = _backward(make, compute, through_forward, ca, cb, shape, kwargs,
+                                       direct)
                 return door.leave(result)
         gpu = same_device(a, b, None, None)
         if not gpu:
@@ -174,10 +177,19 @@ def _backward(make, compute, through_forward, a, b, shape, kwargs):
         prob = make(a, b, shape, **kwargs)                      # every check, before any work
         if not gpu:
             return compute(a, b, shape, **kwargs)
-        checked = prob, check_shape("shape", shape)
+        shape = check_shape("shape", shape)
+        ready = None
+        if direct is not None and prob.N and 0 not in shape:
+            with a.device:
+                ready = direct(prob, a, b)
+        checked = prob, shape, ready
         cuda.remember_backward(key, checked)
-    prob, shape = checked
+    prob, shape, ready = checked
     import cupy
+    if ready is not None and cupy.cuda.runtime.getDevice() == a.data.device_id:
+        result = cupy.empty(shape, prob.dtype)
+        ready(a, b, result)
+        return result
     with a.device:                      # the result and the re-ordered filter on a's GPU
         result = cupy.empty(shape, prob.dtype)
         if result.size == 0:
@@ -241,6 +253,16 @@ def _filter_on_gpu(conv2d, prob, x, dy, dw):
     return dw
 
 
+def _filter_direct(prob, x, dy):
+    """The Hopper kernel's Runner where it takes x and dy as they lie (`wgrad.staged` makes
+    no copy), else None."""
+    from im2win.cuda import launch, wgrad
+    ready = wgrad.staged(prob, x, dy)
+    if ready is None or ready[3] is not None or not dy.flags.c_contiguous:
+        return None
+    return wgrad.runner(prob, launch.element_strides(x, "NHWC"))
+
+
 def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
                            layout="NCHW"):
     """Compute the gradient of `conv2d` with respect to w.
@@ -284,4 +306,4 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
     return _backward(make_backward_filter_problem, reference.conv2d_backward_filter,
                      _filter_on_gpu, x, dy, w_shape,
                      dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
-                          layout=layout))
+                          layout=layout), _filter_direct)

@@ -262,7 +262,10 @@ def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
 @pytest.mark.parametrize("layout, x_shape, w_shape, kwargs", [
     ("NCHW", (2, 64, 9, 8), (40, 64, 3, 3), dict(padding=1)),      # copied channels-last
     ("NHWC", (2, 3, 13, 12), (16, 3, 5, 5), dict(stride=2)),        # C = 3 padded to 8
-    ("NCHW", (3, 3, 11, 10), (24, 3, 3, 3), dict(padding=1))])      # both
+    ("NCHW", (3, 3, 11, 10), (24, 3, 3, 3), dict(padding=1)),       # both
+    ("NHWC", (2, 5, 12, 13), (8, 5, 3, 3), dict(stride=(1, 3), dilation=(1, 2),
+                                                 padding=(1, 2))),  # C = 5, dilated
+    ("NHWC", (2, 3, 9, 9), (16, 3, 2, 30), dict(padding=(0, 12)))])  # a wide filter
 def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shape, kwargs):
     import cupy
     from im2win.cuda import compute_capability, wgrad

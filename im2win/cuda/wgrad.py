@@ -267,8 +267,13 @@ def _runner(device: int, prob: Problem, x_strides: tuple) -> Runner:
     return Runner(prob, x_strides)
 
 
+def runner(prob: Problem, x_strides) -> Runner:
+    """The problem's Runner on the current device, built on first use."""
+    import cupy
+    return _runner(cupy.cuda.runtime.getDevice(), prob, tuple(x_strides))
+
+
 def run(prob: Problem, x, dy, dw, x_strides) -> None:
     """dw (contiguous, K x R x S x C/G) = the w-gradient of `prob` from x and dy (CuPy), on
-    the current device and stream (its Runner built on first use)."""
-    import cupy
-    _runner(cupy.cuda.runtime.getDevice(), prob, tuple(x_strides))(x, dy, dw)
+    the current device and stream."""
+    runner(prob, x_strides)(x, dy, dw)
