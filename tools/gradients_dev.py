@@ -10,7 +10,6 @@ table last.
 """
 
 import argparse
-import time
 
 import cupy
 
@@ -21,17 +20,6 @@ from im2win.cuda import wgrad
 from im2win.cuda.plan import dtype_of
 from im2win.layers import LAYERS
 from im2win.problem import make_backward_data_problem, make_backward_filter_problem
-
-
-def host_us(fn, reps=20):
-    fn()
-    cupy.cuda.get_current_stream().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    t1 = time.perf_counter()
-    cupy.cuda.get_current_stream().synchronize()
-    return (t1 - t0) / reps * 1e6
 
 
 def main():
@@ -71,7 +59,8 @@ def main():
             (view, wt), kwargs = recorded[0]
             calls["phase conv"] = lambda: im2win.conv2d(view, wt, **kwargs)
         t = {op: 1e3 * device.time(fn) for op, fn in calls.items()}
-        rows.append((name, path, t, host_us(calls["data"]), host_us(calls["filter"])))
+        rows.append((name, path, t, 1e6 * device.host_time(calls["data"]),
+                     1e6 * device.host_time(calls["filter"])))
     print(f"{args.dtype} {args.layout}, batch {args.batch}: GPU ms (median); host us per call")
     print("layer  forward   data  cudnn  phase | filter  cudnn  path           | host data filter")
     for name, path, t, hd, hf in rows:
