@@ -229,12 +229,12 @@ def precision_section(records):
 BACKWARD_NOTES = """### The gradients (issue 13)
 
 `python -m im2win --op backward_data|backward_filter --compare`: im2win's gradient on the GPU
-(`im2win.gradients`: forward convolutions on views; backward data one per phase of the stride)
 against cuDNN's through PyTorch (`aten.convolution_backward` on tensors held, channels-last for
 NHWC), batch 128, TFLOPS of the forward's FLOPs, each result checked against the float64
-reference on the first and last image. No backward-filter record yet: as forward convolutions
-over N*P*Q-long reductions with few outputs, the twelve layers did not finish within the 80
-seconds the run allowed.
+reference on the first and last image. Backward data runs as forward convolutions on views
+(`im2win.gradients`, one per phase of the stride); backward filter, float16 and bfloat16 on
+Hopper, on its own wgmma kernel (`im2win.cuda.wgrad`; docs/hopper.md, step 6), NCHW and the
+C = 3 layers through channels-last copies.
 """
 
 

@@ -150,31 +150,51 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     return cpu.conv2d(prob, x, w, bias, y)
 
 
-def _backward(make, compute, through_forward, a, b, shape, kwargs):
+def _backward(make, compute, through_forward, a, b, shape, kwargs, direct=None):
     """Check a backward call (`make`: its problem's checks) and run it: `compute` (the
     reference's float64 sums) on NumPy arrays, `through_forward` (im2win.gradients: forward
-    convolutions on views) on CuPy arrays, and on CUDA arrays of another library through CuPy
-    views of them, on the caller's stream, the result in their type."""
-    if not (on_gpu(a) or on_gpu(b)):
-        family = interop.gpu_family({"first array": a, "second array": b})
-        if family is not None:
-            door = interop.Door(family)
-            ca, cb = door.enter(a), door.enter(b)
-            with ca.device, door.stream(a):
-                result = _backward(make, compute, through_forward, ca, cb, shape, kwargs)
-            return door.leave(result)
-    gpu = same_device(a, b, None, None)
-    if not gpu:
-        a, b = native(a), native(b)
-    prob = make(a, b, shape, **kwargs)                          # every check, before any work
-    if gpu:
-        import cupy
-        with a.device:                  # the result and the re-ordered filter on a's GPU
-            result = cupy.empty(check_shape("shape", shape), prob.dtype)
-            if result.size == 0:
-                return result
-            return through_forward(conv2d, prob, a, b, result)
-    return compute(a, b, shape, **kwargs)
+    convolutions on views; the Hopper backward-filter kernel) on CuPy arrays, and on CUDA
+    arrays of another library through CuPy views of them, on the caller's stream, the result
+    in their type. A CuPy call seen before (same shapes, strides, dtypes, devices, 16-byte
+    alignment and arguments) was checked then: its problem is remembered
+    (`cuda.backward_key`), with what `direct(prob, a, b)` gave then, a callable that writes
+    the result from a and b with nothing else to do (None: `through_forward` each time)."""
+    key = cuda.backward_key(make, a, b, shape, kwargs) if on_gpu(a) and on_gpu(b) else None
+    checked = cuda.cached_backward(key)
+    if checked is None:
+        if not (on_gpu(a) or on_gpu(b)):
+            family = interop.gpu_family({"first array": a, "second array": b})
+            if family is not None:
+                door = interop.Door(family)
+                ca, cb = door.enter(a), door.enter(b)
+                with ca.device, door.stream(a):
+                    result = _backward(make, compute, through_forward, ca, cb, shape, kwargs,
+                                       direct)
+                return door.leave(result)
+        gpu = same_device(a, b, None, None)
+        if not gpu:
+            a, b = native(a), native(b)
+        prob = make(a, b, shape, **kwargs)                      # every check, before any work
+        if not gpu:
+            return compute(a, b, shape, **kwargs)
+        shape = check_shape("shape", shape)
+        ready = None
+        if direct is not None and prob.N and 0 not in shape:
+            with a.device:
+                ready = direct(prob, a, b)
+        checked = prob, shape, ready
+        cuda.remember_backward(key, checked)
+    prob, shape, ready = checked
+    import cupy
+    if ready is not None and cupy.cuda.runtime.getDevice() == a.data.device_id:
+        result = cupy.empty(shape, prob.dtype)
+        ready(a, b, result)
+        return result
+    with a.device:                      # the result and the re-ordered filter on a's GPU
+        result = cupy.empty(shape, prob.dtype)
+        if result.size == 0:
+            return result
+        return through_forward(conv2d, prob, a, b, result)
 
 
 def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, groups=1,
@@ -219,6 +239,30 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
                           layout=layout))
 
 
+def _filter_on_gpu(conv2d, prob, x, dy, dw):
+    """The w-gradient of CuPy arrays: the Hopper kernel's (`im2win.cuda.wgrad`) where it
+    takes the problem, else forward convolutions (`im2win.gradients`)."""
+    from im2win.cuda import launch, wgrad
+    ready = wgrad.staged(prob, x, dy)
+    if ready is None:
+        return gradients.backward_filter(conv2d, prob, x, dy, dw)
+    inner, x, dy, buffer, finish = ready
+    wgrad.run(inner, x, dy, dw if buffer is None else buffer, launch.element_strides(x, "NHWC"))
+    if finish is not None:
+        finish(buffer, dw)
+    return dw
+
+
+def _filter_direct(prob, x, dy):
+    """The Hopper kernel's Runner where it takes x and dy as they lie (`wgrad.staged` makes
+    no copy), else None."""
+    from im2win.cuda import launch, wgrad
+    ready = wgrad.staged(prob, x, dy)
+    if ready is None or ready[3] is not None or not dy.flags.c_contiguous:
+        return None
+    return wgrad.runner(prob, launch.element_strides(x, "NHWC"))
+
+
 def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
                            layout="NCHW"):
     """Compute the gradient of `conv2d` with respect to w.
@@ -238,13 +282,16 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
     Returns:
         dw of `w_shape`, x's dtype, on x's device and in its array type, deterministic (the
         same bits every run). NumPy arrays: by the reference's window formulation
-        (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays: one
-        forward convolution per group of x seen as C/G images of N channels with dy as K/G
-        filters of P x Q taps, views of both (`im2win.gradients.backward_filter`): a sum over
-        N*P*Q per element in a fixed order, no atomics; memory beyond dw is what those calls
-        take (a buffer of dw's size for its strided view; the NHWC twin's copies for float16
-        and bfloat16 NCHW on Hopper). Not tuned yet: the reductions are long and the outputs
-        few, so it is slow.
+        (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays of
+        float16 and bfloat16 on Hopper: a kernel of its own (`im2win.cuda.wgrad`: the window
+        operand with the pixels as the reduction, split-K added in a fixed order), on x and dy
+        as they lie for NHWC with C/groups and K multiples of 8, else on channels-last copies
+        of them (NCHW; one group with C padded to a multiple of 8): workspace of x's and dy's
+        size. The others: one forward convolution per group of x seen as C/G images of N
+        channels with dy as K/G filters of P x Q taps, views of both
+        (`im2win.gradients.backward_filter`), a sum over N*P*Q per element in a fixed order, no
+        atomics; memory beyond dw is what those calls take (a buffer of dw's size for its
+        strided view). That form is slow: long reductions into few outputs.
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
@@ -257,6 +304,6 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
                [4., 4.]])
     """
     return _backward(make_backward_filter_problem, reference.conv2d_backward_filter,
-                     gradients.backward_filter, x, dy, w_shape,
+                     _filter_on_gpu, x, dy, w_shape,
                      dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
-                          layout=layout))
+                          layout=layout), _filter_direct)

@@ -125,6 +125,18 @@ class GPU:
     def to_host(self, a):
         return self.cupy.asnumpy(a)
 
+    def host_time(self, fn, calls=20) -> float:
+        """Seconds of host time per call of `fn()`, `calls` calls issued without synchronising
+        (after one warm-up call; the GPU runs behind): what issuing a call costs the CPU."""
+        fn()
+        self.sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        self.sync()
+        return (t1 - t0) / calls
+
     def back_to_back(self, fn, calls=10, repeats=3) -> float:
         """Median seconds per call of `calls` calls of `fn()` issued without synchronising,
         between CUDA events (after one warm-up call)."""

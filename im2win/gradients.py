@@ -24,31 +24,49 @@ NHWC twin's copies).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from im2win.problem import Problem
 
 
 def _phase(a: int, s: int, d: int, pad: int, taps: int, P: int, extent: int):
-    """One axis of backward data's phase `a`: (the taps it takes, in the order the forward
-    convolution reads them; its dilation; dy's slice; the forward padding (lo, hi); output
-    length); the taps are empty where no tap reaches the phase, or only padding does (its
-    output is then zero); None where the phase has no output row."""
+    """One axis of backward data's phase `a`: (the number of taps it takes and their slice of
+    the filter axis, in the order the forward convolution reads them, last tap first; its
+    dilation; dy's slice; the forward padding (lo, hi); output length); no taps where none
+    reaches the phase, or only padding does (its output is then zero); None where the phase
+    has no output row. The taps are every t-th from the first, so a slice (a view of w, no
+    index array to copy to the device) holds them."""
     rows = (extent - a + s - 1) // s             # dx rows a, a + s, ... below `extent`
     chosen = [r for r in range(taps) if (a + pad - r * d) % s == 0]
     if rows <= 0:
         return None
     if not chosen:
-        return (), 1, slice(0, 0), (0, 0), rows
+        return 0, None, 1, slice(0, 0), (0, 0), rows
     J, e = len(chosen), d // math.gcd(s, d)
     base = (a + pad - chosen[0] * d) // s        # dy row of output row 0 under the first tap
     lo = (J - 1) * e - base                      # dy rows before the first that row 0 reads
     last = rows - 1 - lo + (J - 1) * e           # the last dy row read
     start, stop = max(0, -lo), min(P, last + 1)
     if stop <= start:                            # every row it reads is padding
-        return (), 1, slice(0, 0), (0, 0), rows
-    return tuple(reversed(chosen)), e, slice(start, stop), (max(0, lo), max(0, last - P + 1)), \
-        rows
+        return 0, None, 1, slice(0, 0), (0, 0), rows
+    t = s // math.gcd(s, d)                      # taps apart
+    first = chosen[0] - t
+    taps = slice(chosen[-1], first if first >= 0 else None, -t)
+    return J, taps, e, slice(start, stop), (max(0, lo), max(0, last - P + 1)), rows
+
+
+@functools.lru_cache(maxsize=256)
+def _phases(prob: Problem) -> tuple:
+    """Backward data's phases with an output: (a, b, rows' `_phase`, columns' `_phase`)."""
+    phases = []
+    for a in range(prob.sh):
+        rows = _phase(a, prob.sh, prob.dh, prob.pt, prob.R, prob.P, prob.H)
+        for b in range(prob.sw if rows is not None else 0):
+            cols = _phase(b, prob.sw, prob.dw, prob.pl, prob.S, prob.Q, prob.W)
+            if cols is not None:
+                phases.append((a, b, rows, cols))
+    return tuple(phases)
 
 
 def backward_data(conv2d, prob: Problem, dy, w, dx):
@@ -56,31 +74,23 @@ def backward_data(conv2d, prob: Problem, dy, w, dx):
     `conv2d` calls on views of dy, one per phase (module docstring)."""
     nhwc = prob.layout == "NHWC"
     G, Cg, Kg = prob.G, prob.Cg, prob.Kg
-    for a in range(prob.sh):
-        rows = _phase(a, prob.sh, prob.dh, prob.pt, prob.R, prob.P, prob.H)
-        if rows is None:
+    for a, b, rows, cols in _phases(prob):
+        out = dx[:, a::prob.sh, b::prob.sw, :] if nhwc else dx[:, :, a::prob.sh, b::prob.sw]
+        (J, r_taps, eh, r_slice, r_pad, _), (L, s_taps, ew, s_slice, s_pad, _) = rows, cols
+        if not J or not L:
+            out[...] = 0
             continue
-        for b in range(prob.sw):
-            cols = _phase(b, prob.sw, prob.dw, prob.pl, prob.S, prob.Q, prob.W)
-            if cols is None:
-                continue
-            out = dx[:, a::prob.sh, b::prob.sw, :] if nhwc else dx[:, :, a::prob.sh, b::prob.sw]
-            (r_taps, eh, r_slice, r_pad, _), (s_taps, ew, s_slice, s_pad, _) = rows, cols
-            if not r_taps or not s_taps:
-                out[...] = 0
-                continue
-            if nhwc:    # w (K, R, S, C/G) -> (C, J, L, K/G): group g's C/G x K/G exchanged
-                taps = w[:, list(r_taps)][:, :, list(s_taps)]
-                wt = taps.reshape(G, Kg, len(r_taps), len(s_taps), Cg).transpose(0, 4, 2, 3, 1)
-                wt = wt.reshape(G * Cg, len(r_taps), len(s_taps), Kg)
-                view = dy[:, r_slice, s_slice, :]
-            else:       # w (K, C/G, R, S) -> (C, K/G, J, L)
-                taps = w[:, :, list(r_taps)][:, :, :, list(s_taps)]
-                wt = taps.reshape(G, Kg, Cg, len(r_taps), len(s_taps)).transpose(0, 2, 1, 3, 4)
-                wt = wt.reshape(G * Cg, Kg, len(r_taps), len(s_taps))
-                view = dy[:, :, r_slice, s_slice]
-            conv2d(view, wt, padding=(r_pad, s_pad), dilation=(eh, ew), groups=G,
-                   layout=prob.layout, out=out)
+        # The filter re-ordered by one copy of a view: group g's C/G x K/G exchanged.
+        if nhwc:    # w (K, R, S, C/G) -> (C, J, L, K/G)
+            taps = w[:, r_taps, s_taps]
+            wt = taps.reshape(G, Kg, J, L, Cg).transpose(0, 4, 2, 3, 1).reshape(G * Cg, J, L, Kg)
+            view = dy[:, r_slice, s_slice, :]
+        else:       # w (K, C/G, R, S) -> (C, K/G, J, L)
+            taps = w[:, :, r_taps, s_taps]
+            wt = taps.reshape(G, Kg, Cg, J, L).transpose(0, 2, 1, 3, 4).reshape(G * Cg, Kg, J, L)
+            view = dy[:, :, r_slice, s_slice]
+        conv2d(view, wt, padding=(r_pad, s_pad), dilation=(eh, ew), groups=G,
+               layout=prob.layout, out=out)
     return dx
 
 

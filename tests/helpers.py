@@ -54,3 +54,9 @@ def problems(draw, max_n=3):
     N = draw(st.integers(0, max_n))
     kwargs = dict(stride=(sh, sw), dilation=(dh, dw), groups=G, padding=padding)
     return (N, G * Cg, H, W), (G * Kg, Cg, R, S), kwargs
+
+
+def contiguous_strides(prob):
+    """Element strides (NCHW-lettered) of a C-contiguous x of the problem's layout."""
+    N, C, H, W = prob.N, prob.C, prob.H, prob.W
+    return (C * H * W, H * W, W, 1) if prob.layout == "NCHW" else (H * W * C, 1, W * C, C)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import im2win
-from helpers import problems, random_arrays, to_layout
+from helpers import contiguous_strides, problems, random_arrays, to_layout
 from im2win import gradients, reference
 from im2win.problem import make_backward_data_problem, make_backward_filter_problem
 from im2win.testing import allowed_error, relative_error
@@ -214,6 +214,140 @@ def test_gpu_gradients_match_the_reference(rng, dtype, layout, x_shape, w_shape,
     assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(dtype, filter_red)
     again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout=layout, **kwargs)
     cupy.testing.assert_array_equal(again, dw)                    # deterministic: no atomics
+
+
+WGRAD_CASES = [  # NHWC problems the Hopper backward-filter kernel takes: C/G % 8 == 0
+    # (wgrad.Tile: NC, box channels CB, SPLIT_N where K/G <= 64)
+    ((4, 64, 20, 20), (64, 64, 3, 3), dict(padding=1)),       # 192, 64, split N; split-K
+    ((2, 128, 7, 6), (200, 128, 3, 2), dict(stride=2, padding=(1, 0))),  # 256, 64; filter tail
+    ((3, 128, 8, 9), (96, 64, 3, 3), dict(groups=2, dilation=2, padding=2)),   # groups
+    ((1, 64, 5, 5), (8, 64, 1, 1), dict()),                   # 64, 64, split N: few filters
+    ((2, 64, 6, 9), (16, 64, 1, 7), dict(padding=(0, 3))),    # a tile's boxes past the last
+    ((2, 96, 9, 8), (40, 96, 3, 3), dict(padding=1)),         # C past a box: zeros
+    ((2, 64, 8, 8), (48, 32, 3, 3), dict(groups=2, stride=2)),  # boxes across groups
+    ((2, 8, 12, 12), (96, 8, 5, 5), dict(stride=2)),          # 256, 8
+    ((2, 16, 12, 12), (136, 16, 3, 3), dict(padding=1)),      # 256, 8; filter tail
+    ((3, 24, 10, 10), (136, 24, 3, 3), dict(padding=1)),      # 64 a box, 24 used; tail
+    ((4, 16, 20, 20), (24, 16, 3, 3), dict(padding=1))]       # 128, 8, split N; split-K          # boxes cross groups
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", WGRAD_CASES)
+def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
+    """im2win.cuda.wgrad where it applies (Hopper): against the reference, the same bits
+    twice (split-K adds its partial sums in a fixed order)."""
+    import cupy
+    from im2win.cuda import compute_capability, wgrad
+    if compute_capability(0) != 90:
+        pytest.skip("the backward-filter kernel runs on compute capability 9.0")
+    x, w = case(rng, "NHWC", x_shape, w_shape)
+    x, w = x.astype(dtype), w.astype(dtype)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout="NHWC", **kwargs).shape).astype(dtype)
+    cx, cdy = cupy.asarray(x), cupy.asarray(dy)
+    prob = make_backward_filter_problem(cx, cdy, w.shape, layout="NHWC", **kwargs)
+    assert wgrad.staged(prob, cx, cdy)[3] is None           # the kernel on x and dy as they lie
+    dw = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout="NHWC", **kwargs)
+    ref = reference.conv2d_backward_filter(x.astype(np.float64), dy.astype(np.float64), w.shape,
+                                           layout="NHWC", **kwargs)
+    assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(dtype, prob.N * prob.P *
+                                                                   prob.Q)
+    again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout="NHWC", **kwargs)
+    cupy.testing.assert_array_equal(again, dw)
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("layout, x_shape, w_shape, kwargs", [
+    ("NCHW", (2, 64, 9, 8), (40, 64, 3, 3), dict(padding=1)),      # copied channels-last
+    ("NHWC", (2, 3, 13, 12), (16, 3, 5, 5), dict(stride=2)),        # C = 3 padded to 8
+    ("NCHW", (3, 3, 11, 10), (24, 3, 3, 3), dict(padding=1)),       # both
+    ("NHWC", (2, 5, 12, 13), (8, 5, 3, 3), dict(stride=(1, 3), dilation=(1, 2),
+                                                 padding=(1, 2))),  # C = 5, dilated
+    ("NHWC", (2, 3, 9, 9), (16, 3, 2, 30), dict(padding=(0, 12)))])  # a wide filter
+def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shape, kwargs):
+    import cupy
+    from im2win.cuda import compute_capability, wgrad
+    if compute_capability(0) != 90:
+        pytest.skip("the backward-filter kernel runs on compute capability 9.0")
+    x, w = case(rng, layout, x_shape, w_shape)
+    x, w = x.astype(np.float16), w.astype(np.float16)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout=layout, **kwargs).shape).astype(
+        np.float16)
+    cx, cdy = cupy.asarray(x), cupy.asarray(dy)
+    prob = make_backward_filter_problem(cx, cdy, w.shape, layout=layout, **kwargs)
+    assert wgrad.staged(prob, cx, cdy)[3] is not None       # through a buffer
+    dw = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout=layout, **kwargs)
+    ref = reference.conv2d_backward_filter(x.astype(np.float64), dy.astype(np.float64), w.shape,
+                                           layout=layout, **kwargs)
+    assert dw.shape == w.shape
+    assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(np.float16, prob.N * prob.P *
+                                                                   prob.Q)
+
+
+def test_hopper_backward_filter_plan():
+    """Which problems the kernel takes, its tiles and split-K (no GPU needed)."""
+    from im2win.cuda import wgrad
+    from im2win.cuda.plan import specializations
+    from im2win.problem import make_problem
+    prob = make_problem(np.empty((128, 56, 56, 64), np.float16), np.empty((64, 3, 3, 64),
+                                                                           np.float16),
+                        layout="NHWC", padding=1)
+    strides = contiguous_strides(prob)
+    assert wgrad.refusal(prob, strides, 0, 0, 90) is None
+    tile, splits = wgrad.choose(prob, 132)
+    assert tile == wgrad.Tile(192, 64, True)                   # 9 boxes: 2 tiles of 6
+    assert splits == 132 // 2                                  # one wave of items
+    assert ("im2win_wgmma", tile.name("float16")) in specializations()
+    assert all(t.smem <= 227 * 1024 for t in wgrad.TILES)
+    big = make_problem(np.empty((8, 7, 7, 512), np.float16), np.empty((512, 3, 3, 512),
+                                                                      np.float16),
+                       layout="NHWC", padding=1)
+    assert wgrad.choose(big, 132) == (wgrad.Tile(256, 64, False), 1)   # 4 x 18 tiles, 7 slices
+    few = make_problem(np.empty((128, 56, 56, 8), np.float16), np.empty((96, 5, 5, 8),
+                                                                        np.float16),
+                       layout="NHWC", stride=2)
+    assert wgrad.choose(few, 132)[0] == wgrad.Tile(256, 8, False)     # 25 boxes of 8 channels
+    refused = [(dict(arch=80), "compute capability 9.0"),
+               (dict(prob=make_problem(np.empty((2, 9, 9, 32), np.float16),
+                                       np.empty((8, 3, 3, 4), np.float16), layout="NHWC",
+                                       groups=8)),
+                "multiple of 8"),
+               (dict(x_ptr=8), "16-byte aligned"),
+               (dict(prob=make_problem(np.empty((2, 9, 9, 64), np.float32),
+                                       np.empty((8, 3, 3, 64), np.float32), layout="NHWC")),
+                "float16 and bfloat16")]
+    for change, match in refused:
+        args = dict(prob=prob, x_strides=strides, x_ptr=0, dy_ptr=0, arch=90) | change
+        if "prob" in change:
+            args["x_strides"] = contiguous_strides(change["prob"])
+        assert match in wgrad.refusal(**args)
+
+
+@pytest.mark.gpu
+@GPU
+def test_gpu_gradients_check_every_call_after_one_is_remembered(rng):
+    """A CuPy gradient call's checked problem is remembered by its shapes, strides, dtypes,
+    devices and arguments (cuda.backward_key); a call that differs in any of them is checked
+    again, and the remembered one gives the same bits."""
+    import cupy
+    x = cupy.asarray(rng.uniform(-1, 1, (2, 8, 6, 6)).astype(np.float32))
+    w = cupy.asarray(rng.uniform(-1, 1, (4, 8, 3, 3)).astype(np.float32))
+    dy = cupy.asarray(rng.uniform(-1, 1, (2, 4, 4, 4)).astype(np.float32))
+    dw = im2win.conv2d_backward_filter(x, dy, w.shape)
+    dx = im2win.conv2d_backward_data(dy, w, x.shape)
+    cupy.testing.assert_array_equal(im2win.conv2d_backward_filter(x, dy, w.shape), dw)
+    cupy.testing.assert_array_equal(im2win.conv2d_backward_data(dy, w, x.shape), dx)
+    bad = [(lambda: im2win.conv2d_backward_filter(x, dy, (4, 8, 2, 2)), ValueError),
+           (lambda: im2win.conv2d_backward_filter(x, dy.astype(cupy.float16), w.shape), TypeError),
+           (lambda: im2win.conv2d_backward_filter(x, dy, w.shape, stride=2), ValueError),
+           (lambda: im2win.conv2d_backward_filter(x, dy, w.shape, stride=1.0), TypeError),
+           (lambda: im2win.conv2d_backward_data(dy, w, x.shape, padding=1), ValueError),
+           (lambda: im2win.conv2d_backward_data(dy[:1], w, x.shape), ValueError)]
+    for call, error in bad:
+        with pytest.raises(error):
+            call()
 
 
 @pytest.mark.gpu

@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from helpers import contiguous_strides
 from im2win import reference
 from im2win.cuda import TILES, Options
 from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, Geometry, geometry, make_plan,
@@ -19,11 +20,6 @@ from im2win.problem import make_problem
 
 def problem(x_shape, w_shape, dtype=np.float32, **kwargs):
     return make_problem(np.empty(x_shape, dtype), np.empty(w_shape, dtype), **kwargs)
-
-
-def contiguous_strides(prob):
-    N, C, H, W = prob.N, prob.C, prob.H, prob.W
-    return (C * H * W, H * W, W, 1) if prob.layout == "NCHW" else (H * W * C, 1, W * C, C)
 
 
 def plan_for(prob, **kwargs):

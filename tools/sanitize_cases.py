@@ -6,9 +6,9 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, split-K, float32 as tf32 and
-3xtf32, and NCHW through the NHWC twin); with ``depthwise``, the depthwise kernel's forms (each
-register window and the general one, a channel multiplier, tails, groups of 2, 4 and 8 channels
-in NHWC) in every dtype and both layouts. Otherwise all of these, the Hopper kernel's too where
+3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
+depthwise kernel's forms (each register window and the general one, a channel multiplier,
+tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts. Otherwise all of these, the Hopper kernel's too where
 the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
 
@@ -135,6 +135,16 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
         xs = cupy.asarray(rng.uniform(-1, 1, (2, 7, 7, 768)).astype(dtype))
         ws = cupy.asarray(rng.uniform(-1, 1, (160, 1, 1, 768)).astype(dtype))
         im2win.conv2d(xs, ws, cupy.asarray(rng.uniform(-1, 1, 160).astype(dtype)), layout="NHWC")
+        # The backward-filter kernel (im2win.cuda.wgrad): boxes of 64 channels (C of 128, 64)
+        # and of 8 (C of 16), 128 filters a tile and 64 (SPLIT_N: 40 filters), tiles whose
+        # last boxes are loaded and not stored, filter tails, split-K (the 990 pixels).
+        dy = cupy.asarray(rng.uniform(-1, 1, (18, 5, 11, 70)).astype(dtype))
+        xb = cupy.asarray(rng.uniform(-1, 1, (18, 9, 11, 128)).astype(dtype))
+        for c, size, pad, k in itertools.product((128, 64, 16), (3, 1), (1, 0), (70, 40)):
+            if (size == 1) == (pad == 1):
+                continue
+            im2win.conv2d_backward_filter(xb[..., :c], dy[..., :k], (k, size, size, c),
+                                          layout="NHWC", stride=(2, 1), padding=pad)
     # float32 on the same kernel: "tf32" and "3xtf32" (its split stages), every tile.
     x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)).astype(np.float32))
     w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)).astype(np.float32))

@@ -9,7 +9,6 @@ One process, table last.
 """
 
 import argparse
-import time
 
 import cupy
 import numpy as np
@@ -21,17 +20,6 @@ from im2win.cuda import launch
 from im2win.cuda.plan import dtype_of
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
-
-
-def host_us(fn, reps=50):
-    fn()
-    cupy.cuda.get_current_stream().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    t1 = time.perf_counter()
-    cupy.cuda.get_current_stream().synchronize()
-    return (t1 - t0) / reps * 1e6
 
 
 def main():
@@ -69,7 +57,7 @@ def main():
         t = {name: 1e3 * device.time(fn) for name, fn in calls}      # ms
         rows.append((layer.name, plan.algorithm, t, x_bytes / t["x copy"] / 1e9,
                      y_bytes / t["y copy"] / 1e9, x_bytes / t["cupy x"] / 1e9,
-                     host_us(full), host_us(inner)))
+                     1e6 * device.host_time(full, 50), 1e6 * device.host_time(inner, 50)))
     print(f"{args.dtype} NCHW, batch {args.batch}: GPU ms (median), copies' TB/s, host us/call")
     print("layer  plan         full   inner  x copy  y copy  cupy x | x TB/s y TB/s cupy "
           "| host full inner")

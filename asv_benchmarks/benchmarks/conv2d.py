@@ -196,8 +196,9 @@ class NetworksGPU:
 
 class GradientsGPU:
     """The two gradients on the twelve layers, batch 128, NHWC (``python -m im2win --op OP
-    --compare``): im2win's (`im2win.gradients` on the GPU) and cuDNN's through PyTorch's
-    convolution_backward; TFLOPS of the forward's FLOPs."""
+    --compare``): im2win's (`im2win.gradients` on the GPU; backward filter in float16 on Hopper
+    the `im2win.cuda.wgrad` kernel) and cuDNN's through PyTorch's convolution_backward; TFLOPS
+    of the forward's FLOPs."""
 
     params = (list(LAYERS), ["float32", "float16"], ["backward_data", "backward_filter"],
               ["im2win", "cudnn"])

@@ -21,6 +21,7 @@ __all__ = ["ALGORITHMS", "MAX_CALLS", "TILES", "Options", "autotune", "conv2d", 
 MAX_CALLS = 4096
 
 _calls: dict = {}         # call key -> launch.Call
+_backward_problems: dict = {}   # backward call key -> (Problem, result shape, direct callable)
 _tuned: dict = {}         # (Problem, x strides) -> (algorithm, tile), from `autotune`
 _lock = threading.Lock()
 
@@ -80,6 +81,28 @@ def call_key(x, w, bias, out, stride, padding, dilation, groups, layout, algorit
                 _exact(precision))
     except _NoKey:
         return None
+
+
+def backward_key(make, a, b, shape, kwargs):
+    """The memo key of a gradient call on CuPy arrays (`make`: its problem's maker): all its
+    checks and its path depend on (shapes, strides, dtypes, devices, the arrays' 16-byte
+    alignment, the arguments with their types); None when an argument has no exact form."""
+    try:
+        return (make, _array_key(a, True), _array_key(b, True), _exact(shape),
+                tuple((name, _exact(value)) for name, value in kwargs.items()))
+    except _NoKey:
+        return None
+
+
+def cached_backward(key):
+    """(Problem, result shape, direct callable or None) of a gradient call checked before
+    under `key` (`im2win.api._backward`), or None."""
+    return None if key is None else _backward_problems.get(key)
+
+
+def remember_backward(key, checked) -> None:
+    if key is not None:
+        _remember(_backward_problems, key, checked)
 
 
 def cached_call(key):

@@ -195,15 +195,21 @@ template <bool kSwizzle> __device__ constexpr unsigned k16_advance() { return kS
              "%95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, " \
              "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, "  \
              "%122, %123, %124, %125, %126, %127"
+#define WG_REGS_96                                                                          \
+  WG_REGS_64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, "    \
+             "%79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, "  \
+             "%95"
 #define WG_OUT_32 WG_F8(0), WG_F8(8), WG_F8(16), WG_F8(24)
 #define WG_OUT_48 WG_OUT_32, WG_F8(32), WG_F8(40)
 #define WG_OUT_64 WG_OUT_48, WG_F8(48), WG_F8(56)
+#define WG_OUT_96 WG_OUT_64, WG_F8(64), WG_F8(72), WG_F8(80), WG_F8(88)
 #define WG_OUT_128 WG_OUT_64, WG_F8(64), WG_F8(72), WG_F8(80), WG_F8(88), WG_F8(96), WG_F8(104), \
                    WG_F8(112), WG_F8(120)
-#define WG_MMA(N, TY, REGS, OUTS, A, B, S)                                                   \
+// TR: the transpose flags, "0, 0" for K-major operands, "1, 1" for both MN-major.
+#define WG_MMA(N, TY, REGS, OUTS, A, B, S, TR)                                               \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                              \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, %" A \
-               ", %" B ", p, 1, 1, 0, 0;\n}\n"                                                \
+               ", %" B ", p, 1, 1, " TR ";\n}\n"                                             \
                : OUTS                                                                        \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
@@ -215,28 +221,37 @@ template <bool kSwizzle> __device__ constexpr unsigned k16_advance() { return kS
                : OUTS                                                                        \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
-template <int N, typename T>
+// MN: both operands MN-major (16-bit types only; the backward-filter kernel's).
+template <int N, typename T, bool MN = false>
 __device__ __forceinline__ void wgmma(float (&d)[N / 2], u64 desc_a, u64 desc_b, int scale_d) {
   constexpr bool bf = same_type<T, bf16_t>::value;
-  static_assert(N == 64 || N == 96 || N == 128 || N == 256, "wgmma N of the tile table");
+  static_assert(N == 64 || N == 96 || N == 128 || N == 192 || N == 256, "a wgmma N we use");
+  static_assert(!MN || sizeof(T) == 2, "transposed wgmma operands are 16-bit");
+// (W: the accumulators' count, pasted into the register lists' names so that they reach
+// WG_MMA as one argument each.)
+#define WG_TYPED(N, W, A, B, S)                                                               \
+  if constexpr (bf && MN) WG_MMA(N, "bf16", WG_REGS_##W, WG_OUT_##W, A, B, S, "1, 1");      \
+  else if constexpr (bf) WG_MMA(N, "bf16", WG_REGS_##W, WG_OUT_##W, A, B, S, "0, 0");       \
+  else if constexpr (MN) WG_MMA(N, "f16", WG_REGS_##W, WG_OUT_##W, A, B, S, "1, 1");        \
+  else WG_MMA(N, "f16", WG_REGS_##W, WG_OUT_##W, A, B, S, "0, 0");
   if constexpr (same_type<T, float>::value) {
+    static_assert(N != 192, "no tf32 tile of 192");
     if constexpr (N == 64) WG_MMA_TF32(64, WG_REGS_32, WG_OUT_32, "32", "33", "34");
     else if constexpr (N == 96) WG_MMA_TF32(96, WG_REGS_48, WG_OUT_48, "48", "49", "50");
     else if constexpr (N == 128) WG_MMA_TF32(128, WG_REGS_64, WG_OUT_64, "64", "65", "66");
     else WG_MMA_TF32(256, WG_REGS_128, WG_OUT_128, "128", "129", "130");
   } else if constexpr (N == 64) {
-    if constexpr (bf) WG_MMA(64, "bf16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
-    else WG_MMA(64, "f16", WG_REGS_32, WG_OUT_32, "32", "33", "34");
+    WG_TYPED(64, 32, "32", "33", "34")
   } else if constexpr (N == 96) {
-    if constexpr (bf) WG_MMA(96, "bf16", WG_REGS_48, WG_OUT_48, "48", "49", "50");
-    else WG_MMA(96, "f16", WG_REGS_48, WG_OUT_48, "48", "49", "50");
+    WG_TYPED(96, 48, "48", "49", "50")
   } else if constexpr (N == 128) {
-    if constexpr (bf) WG_MMA(128, "bf16", WG_REGS_64, WG_OUT_64, "64", "65", "66");
-    else WG_MMA(128, "f16", WG_REGS_64, WG_OUT_64, "64", "65", "66");
+    WG_TYPED(128, 64, "64", "65", "66")
+  } else if constexpr (N == 192) {
+    WG_TYPED(192, 96, "96", "97", "98")
   } else {
-    if constexpr (bf) WG_MMA(256, "bf16", WG_REGS_128, WG_OUT_128, "128", "129", "130");
-    else WG_MMA(256, "f16", WG_REGS_128, WG_OUT_128, "128", "129", "130");
+    WG_TYPED(256, 128, "128", "129", "130")
   }
+#undef WG_TYPED
 }
 
 // 8 elements gathered through registers into one 16-byte shared chunk.
@@ -404,7 +419,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
               for (int e = 0; e < 4; ++e) {
                 const float f = __uint_as_float(in[e]), b = rna_tf32(f);
                 big[e] = __float_as_uint(b);
-                small[e] = __float_as_uint(rna_tf32(f - b));
+                small[e] = __float_as_uint(rna_tf32(__fmaf_ieee_rn(b, -1.f, f)));   // f - b, IEEE
               }
               st_shared16(base + 16 * i, make_uint4(big[0], big[1], big[2], big[3]));
               st_shared16(base + RAW_BYTES + 16 * i,
@@ -722,4 +737,202 @@ __global__ void __launch_bounds__(384, 1)
                       const __grid_constant__ TensorMap w_map) {
   wgmma_conv<float, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true, 1,
              kThree>(src, w, bias, y, taps, geo, g0, &x_map, &w_map);
+}
+
+// ------------------------------------------------------------------ backward filter (wgrad)
+// dw[k, (r, s, c)] = sum over output pixels m of dy[m, k] * x_win[m, (r, s, c)] (NHWC, one
+// group's filters and channels): the window operand of the forward GEMM with the pixels as
+// the reduction. A slice is 64 pixels. Its x tiles are TMA im2col boxes, each of one tap
+// (r, s) and CB channels (64, or 8 for few channels): 64 pixel rows of CB*2 bytes, read by
+// wgmma as B "MN-major" (channels contiguous, the reduction across rows: imm-trans-b). The dy
+// tile is a tiled box of dy as a (N*P*Q) x K matrix: 64 pixel rows of 64 filters, A MN-major
+// (imm-trans-a). The dw columns of a group are boxes f = rs * cblocks + cb (tap rs, channels
+// cb*CB.. of C/G; C/G any multiple of 8: channels past the group's are computed from the
+// next group's, or from zeros past C, and not stored, as filters are). A tile is KT filters
+// by NB consecutive boxes (taps and channel blocks alike), so one slice of dy serves NB
+// boxes: with KT = 128 two consumer warpgroups take 64 filters each, all the boxes; with
+// KT = 64 (SPLIT_N: K/G <= 64) both take the 64 filters, half the boxes each. Either way a
+// consumer issues one wgmma m64nNCk16 a k16 step over NC columns of boxes side by side in
+// the stage. Boxes past the group's last are loaded as its last and not stored. Work items
+// are (split, tile), tile fastest, so blocks running together read the same pixel rows of x
+// and dy; a split's pixel range is `per` slices, and with geo.splits > 1 each item writes
+// FP32 partial sums that split_reduce adds in order of the split (deterministic). The pixels
+// past N*P*Q and the filters past K read as zeros (TMA bounds); filters of the next group in
+// a box are computed and not stored.
+struct WgradGeo {
+  i64 npix;                   // N*P*Q
+  int PQ, Q, sh, sw, pt, pl, dh, dw, R, S, Cg, Kg, K, G, splits;
+};
+
+// The descriptor of an MN-major tile (the reduction along rows) at byte `addr`. 128-byte
+// swizzle (rows of 64 elements): the stride-byte-offset field holds the 1024 bytes between
+// 8-row atoms along the reduction, the leading-byte-offset field the 8 KB between 64-element
+// atoms along M/N (the next box of the stage). No swizzle (rows of 8 elements, CB = 8): core
+// matrices of 8 rows of 16 bytes, the leading byte offset the 128 bytes between them along
+// the reduction, the stride byte offset the 1024 bytes between them along M/N (the next box).
+// As CUTLASS's make_gmma_desc sets them for MN-major operands.
+template <int CB>
+__device__ __forceinline__ u64 mn_descriptor(unsigned addr) {
+  static_assert(CB == 64 || CB == 8, "boxes of 64 or 8 channels");
+  const u64 start = (addr & 0x3FFFF) >> 4;
+  if constexpr (CB == 64) return start | (u64)(8192 >> 4) << 16 | (u64)(1024 >> 4) << 32 | (u64)1 << 62;
+  else return start | (u64)(128 >> 4) << 16 | (u64)(1024 >> 4) << 32;
+}
+
+// Bytes of a stage: dy's KT filters and the tile's x columns (XW of them), 64 pixels each.
+__host__ __device__ constexpr int wgrad_stage_bytes(int NC, bool SPLIT_N) {
+  return (SPLIT_N ? 64 : 128) * 128 + (SPLIT_N ? 2 * NC : NC) * 128;
+}
+constexpr int WGRAD_TABLE = 64 * 12;    // the producer's per-box copy coordinates (NB <= 64)
+__host__ __device__ constexpr int wgrad_smem_bytes(int NC, bool SPLIT_N, int STAGES) {
+  return WGRAD_TABLE + 1024 + STAGES * wgrad_stage_bytes(NC, SPLIT_N) + 16 * STAGES;
+}
+
+template <typename T, int NC, int CB, bool SPLIT_N, int STAGES>
+__global__ void __launch_bounds__(384, 1)
+    im2win_wgmma_wgrad(float* __restrict__ partial, T* __restrict__ dw, WgradGeo geo,
+                       const __grid_constant__ TensorMap x_map,
+                       const __grid_constant__ TensorMap dy_map) {
+  static_assert(sizeof(T) == 2, "transposed wgmma operands are 16-bit");
+  constexpr int KT = SPLIT_N ? 64 : 128;        // filters of a tile
+  constexpr int XW = SPLIT_N ? 2 * NC : NC;     // x columns of a tile
+  constexpr int NB = XW / CB;                   // boxes of a tile
+  static_assert(NC % CB == 0 && NB * 12 <= WGRAD_TABLE, "whole boxes, the table holds them");
+  static_assert(wgrad_smem_bytes(NC, SPLIT_N, STAGES) <= 227 * 1024, "the ring fits");
+  constexpr int BK = 64;                        // pixels per slice
+  constexpr int BOX_BYTES = 64 * CB * 2;        // 64 pixel rows of CB channels
+  constexpr int DY_BYTES = KT * 128;            // 64 pixel rows of KT filters (64 a box)
+  constexpr int STAGE_BYTES = wgrad_stage_bytes(NC, SPLIT_N);
+  constexpr int K16 = 16 * CB * 2;              // 16 pixel rows of a box: a k16 step
+  constexpr int POOL = 168 * 3, PRODUCER_REGS = 96;
+  constexpr int CONSUMER_REGS = ((POOL - PRODUCER_REGS) / 2) & ~7;
+
+  extern __shared__ unsigned char dynamic_smem[];
+  int* table = reinterpret_cast<int*>(dynamic_smem);   // 3 ints a box: channel, offsets
+  const unsigned ring = (smem_addr(dynamic_smem) + WGRAD_TABLE + 1023) & ~1023u;
+  const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 8);
+    }
+  }
+  __syncthreads();
+
+  const int kblocks = (geo.Kg + KT - 1) / KT, cblocks = (geo.Cg + CB - 1) / CB;
+  const int boxes = geo.R * geo.S * cblocks, fblocks = (boxes + NB - 1) / NB;
+  const i64 tiles = (i64)kblocks * fblocks * geo.G;
+  const i64 items = tiles * geo.splits;
+  const i64 slices = (geo.npix + BK - 1) / BK;
+  const i64 per = (slices + geo.splits - 1) / geo.splits;
+  // Tile t: box block fastest, then filter block, group.
+  auto decode = [&](i64 t, int& g, int& kb, int& fb) {
+    fb = (int)(t % fblocks);
+    t /= fblocks;
+    kb = (int)(t % kblocks);
+    g = (int)(t / kblocks);
+  };
+
+  if (tid < 128) {  // ------------------------------------------------------------ producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    if (tid != 0) return;
+    unsigned it = 0;
+    for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
+      const i64 split = item / tiles;
+      int g, kb, fb;
+      decode(item - split * tiles, g, kb, fb);
+      const int k0 = g * geo.Kg + kb * KT;
+      for (int b = 0; b < NB; ++b) {                 // the boxes' channels and tap offsets
+        const int f = min(fb * NB + b, boxes - 1), rs = f / cblocks, r = rs / geo.S;
+        table[3 * b] = g * geo.Cg + (f - rs * cblocks) * CB;
+        table[3 * b + 1] = (rs - r * geo.S) * geo.dw;
+        table[3 * b + 2] = r * geo.dh;
+      }
+      const i64 j1 = min(slices, (split + 1) * per);
+      for (i64 j = split * per; j < j1; ++j, ++it) {
+        const int stage = it % STAGES;
+        mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
+        const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
+        mbar_expect_bytes(bar, STAGE_BYTES);
+        const i64 m0 = j * BK, n = m0 / geo.PQ;
+        const int pq = (int)(m0 - n * geo.PQ), p = pq / geo.Q, q = pq - p * geo.Q;
+        const int w0 = q * geo.sw - geo.pl, h0 = p * geo.sh - geo.pt;
+#pragma unroll
+        for (int h = 0; h < KT / 64; ++h)            // filters k0 + 64h.., pixels m0..
+          tma_tile2d(a + h * 8192, &dy_map, k0 + 64 * h, (int)m0, bar);
+#pragma unroll 4
+        for (int b = 0; b < NB; ++b)
+          tma_im2col(a + DY_BYTES + b * BOX_BYTES, &x_map, table[3 * b], w0, h0, (int)n,
+                     table[3 * b + 1], table[3 * b + 2], bar);
+      }
+    }
+    return;
+  }
+  // ------------------------------------------------------------------------------ consumers
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  const int consumer = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const int RS = geo.R * geo.S;
+  const i64 total = (i64)geo.K * RS * geo.Cg;         // dw's elements
+  const int a_at = SPLIT_N ? 0 : consumer * 8192;     // this consumer's filters ...
+  const int b_at = DY_BYTES + (SPLIT_N ? consumer * NC * 128 : 0);   // ... and x columns
+  unsigned it = 0;
+  for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
+    const i64 split = item / tiles;
+    int g, kb, fb;
+    decode(item - split * tiles, g, kb, fb);
+    float acc[NC / 2];
+#pragma unroll
+    for (int e = 0; e < NC / 2; ++e) acc[e] = 0.f;
+    int previous = -1;
+    const i64 j1 = min(slices, (split + 1) * per);
+    for (i64 j = split * per; j < j1; ++j, ++it) {
+      const int stage = it % STAGES;
+      mbar_wait(full + 8 * stage, (it / STAGES) & 1);
+      const unsigned a = ring + stage * STAGE_BYTES + a_at;
+      const unsigned b = ring + stage * STAGE_BYTES + b_at;
+      pin(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)                     // k16 steps: 16 pixel rows each
+        wgmma<NC, T, true>(acc, mn_descriptor<64>(a + k * 2048),
+                           mn_descriptor<CB>(b + k * K16), 1);
+      wgmma_commit();
+      pin(acc);
+      wgmma_wait<1>();                                // the previous slice's have read it
+      if (previous >= 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + 8 * previous);
+      }
+      previous = stage;
+    }
+    wgmma_wait<0>();
+    pin(acc);
+    if (previous >= 0) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty + 8 * previous);
+    }
+    // Epilogue: accumulator 4*jj + e (jj < NC/8) is filter kb*KT (+ consumer*64 unless
+    // SPLIT_N) + warp*16 + lane/4 (+8 for e >= 2) and tile column (consumer*NC if SPLIT_N)
+    // + 8*jj + (lane%4)*2 (+1 for odd e): box column / CB of the tile, its channel column % CB.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = kb * KT + (SPLIT_N ? 0 : consumer * 64) + warp * 16 + lane / 4 + 8 * h;
+      if (m >= geo.Kg) continue;
+      const i64 row0 = (i64)(g * geo.Kg + m) * RS * geo.Cg;
+#pragma unroll
+      for (int jj = 0; jj < NC / 8; ++jj) {
+        const int col = (SPLIT_N ? consumer * NC : 0) + 8 * jj + (lane % 4) * 2;
+        const int f = fb * NB + col / CB, rs = f / cblocks;
+        const int c = (f - rs * cblocks) * CB + col % CB;
+        if (f >= boxes || c >= geo.Cg) continue;      // C/G even: c + 1 is in the group too
+        const i64 at = row0 + (i64)rs * geo.Cg + c;
+        const float v0 = acc[4 * jj + 2 * h], v1 = acc[4 * jj + 2 * h + 1];
+        if (geo.splits > 1)               // an even index: 8-byte aligned float pairs
+          *reinterpret_cast<float2*>(partial + split * total + at) = make_float2(v0, v1);
+        else
+          store_adjacent(dw, at, true, true, v0, v1);
+      }
+    }
+  }
 }

@@ -213,24 +213,20 @@ def argument_offsets(record: np.dtype) -> list[int]:
 
 
 class TmaMaps:
-    """The two TMA descriptors of a plan with `plan.tma`, as 256 bytes, by (x, w) pointers:
-    a small memo, since a descriptor holds its array's address and encoding costs host time
-    (a loop over the same buffers encodes once)."""
+    """Two TMA descriptors, as 256 bytes, by the pointers of the two arrays they map
+    (`encode(a, b)` makes them): a small memo, since a descriptor holds its array's address
+    and encoding costs host time (a loop over the same buffers encodes once)."""
 
     MEMO = 16
 
-    def __init__(self, plan: Plan):
-        self.plan, self.memo, self.lock = plan, {}, threading.Lock()
+    def __init__(self, encode):
+        self.encode, self.memo, self.lock = encode, {}, threading.Lock()
 
-    def bytes_for(self, x, w) -> bytes:
-        key = (x.data.ptr, w.data.ptr)
+    def bytes_for(self, a, b) -> bytes:
+        key = (a.data.ptr, b.data.ptr)
         found = self.memo.get(key)
         if found is None:
-            from im2win.cuda import tma
-            args = self.plan.tma
-            maps = (tma.encode_im2col(x, args.x, True),
-                    tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box))
-            found = b"".join(ctypes.string_at(m.getPtr(), 128) for m in maps)
+            found = b"".join(ctypes.string_at(m.getPtr(), 128) for m in self.encode(a, b))
             with self.lock:
                 if len(self.memo) >= self.MEMO:
                     self.memo.pop(next(iter(self.memo)))
@@ -289,7 +285,13 @@ class Executable:
         for i, (_, _, _, fixed) in enumerate(launches):
             self.fixed[i] = fixed
         self.offsets = argument_offsets(record)
-        self.tma = TmaMaps(plan) if plan.tma is not None else None
+        self.tma = None
+        if plan.tma is not None:
+            from im2win.cuda import tma
+            args = plan.tma
+            self.tma = TmaMaps(lambda x, w: (
+                tma.encode_im2col(x, args.x, True),
+                tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box)))
         self.inner = self.transpose = None
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)

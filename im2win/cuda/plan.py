@@ -983,6 +983,8 @@ def specializations() -> list[tuple[str, str]]:
                                 out.add(("im2win_conv", kernel_name(
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
     out |= tf32_specializations()
+    from im2win.cuda import wgrad
+    out |= wgrad.specializations()
     return sorted(out)
 
 
