@@ -1,4 +1,5 @@
-"""Run a `Plan` with CuPy: the only module that compiles or launches kernels.
+"""Run a `Plan` with CuPy: the only module that compiles kernels, and that launches them but
+for the backward-filter kernel's own launch (`im2win.cuda.wgrad.Runner`).
 
 Kernel sources are the .cu files beside this one, each prefixed with common.cuh (CuPy's disk
 cache does not see #include'd files). Each template instantiation is compiled once per device,
