@@ -72,8 +72,6 @@ def staged(prob: Problem, x, dy):
     a multiple of 8 (x's copy only; the padded channels' gradients are dropped); finish(dw2,
     dw) writes the result into dw in its layout. None where it cannot even so (see
     `refusal`). The copies are workspace of x's and dy's size; the kernel alone needs none."""
-    import dataclasses
-
     import cupy
     from im2win.cuda.launch import element_strides
     if prob.N == 0 or prob.dtype.name not in CUDA_TYPES or \
