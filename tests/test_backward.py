@@ -261,11 +261,15 @@ def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
 @GPU
 @pytest.mark.parametrize("layout, x_shape, w_shape, kwargs", [
     ("NCHW", (2, 64, 9, 8), (40, 64, 3, 3), dict(padding=1)),      # copied channels-last
-    ("NHWC", (2, 3, 13, 12), (16, 3, 5, 5), dict(stride=2)),        # C = 3 padded to 8
+    ("NHWC", (2, 3, 13, 20), (16, 3, 3, 3), dict(stride=2)),        # C = 3 padded to 8
     ("NCHW", (3, 3, 11, 10), (24, 3, 3, 3), dict(padding=1)),       # both
     ("NHWC", (2, 5, 12, 13), (8, 5, 3, 3), dict(stride=(1, 3), dilation=(1, 2),
                                                  padding=(1, 2))),  # C = 5, dilated
-    ("NHWC", (2, 3, 9, 9), (16, 3, 2, 30), dict(padding=(0, 12)))])  # a wide filter
+    ("NHWC", (2, 3, 9, 9), (16, 3, 2, 30), dict(padding=(0, 12))),  # a wide filter
+    ("NHWC", (2, 3, 13, 12), (16, 3, 5, 5), dict(stride=2)),        # window columns
+    ("NCHW", (2, 3, 20, 19), (24, 3, 5, 7), dict(stride=(2, 3), padding=(2, 3))),   # both
+    ("NHWC", (2, 4, 16, 17), (8, 4, 3, 5), dict(stride=(1, 2), dilation=(1, 2),
+                                                 padding=(1, 4)))])  # columns, dilated
 def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shape, kwargs):
     import cupy
     from im2win.cuda import compute_capability, wgrad
@@ -284,6 +288,52 @@ def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shap
     assert dw.shape == w.shape
     assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(np.float16, prob.N * prob.P *
                                                                    prob.Q)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_window_columns_turn_the_filter_gradient_into_an_r_by_1_one(seed):
+    """What wgrad.window_columns relies on: x2[n, h, q, s*C + c] = xp[n, h, q*sw + s*dw, c]
+    (xp: x padded across) makes dw the gradient of an R x 1 filter over x2 with S*C channels
+    (stride 1 and no padding across), (s, c) flattened; and which problems take that path."""
+    from im2win.cuda import wgrad
+    from im2win.problem import make_problem
+    rng = np.random.default_rng(seed)
+    C, S, R = int(rng.integers(1, 6)), int(rng.integers(2, 7)), int(rng.integers(1, 4))
+    sh, sw, dh, dw_ = (int(v) for v in rng.integers(1, 4, 4))
+    pt, pl = int(rng.integers(0, 3)), int(rng.integers(0, 4))
+    x = rng.standard_normal((2, int(rng.integers(R * dh, R * dh + 6)),
+                             int(rng.integers(S * dw_, S * dw_ + 8)), C))
+    kwargs = dict(stride=(sh, sw), dilation=(dh, dw_), padding=((pt, pt), (pl, pl)))
+    prob = make_problem(x, np.empty((3, R, S, C)), layout="NHWC", **kwargs)
+    inner = wgrad.columns_stage(prob)
+    xp = np.pad(x, ((0, 0), (0, 0), (pl, pl + S * dw_), (0, 0)))
+    x2 = np.zeros((2, prob.H, prob.Q, inner.C))
+    for s in range(S):
+        x2[..., s * C:(s + 1) * C] = xp[:, :, s * dw_:s * dw_ + (prob.Q - 1) * sw + 1:sw]
+    dy = rng.standard_normal((2, prob.P, prob.Q, 3))
+    want = reference.conv2d_backward_filter(x, dy, (3, R, S, C), layout="NHWC", **kwargs)
+    got = reference.conv2d_backward_filter(x2, dy, (3, R, 1, inner.C), layout="NHWC",
+                                           stride=(sh, 1), dilation=(dh, 1),
+                                           padding=((pt, pt), (0, 0)))
+    np.testing.assert_allclose(got[:, :, 0, :S * C].reshape(3, R, S, C), want, atol=1e-12)
+    assert (inner.P, inner.Q) == (prob.P, prob.Q)
+
+
+def test_which_problems_take_window_columns():
+    from im2win.cuda import wgrad
+    from im2win.layers import LAYERS
+    from im2win.problem import make_problem
+
+    def layer(name):
+        spec = LAYERS[name]
+        x, w = spec.shapes(128, "NHWC")
+        return make_problem(np.empty(x, np.float16), np.empty(w, np.float16), layout="NHWC",
+                            stride=spec.stride)
+    assert wgrad.columns_pay(layer("cv1")) and wgrad.columns_pay(layer("cv3"))   # 11, 7 boxes
+    assert not wgrad.columns_pay(layer("cv7"))          # 6 boxes of 8 in place of 9
+    wide = make_problem(np.empty((1, 9, 40, 3), np.float16), np.empty((4, 2, 30, 3),
+                                                                     np.float16), layout="NHWC")
+    assert not wgrad.columns_pay(wide)                  # S*C = 90: more than a box
 
 
 def test_hopper_backward_filter_plan():

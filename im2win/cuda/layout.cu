@@ -52,3 +52,48 @@ __global__ void __launch_bounds__(256)
     __syncthreads();                                // the tile is reused by the next image
   }
 }
+
+// Window columns: x2[n, h, q, s*C + c] = x[n, h, q*sw + s*dw - pl, c] for s*C + c < S*C, and 0
+// where that column lies outside x or past S*C (x2's channels padded to C2): each output
+// column's S window columns side by side as channels, as im2win lays a window's columns out.
+// The backward-filter kernel's input for one group with few channels (im2win.cuda.wgrad
+// .window_columns): an R x 1 problem over x2 with S*C channels in place of S taps of C. One
+// block per input row (n, h): the row's W*C elements into shared memory (read along x's unit
+// stride: channels for NHWC, columns for a view of NCHW), then x2's row of Q*C2 elements
+// written in order; 32-bit arithmetic inside a row, 64-bit row offsets. Rows loop over the
+// grid. ROW: the most elements of a row the block holds (W*C <= ROW; wgrad checks).
+constexpr int WINDOW_ROW = 8192;
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    window_columns(const T* __restrict__ x, T* __restrict__ x2, i64 rows, int H, int W, int Q,
+                   int C2, int C, int S, int sw, int dw, int pl, i64 xn, i64 xh, i64 xw, i64 xc) {
+  __shared__ T row[WINDOW_ROW];
+  const int WC = W * C, SC = S * C, out = Q * C2;
+  for (i64 nh = blockIdx.x; nh < rows; nh += gridDim.x) {
+    const T* src = x + (nh / H) * xn + (nh % H) * xh;
+    __syncthreads();                              // the previous row's reads are done
+    if (xc == 1) {
+      for (int e = threadIdx.x; e < WC; e += blockDim.x) {
+        const int v = e / C, c = e - v * C;
+        row[e] = src[(i64)v * xw + c];
+      }
+    } else {                                      // columns innermost (a view of NCHW)
+      for (int e = threadIdx.x; e < WC; e += blockDim.x) {
+        const int c = e / W, v = e - c * W;
+        row[v * C + c] = src[(i64)c * xc + (i64)v * xw];
+      }
+    }
+    __syncthreads();
+    T* dst = x2 + nh * out;
+    for (int i = threadIdx.x; i < out; i += blockDim.x) {
+      const int q = i / C2, j = i - q * C2;
+      T value{};                                  // +0 for every element type
+      if (j < SC) {
+        const int s = j / C, c = j - s * C, col = q * sw + s * dw - pl;
+        if (col >= 0 && col < W) value = row[col * C + c];
+      }
+      dst[i] = value;
+    }
+  }
+}
