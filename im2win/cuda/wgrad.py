@@ -66,11 +66,11 @@ def _refusal(prob: Problem, x_strides: tuple, arch: int | None) -> str | None:
     return None
 
 
-def staged(prob: Problem, x, dy):
+def staged(prob: Problem, x, dy, columns: bool | None = None):
     """(problem, x, dy, dw buffer, finish) for `run` where the kernel can take the problem
     after copies: NCHW x and dy copied channels-last, and with one group and C not a multiple
-    of 8 either x's window columns as channels (`window_columns`, where `columns_pay`) or C
-    padded with zeros to a multiple of 8 (the padded channels' gradients are dropped);
+    of 8 either x's window columns as channels (`window_columns`: where `columns_pay`, or
+    `columns` says; False for the ablation) or C padded with zeros to a multiple of 8 (the padded channels' gradients are dropped);
     finish(dw2, dw) writes the result into dw in its layout. None where it cannot even so
     (see `refusal`). The copies are workspace of about x's and dy's size (window columns:
     N*H*Q*C2 elements); the kernel alone needs none."""
@@ -85,7 +85,7 @@ def staged(prob: Problem, x, dy):
     if nchw:
         x = x.transpose(0, 2, 3, 1)
         dy = cupy.ascontiguousarray(dy.transpose(0, 2, 3, 1))
-    if pad and columns_pay(prob):
+    if pad and (columns_pay(prob) if columns is None else columns and columns_pay(prob, True)):
         dy = cupy.ascontiguousarray(dy)
         x, inner = window_columns(prob, x)
         if refusal(inner, element_strides(x, "NHWC"), x.data.ptr, dy.data.ptr,
@@ -128,16 +128,18 @@ def columns_stage(prob: Problem):
                                pr=0)
 
 
-def columns_pay(prob: Problem) -> bool:
+def columns_pay(prob: Problem, possible: bool = False) -> bool:
     """Whether one group with C not a multiple of 8 goes through window columns rather than C
     padded to 8: where S*C fits one box (64), x's row fits a block (WINDOW_ROW) and the
     columns at least halve the boxes the kernel computes. On the H200 the kernel ran 2.3x
     faster on window columns for cv1 and cv3 (11 and 7 boxes of 64 channels in place of 121
     and 49 of 8), but not for cv7 (6 boxes in place of 9); the copy itself by this kernel not
-    measured yet (docs/hopper.md, step 6)."""
+    measured yet (docs/hopper.md, step 6). possible: only whether it can."""
     import dataclasses
     if prob.G != 1 or prob.S == 1 or prob.S * prob.C > 64 or prob.W * prob.C > WINDOW_ROW:
         return False
+    if possible:
+        return True
     padded = dataclasses.replace(prob, layout="NHWC", C=-(-prob.C // 8) * 8)
     return 2 * boxes(columns_stage(prob)) <= boxes(padded)
 
