@@ -60,7 +60,8 @@ __global__ void __launch_bounds__(256)
 // .window_columns): an R x 1 problem over x2 with S*C channels in place of S taps of C. One
 // block per input row (n, h): the row's W*C elements into shared memory (read along x's unit
 // stride: channels for NHWC, columns for a view of NCHW), then x2's row of Q*C2 elements
-// written in order; 32-bit arithmetic inside a row, 64-bit row offsets. Rows loop over the
+// written in order, 8 elements (16 bytes) a store: C2 is a multiple of 8, so 8 elements lie in
+// one output column. 32-bit arithmetic inside a row, 64-bit row offsets; rows loop over the
 // grid. ROW: the most elements of a row the block holds (W*C <= ROW; wgrad checks).
 constexpr int WINDOW_ROW = 8192;
 
@@ -68,12 +69,15 @@ template <typename T>
 __global__ void __launch_bounds__(256)
     window_columns(const T* __restrict__ x, T* __restrict__ x2, i64 rows, int H, int W, int Q,
                    int C2, int C, int S, int sw, int dw, int pl, i64 xn, i64 xh, i64 xw, i64 xc) {
+  static_assert(sizeof(T) == 2, "8 elements a 16-byte store");
   __shared__ T row[WINDOW_ROW];
-  const int WC = W * C, SC = S * C, out = Q * C2;
+  const int WC = W * C, SC = S * C, words = Q * (C2 / 8);
   for (i64 nh = blockIdx.x; nh < rows; nh += gridDim.x) {
     const T* src = x + (nh / H) * xn + (nh % H) * xh;
     __syncthreads();                              // the previous row's reads are done
-    if (xc == 1) {
+    if (xc == 1 && xw == C) {                     // the row is contiguous
+      for (int e = threadIdx.x; e < WC; e += blockDim.x) row[e] = src[e];
+    } else if (xc == 1) {
       for (int e = threadIdx.x; e < WC; e += blockDim.x) {
         const int v = e / C, c = e - v * C;
         row[e] = src[(i64)v * xw + c];
@@ -85,15 +89,21 @@ __global__ void __launch_bounds__(256)
       }
     }
     __syncthreads();
-    T* dst = x2 + nh * out;
-    for (int i = threadIdx.x; i < out; i += blockDim.x) {
-      const int q = i / C2, j = i - q * C2;
-      T value{};                                  // +0 for every element type
-      if (j < SC) {
-        const int s = j / C, c = j - s * C, col = q * sw + s * dw - pl;
-        if (col >= 0 && col < W) value = row[col * C + c];
+    uint4* dst = reinterpret_cast<uint4*>(x2 + nh * Q * C2);
+    for (int i = threadIdx.x; i < words; i += blockDim.x) {
+      const int q = i / (C2 / 8);
+      int j = (i - q * (C2 / 8)) * 8, c = j % C, col = q * sw + j / C * dw - pl;
+      alignas(16) T v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k, ++j) {
+        v[k] = j < SC && col >= 0 && col < W ? row[col * C + c] : T{};   // +0 for every type
+        if (++c == C) {
+          c = 0;
+          col += dw;
+        }
       }
-      dst[i] = value;
+      dst[i] = *reinterpret_cast<const uint4*>(v);
     }
   }
 }
+

@@ -122,7 +122,6 @@ WINDOW_ROW = 8192             # layout.cu's WINDOW_ROW: elements of x's row a bl
 def columns_stage(prob: Problem):
     """The problem over x's window columns (`window_columns`): an R x 1 filter, S*C channels
     padded to a multiple of 8 (C2), Q columns at stride 1, no padding across."""
-    import dataclasses
     C2 = -(-prob.S * prob.C // 8) * 8
     return dataclasses.replace(prob, layout="NHWC", C=C2, W=prob.Q, S=1, sw=1, dw=1, pl=0,
                                pr=0)
@@ -135,7 +134,6 @@ def columns_pay(prob: Problem, possible: bool = False) -> bool:
     faster on window columns for cv1 and cv3 (11 and 7 boxes of 64 channels in place of 121
     and 49 of 8), but not for cv7 (6 boxes in place of 9); the copy itself by this kernel not
     measured yet (docs/hopper.md, step 6). possible: only whether it can."""
-    import dataclasses
     if prob.G != 1 or prob.S == 1 or prob.S * prob.C > 64 or prob.W * prob.C > WINDOW_ROW:
         return False
     if possible:
