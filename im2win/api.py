@@ -236,7 +236,45 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
     return _backward(make_backward_data_problem, reference.conv2d_backward_data,
                      gradients.backward_data, dy, w, x_shape,
                      dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
-                          layout=layout))
+                          layout=layout), _data_direct)
+
+
+def _data_direct(prob, dy, w):
+    """Backward data in two launches where it is one phase that reads all of dy (stride 1, the
+    padding no wider than the filter reaches): the phase's filter gathered from w by one
+    kernel (`gradients.phase_filter_gather`), then the phase's forward Executable, planned
+    here once, into dx. None elsewhere (`gradients.backward_data` each call)."""
+    import cupy
+    from im2win.cuda import launch
+    from im2win.cuda.plan import CUDA_TYPES
+    phases = gradients._phases(prob)
+    if prob.sh != 1 or prob.sw != 1 or len(phases) != 1:
+        return None
+    (J, r_taps, eh, r_slice, r_pad, _), (L, s_taps, ew, s_slice, s_pad, _) = phases[0][2:]
+    if not J or not L or r_slice.indices(prob.P)[:2] != (0, prob.P) or \
+            s_slice.indices(prob.Q)[:2] != (0, prob.Q):
+        return None
+    dims, along, offset = gradients.phase_filter_gather(prob, r_taps, s_taps,
+                                                        launch.element_strides(w, prob.layout))
+    wt_shape = gradients.phase_filter(prob, w, r_taps, s_taps).shape
+    wt = cupy.empty(wt_shape, prob.dtype)
+    phase, _, _, _ = checked_problem(dy, wt, padding=(r_pad, s_pad), dilation=(eh, ew),
+                                     groups=prob.G, layout=prob.layout)
+    if phase.y_shape != prob.x_shape:
+        return None
+    exe = cuda.planned(phase, dy, wt)
+    gather = launch.kernel("layout", f"gather5<{CUDA_TYPES[prob.dtype.name][0]}>")
+    total = wt.size
+    grid = (min(-(-total // 256), 65535), 1, 1)
+    args = (np.int64(total), *map(np.int32, dims[1:]), *map(np.int64, along))
+    offset *= prob.dtype.itemsize
+
+    def ready(dy, w, dx):
+        scratch = launch.Scratch()
+        wt = scratch.empty(wt_shape, prob.dtype)
+        gather(grid, (256, 1, 1), (np.uint64(w.data.ptr + offset), wt, *args))
+        launch.run(exe, dy, wt, dx, scratch)
+    return ready
 
 
 def _filter_on_gpu(conv2d, prob, x, dy, dw):

@@ -183,6 +183,36 @@ def test_gradients_as_forward_convolutions_match_the_reference(problem, layout, 
     np.testing.assert_allclose(dw, ref, rtol=0, atol=1e-13 * (1 + np.abs(ref).max(initial=0)))
 
 
+@settings(max_examples=60, deadline=None)
+@given(problem=problems(max_n=1), layout=st.sampled_from(["NCHW", "NHWC"]),
+       flip=st.booleans(), seed=st.integers(0, 2**16))
+def test_phase_filter_gather_reads_what_the_view_copy_reads(problem, layout, flip, seed):
+    """gradients.phase_filter_gather (the GPU's one-launch re-order) describes, for every
+    phase and for a w of any strides (here also a reversed view), the same elements as
+    phase_filter's copy of a view of w."""
+    x_shape, w_shape, kwargs = problem
+    rng = np.random.default_rng(seed)
+    x, w = case(rng, layout, x_shape, w_shape)
+    if flip:                                     # negative strides: read the view's elements
+        w = w[::-1, ..., ::-1] if layout == "NCHW" else w[::-1, :, ::-1]
+    dy = np.empty(reference.conv2d(x, w, layout=layout, **kwargs).shape)
+    prob = make_backward_data_problem(dy, w, x.shape, layout=layout, **kwargs)
+    letters = "NCHW" if layout == "NCHW" else "NHWC"
+    strides = dict(zip(letters, (s // w.itemsize for s in w.strides)))
+    strides = tuple(strides[c] for c in "NCHW")
+    for _, _, rows, cols in gradients._phases(prob):
+        if not rows[0] or not cols[0]:
+            continue
+        want = gradients.phase_filter(prob, w, rows[1], cols[1])
+        dims, along, offset = gradients.phase_filter_gather(prob, rows[1], cols[1], strides)
+        at = {}                                  # w's elements by offset from its first
+        for index in np.ndindex(w.shape):
+            at[sum(i * s for i, s in zip(index, (t // w.itemsize for t in w.strides)))] = w[index]
+        got = np.array([at[offset + sum(i * a for i, a in zip(index, along))]
+                        for index in np.ndindex(dims)]).reshape(dims)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
 GPU = pytest.mark.skipif(not im2win.cuda.is_available(), reason="needs CuPy and a visible CUDA GPU")
 
 
@@ -214,6 +244,40 @@ def test_gpu_gradients_match_the_reference(rng, dtype, layout, x_shape, w_shape,
     assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(dtype, filter_red)
     again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout=layout, **kwargs)
     cupy.testing.assert_array_equal(again, dw)                    # deterministic: no atomics
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", [
+    ((3, 64, 9, 10), (64, 64, 3, 3), dict(padding=1)),
+    ((2, 32, 11, 7), (48, 16, 3, 2), dict(groups=2, dilation=(2, 1),
+                                          padding=((2, 1), (0, 1)))),
+    ((2, 8, 6, 6), (8, 8, 1, 1), dict())])
+def test_gpu_backward_data_in_one_phase_launch(rng, dtype, layout, x_shape, w_shape, kwargs):
+    """Stride 1 (api._data_direct: the filter gathered by one launch, then the phase's
+    Executable): every element of a NaN-poisoned dx written, the same bits as the phase
+    convolution through conv2d (gradients.backward_data), within the reference's tolerance;
+    w a reversed view."""
+    import cupy
+    from im2win import api
+    x, w = case(rng, layout, x_shape, w_shape)
+    x, w = x.astype(dtype), w.astype(dtype)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout=layout, **kwargs).shape).astype(dtype)
+    cw = cupy.asarray(np.ascontiguousarray(w[::-1]))[::-1]          # negative strides
+    cdy = cupy.asarray(dy)
+    prob = make_backward_data_problem(cdy, cw, x.shape, layout=layout, **kwargs)
+    ready = api._data_direct(prob, cdy, cw)
+    assert ready is not None
+    dx = cupy.full(x.shape, cupy.nan, dtype)
+    ready(cdy, cw, dx)
+    phases = gradients.backward_data(im2win.conv2d, prob, cdy, cw, cupy.empty(x.shape, dtype))
+    cupy.testing.assert_array_equal(dx, phases)
+    ref = reference.conv2d_backward_data(dy.astype(np.float64), w.astype(np.float64), x.shape,
+                                         layout=layout, **kwargs)
+    assert relative_error(cupy.asnumpy(dx), ref) <= allowed_error(dtype, prob.Kg * prob.R *
+                                                                   prob.S)
 
 
 WGRAD_CASES = [  # NHWC problems the Hopper backward-filter kernel takes: C/G % 8 == 0

@@ -415,6 +415,17 @@ def executable(prob: Problem, plan: Plan) -> Executable:
     return exe
 
 
+def run(exe: Executable, x, w, y, scratch: Scratch):
+    """exe's convolution of x (of the strides it was planned for) and the contiguous w into the
+    contiguous y, no bias, on the current stream and device; scratch (this call's) released
+    after."""
+    if scratch.capturing:
+        _captured.add(exe)                       # the graph holds its table's address
+    exe(x, w, None, y, scratch)
+    scratch.release()
+    return y
+
+
 def _extent(a) -> tuple[int, int]:
     """(first, last + 1) byte offsets that a's elements span from its data pointer."""
     if a.size == 0:

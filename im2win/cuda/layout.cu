@@ -107,3 +107,24 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// A 5-D gather: dst (contiguous, d0 x d1 x d2 x d3 x d4) = src read through element strides
+// s0..s4 (any sign; src points at dst's first element). Backward data's filter for its phase
+// (im2win.gradients), groups' K/G and C/G exchanged and the taps reversed, in one launch
+// (api's direct path): a thread per element, the index split by 64-bit divisions.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    gather5(const T* __restrict__ src, T* __restrict__ dst, i64 total, int d1, int d2, int d3,
+            int d4, i64 s0, i64 s1, i64 s2, i64 s3, i64 s4) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total;
+       i += (i64)gridDim.x * blockDim.x) {
+    i64 rest = i;
+    const int i4 = rest % d4;
+    rest /= d4;
+    const int i3 = rest % d3;
+    rest /= d3;
+    const int i2 = rest % d2;
+    rest /= d2;
+    const int i1 = rest % d1;
+    dst[i] = src[rest / d1 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4];
+  }
+}

@@ -968,6 +968,7 @@ def specializations() -> list[tuple[str, str]]:
                                                                 group)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
+            out.add(("layout", f"gather5<{T}>"))
             for fused in (False, True):
                 if dtype in TENSOR_CORE_DTYPES:
                     out |= tensor_core_specializations(prob, fused)
