@@ -293,12 +293,17 @@ def _filter_on_gpu(conv2d, prob, x, dy, dw):
 
 def _filter_direct(prob, x, dy):
     """The Hopper kernel's Runner where it takes x and dy as they lie (`wgrad.staged` makes
-    no copy), else None."""
+    no copy); for few channels in NHWC through window columns `wgrad.columns_direct`; else
+    None."""
     from im2win.cuda import launch, wgrad
     ready = wgrad.staged(prob, x, dy)
-    if ready is None or ready[3] is not None or not dy.flags.c_contiguous:
+    if ready is None or not dy.flags.c_contiguous:
         return None
-    return wgrad.runner(prob, launch.element_strides(x, "NHWC"))
+    if ready[3] is None:
+        return wgrad.runner(prob, launch.element_strides(x, "NHWC"))
+    if prob.layout == "NHWC" and wgrad.columns_pay(prob):
+        return wgrad.columns_direct(prob)
+    return None
 
 
 def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1,

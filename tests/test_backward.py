@@ -333,7 +333,9 @@ def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
     ("NHWC", (2, 3, 13, 12), (16, 3, 5, 5), dict(stride=2)),        # window columns
     ("NCHW", (2, 3, 20, 19), (24, 3, 5, 7), dict(stride=(2, 3), padding=(2, 3))),   # both
     ("NHWC", (2, 4, 16, 17), (8, 4, 3, 5), dict(stride=(1, 2), dilation=(1, 2),
-                                                 padding=(1, 4)))])  # columns, dilated
+                                                 padding=(1, 4))),  # columns, dilated
+    ("NCHW", (45, 3, 13, 14), (16, 3, 5, 5), dict(stride=2, padding=1))])  # more rows of x
+    # than the columns copy has blocks: its two row buffers take turns
 def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shape, kwargs):
     import cupy
     from im2win.cuda import compute_capability, wgrad
@@ -352,6 +354,11 @@ def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shap
     assert dw.shape == w.shape
     assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(np.float16, prob.N * prob.P *
                                                                    prob.Q)
+    if layout == "NHWC" and wgrad.columns_pay(prob):   # the remembered calls' three launches
+        direct = wgrad.columns_direct(prob)
+        poisoned = cupy.full(w.shape, cupy.nan, np.float16)
+        direct(cx, cdy, poisoned)
+        cupy.testing.assert_array_equal(poisoned, dw)
 
 
 @pytest.mark.parametrize("seed", range(40))

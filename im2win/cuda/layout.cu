@@ -57,38 +57,64 @@ __global__ void __launch_bounds__(256)
 // where that column lies outside x or past S*C (x2's channels padded to C2): each output
 // column's S window columns side by side as channels, as im2win lays a window's columns out.
 // The backward-filter kernel's input for one group with few channels (im2win.cuda.wgrad
-// .window_columns): an R x 1 problem over x2 with S*C channels in place of S taps of C. One
-// block per input row (n, h): the row's W*C elements into shared memory (read along x's unit
-// stride: channels for NHWC, columns for a view of NCHW), then x2's row of Q*C2 elements
-// written in order, 8 elements (16 bytes) a store: C2 is a multiple of 8, so 8 elements lie in
-// one output column. 32-bit arithmetic inside a row, 64-bit row offsets; rows loop over the
-// grid. ROW: the most elements of a row the block holds (W*C <= ROW; wgrad checks).
-constexpr int WINDOW_ROW = 8192;
+// .window_columns): an R x 1 problem over x2 with S*C channels in place of S taps of C. Rows
+// (n, h) loop over the grid (a few blocks per SM), each row's W*C elements into shared memory
+// (read along x's unit stride: channels for NHWC, columns for a view of NCHW), then x2's row
+// of Q*C2 elements written in order, 8 elements (16 bytes) a store: C2 is a multiple of 8, so
+// 8 elements lie in one output column. The next row's loads are issued into registers before
+// the current row is written (two row buffers), so that a block's reads and writes overlap.
+// 32-bit arithmetic inside a row, 64-bit row offsets. ROW: the most elements of a row a block
+// holds (W*C <= ROW; wgrad checks), ROW / 256 of them a thread.
+constexpr int WINDOW_ROW = 4096;
 
 template <typename T>
 __global__ void __launch_bounds__(256)
     window_columns(const T* __restrict__ x, T* __restrict__ x2, i64 rows, int H, int W, int Q,
                    int C2, int C, int S, int sw, int dw, int pl, i64 xn, i64 xh, i64 xw, i64 xc) {
   static_assert(sizeof(T) == 2, "8 elements a 16-byte store");
-  __shared__ T row[WINDOW_ROW];
+  constexpr int PER = WINDOW_ROW / 256;            // a thread's elements of a row
+  __shared__ T row[2][WINDOW_ROW];
   const int WC = W * C, SC = S * C, words = Q * (C2 / 8);
-  for (i64 nh = blockIdx.x; nh < rows; nh += gridDim.x) {
+  const bool nchw = xc != 1, dense = xc == 1 && xw == C;
+  T held[PER];
+  auto fetch = [&](i64 nh) {                       // row nh's elements into registers
     const T* src = x + (nh / H) * xn + (nh % H) * xh;
-    __syncthreads();                              // the previous row's reads are done
-    if (xc == 1 && xw == C) {                     // the row is contiguous
-      for (int e = threadIdx.x; e < WC; e += blockDim.x) row[e] = src[e];
-    } else if (xc == 1) {
-      for (int e = threadIdx.x; e < WC; e += blockDim.x) {
-        const int v = e / C, c = e - v * C;
-        row[e] = src[(i64)v * xw + c];
-      }
-    } else {                                      // columns innermost (a view of NCHW)
-      for (int e = threadIdx.x; e < WC; e += blockDim.x) {
-        const int c = e / W, v = e - c * W;
-        row[v * C + c] = src[(i64)c * xc + (i64)v * xw];
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = threadIdx.x + 256 * k;
+      if (e < WC) {
+        if (dense) {
+          held[k] = src[e];
+        } else if (!nchw) {
+          const int v = e / C;
+          held[k] = src[(i64)v * xw + (e - v * C)];
+        } else {                                   // columns innermost (a view of NCHW)
+          const int c = e / W;
+          held[k] = src[(i64)c * xc + (i64)(e - c * W) * xw];
+        }
       }
     }
-    __syncthreads();
+  };
+  auto put = [&](T* buffer) {                      // the registers into a row buffer
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = threadIdx.x + 256 * k;
+      if (e < WC) {
+        const int c = e / W;
+        buffer[nchw ? (e - c * W) * C + c : e] = held[k];
+      }
+    }
+  };
+  i64 nh = blockIdx.x;
+  if (nh < rows) {
+    fetch(nh);
+    put(row[0]);
+  }
+  __syncthreads();
+  for (int b = 0; nh < rows; nh += gridDim.x, b ^= 1) {
+    const i64 next = nh + gridDim.x;
+    if (next < rows) fetch(next);                  // in flight while this row is written
+    const T* current = row[b];
     uint4* dst = reinterpret_cast<uint4*>(x2 + nh * Q * C2);
     for (int i = threadIdx.x; i < words; i += blockDim.x) {
       const int q = i / (C2 / 8);
@@ -96,7 +122,7 @@ __global__ void __launch_bounds__(256)
       alignas(16) T v[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k, ++j) {
-        v[k] = j < SC && col >= 0 && col < W ? row[col * C + c] : T{};   // +0 for every type
+        v[k] = j < SC && col >= 0 && col < W ? current[col * C + c] : T{};   // +0 for any T
         if (++c == C) {
           c = 0;
           col += dw;
@@ -104,6 +130,8 @@ __global__ void __launch_bounds__(256)
       }
       dst[i] = *reinterpret_cast<const uint4*>(v);
     }
+    if (next < rows) put(row[b ^ 1]);              // row[b ^ 1] was last read before the
+    __syncthreads();                               // previous barrier
   }
 }
 
@@ -128,3 +156,4 @@ __global__ void __launch_bounds__(256)
     dst[i] = src[rest / d1 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4];
   }
 }
+

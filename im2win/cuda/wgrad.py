@@ -70,8 +70,9 @@ def staged(prob: Problem, x, dy, columns: bool | None = None):
     """(problem, x, dy, dw buffer, finish) for `run` where the kernel can take the problem
     after copies: NCHW x and dy copied channels-last, and with one group and C not a multiple
     of 8 either x's window columns as channels (`window_columns`: where `columns_pay`, or
-    `columns` says; False for the ablation) or C padded with zeros to a multiple of 8 (the padded channels' gradients are dropped);
-    finish(dw2, dw) writes the result into dw in its layout. None where it cannot even so
+    `columns` says; False for the ablation) or C padded with zeros to a multiple of 8 (the
+    padded channels' gradients are dropped); finish(dw2, dw) writes the result into dw in its
+    layout. None where it cannot even so
     (see `refusal`). The copies are workspace of about x's and dy's size (window columns:
     N*H*Q*C2 elements); the kernel alone needs none."""
     import cupy
@@ -116,7 +117,8 @@ def staged(prob: Problem, x, dy, columns: bool | None = None):
     return inner, x, dy, cupy.empty((prob.K, prob.R, prob.S, inner.Cg), prob.dtype), finish
 
 
-WINDOW_ROW = 8192             # layout.cu's WINDOW_ROW: elements of x's row a block holds
+WINDOW_ROW = 4096             # layout.cu's WINDOW_ROW: elements of x's row a block holds
+COLUMN_BLOCKS = 4             # window_columns' blocks an SM (two row buffers, 16 KB, each)
 
 
 def columns_stage(prob: Problem):
@@ -146,16 +148,18 @@ def window_columns(prob: Problem, x):
     """(x2, its problem `columns_stage`) for one group with few channels: x2[n, h, q, s*C + c]
     = x[n, h, q*sw + s*dw - pl, c] (zero outside x; the channels padded with zeros to C2),
     each output column's S window columns side by side as channels, as im2win lays a
-    window's columns out (layout.cu's window_columns, one block a row of x). Its gradient is
+    window's columns out (layout.cu's window_columns: COLUMN_BLOCKS blocks an SM, looping over
+    x's rows). Its gradient is
     dw's, (s, c) flattened. x: NHWC-ordered (a view of NCHW is fine)."""
     import cupy
-    from im2win.cuda.launch import kernel
+    from im2win.cuda.launch import kernel, sm_count
     inner = columns_stage(prob)
     x2 = cupy.empty((prob.N, prob.H, prob.Q, inner.C), prob.dtype)
     strides = tuple(s // x.itemsize for s in x.strides)           # n, h, w, c
     rows = prob.N * prob.H
     function = kernel("layout", f"window_columns<{CUDA_TYPES[prob.dtype.name]}>")
-    function((min(rows, 1 << 20),), (256,),
+    blocks = min(rows, COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice()))
+    function((blocks,), (256,),
              (x, x2, np.int64(rows), *map(np.int32, (prob.H, prob.W, prob.Q, inner.C, prob.C,
                                                       prob.S, prob.sw, prob.dw, prob.pl)),
               *map(np.int64, strides)))
@@ -336,3 +340,31 @@ def run(prob: Problem, x, dy, dw, x_strides) -> None:
     """dw (contiguous, K x R x S x C/G) = the w-gradient of `prob` from x and dy (CuPy), on
     the current device and stream."""
     runner(prob, x_strides)(x, dy, dw)
+
+
+def columns_direct(prob: Problem):
+    """For a `columns_pay` NHWC problem whose dy is contiguous: a callable (x, dy, dw) made
+    ready once, three launches a call: x's window columns (`window_columns`), the R x 1
+    problem's Runner into (K, R, 1, C2), and dw gathered from that (layout.cu's gather5,
+    the padded channels dropped); None where the kernel would refuse x2."""
+    import cupy
+    from im2win.cuda.launch import kernel
+    inner = columns_stage(prob)
+    x2_strides = (prob.H * prob.Q * inner.C, 1, prob.Q * inner.C, inner.C)      # NCHW-lettered
+    if refusal(inner, x2_strides, 0, 0, HOPPER) is not None:
+        return None
+    run_inner = runner(inner, x2_strides)
+    K, R, S, C, C2 = prob.K, prob.R, prob.S, prob.C, inner.C
+    gather = kernel("layout", f"gather5<{CUDA_TYPES[prob.dtype.name]}>")
+    total = K * R * S * C
+    args = (np.int64(total), *map(np.int32, (K, R, S, C)),
+            *map(np.int64, (0, R * C2, C2, C, 1)))        # dw[k, r, s, c] = dw2[k, r, 0, s*C + c]
+    grid = (min(-(-total // 256), 65535), 1, 1)
+
+    def call(x, dy, dw):
+        x2, _ = window_columns(prob, x)
+        dw2 = cupy.empty((K, R, 1, C2), prob.dtype)
+        run_inner(x2, dy, dw2)
+        gather(grid, (256, 1, 1), (dw2, dw, *args))
+    return call
+
