@@ -157,3 +157,14 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// A strided 4-D out written from a contiguous result (launch.copy_into): dst's rows (n, i, j),
+// each L 16-byte words at dst + n*s0 + i*s1 + j*s2 (in words), from src's rows in order. The
+// phases of backward data at a stride write their views of dx so (im2win.gradients).
+__global__ void __launch_bounds__(256)
+    copy_rows(const uint4* __restrict__ src, uint4* __restrict__ dst, i64 words, int L, int d1,
+              int d2, i64 s0, i64 s1, i64 s2) {
+  for (i64 i = blockIdx.x * 256ll + threadIdx.x; i < words; i += (i64)gridDim.x * 256) {
+    const i64 row = i / L, rest = row / d2;
+    dst[rest / d1 * s0 + rest % d1 * s1 + row % d2 * s2 + (i - row * L)] = src[i];
+  }
+}

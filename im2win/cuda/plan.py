@@ -983,6 +983,7 @@ def specializations() -> list[tuple[str, str]]:
                             for tables in {True, False} & {options.index_tables, False}:
                                 out.add(("im2win_conv", kernel_name(
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
+    out.add(("layout", "copy_rows"))
     out |= tf32_specializations()
     from im2win.cuda import wgrad
     out |= wgrad.specializations()
