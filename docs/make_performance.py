@@ -232,9 +232,10 @@ BACKWARD_NOTES = """### The gradients (issue 13)
 against cuDNN's through PyTorch (`aten.convolution_backward` on tensors held, channels-last for
 NHWC), batch 128, TFLOPS of the forward's FLOPs, each result checked against the float64
 reference on the first and last image. Backward data runs as forward convolutions on views
-(`im2win.gradients`, one per phase of the stride); backward filter, float16 and bfloat16 on
-Hopper, on its own wgmma kernel (`im2win.cuda.wgrad`; docs/hopper.md, step 6), NCHW and the
-C = 3 layers through channels-last copies.
+(`im2win.gradients`, one per phase of the stride; at stride 1 two launches, docs/hopper.md,
+step 7); backward filter, float16 and bfloat16 on Hopper, on its own wgmma kernel
+(`im2win.cuda.wgrad`; docs/hopper.md, step 6), NCHW through channels-last copies and the C = 3
+layers through x's window columns (cv7: channels padded to 8).
 """
 
 

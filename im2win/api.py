@@ -236,7 +236,45 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
     return _backward(make_backward_data_problem, reference.conv2d_backward_data,
                      gradients.backward_data, dy, w, x_shape,
                      dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
-                          layout=layout))
+                          layout=layout), _data_direct)
+
+
+def _data_direct(prob, dy, w):
+    """Backward data in two launches where it is one phase that reads all of dy (stride 1, the
+    padding no wider than the filter reaches): the phase's filter gathered from w by one
+    kernel (`gradients.phase_filter_gather`), then the phase's forward Executable, planned
+    here once, into dx. None elsewhere (`gradients.backward_data` each call)."""
+    import cupy
+    from im2win.cuda import launch
+    from im2win.cuda.plan import CUDA_TYPES
+    phases = gradients._phases(prob)
+    if prob.sh != 1 or prob.sw != 1 or len(phases) != 1:
+        return None
+    (J, r_taps, eh, r_slice, r_pad, _), (L, s_taps, ew, s_slice, s_pad, _) = phases[0][2:]
+    if not J or not L or r_slice.indices(prob.P)[:2] != (0, prob.P) or \
+            s_slice.indices(prob.Q)[:2] != (0, prob.Q):
+        return None
+    dims, along, offset = gradients.phase_filter_gather(prob, r_taps, s_taps,
+                                                        launch.element_strides(w, prob.layout))
+    wt_shape = gradients.phase_filter(prob, w, r_taps, s_taps).shape
+    wt = cupy.empty(wt_shape, prob.dtype)
+    phase, _, _, _ = checked_problem(dy, wt, padding=(r_pad, s_pad), dilation=(eh, ew),
+                                     groups=prob.G, layout=prob.layout)
+    if phase.y_shape != prob.x_shape:
+        return None
+    exe = cuda.planned(phase, dy, wt)
+    gather = launch.kernel("layout", f"gather5<{CUDA_TYPES[prob.dtype.name][0]}>")
+    total = wt.size
+    grid = (min(-(-total // 256), 65535), 1, 1)
+    args = (np.int64(total), *map(np.int32, dims[1:]), *map(np.int64, along))
+    offset *= prob.dtype.itemsize
+
+    def ready(dy, w, dx):
+        scratch = launch.Scratch()
+        wt = scratch.empty(wt_shape, prob.dtype)
+        gather(grid, (256, 1, 1), (np.uint64(w.data.ptr + offset), wt, *args))
+        launch.run(exe, dy, wt, dx, scratch)
+    return ready
 
 
 def _filter_on_gpu(conv2d, prob, x, dy, dw):
@@ -255,12 +293,17 @@ def _filter_on_gpu(conv2d, prob, x, dy, dw):
 
 def _filter_direct(prob, x, dy):
     """The Hopper kernel's Runner where it takes x and dy as they lie (`wgrad.staged` makes
-    no copy), else None."""
+    no copy); for few channels in NHWC through window columns `wgrad.columns_direct`; else
+    None."""
     from im2win.cuda import launch, wgrad
     ready = wgrad.staged(prob, x, dy)
-    if ready is None or ready[3] is not None or not dy.flags.c_contiguous:
+    if ready is None or not dy.flags.c_contiguous:
         return None
-    return wgrad.runner(prob, launch.element_strides(x, "NHWC"))
+    if ready[3] is None:
+        return wgrad.runner(prob, launch.element_strides(x, "NHWC"))
+    if prob.layout == "NHWC" and wgrad.columns_pay(prob):
+        return wgrad.columns_direct(prob)
+    return None
 
 
 def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, groups=1,
@@ -286,8 +329,9 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
         float16 and bfloat16 on Hopper: a kernel of its own (`im2win.cuda.wgrad`: the window
         operand with the pixels as the reduction, split-K added in a fixed order), on x and dy
         as they lie for NHWC with C/groups and K multiples of 8, else on channels-last copies
-        of them (NCHW; one group with C padded to a multiple of 8): workspace of x's and dy's
-        size. The others: one forward convolution per group of x seen as C/G images of N
+        of them (NCHW; one group with C not a multiple of 8: x's window columns side by side
+        as channels where S*C <= 64, else C padded to a multiple of 8): workspace of about x's
+        and dy's size (window columns: N*H*Q*S*C elements, rounded up). The others: one forward convolution per group of x seen as C/G images of N
         channels with dy as K/G filters of P x Q taps, views of both
         (`im2win.gradients.backward_filter`), a sum over N*P*Q per element in a fixed order, no
         atomics; memory beyond dw is what those calls take (a buffer of dw's size for its

@@ -73,25 +73,46 @@ def backward_data(conv2d, prob: Problem, dy, w, dx):
     """dx (x's shape, dy's dtype, its module's array) = the x-gradient, by sh*sw forward
     `conv2d` calls on views of dy, one per phase (module docstring)."""
     nhwc = prob.layout == "NHWC"
-    G, Cg, Kg = prob.G, prob.Cg, prob.Kg
+    G = prob.G
     for a, b, rows, cols in _phases(prob):
         out = dx[:, a::prob.sh, b::prob.sw, :] if nhwc else dx[:, :, a::prob.sh, b::prob.sw]
         (J, r_taps, eh, r_slice, r_pad, _), (L, s_taps, ew, s_slice, s_pad, _) = rows, cols
         if not J or not L:
             out[...] = 0
             continue
-        # The filter re-ordered by one copy of a view: group g's C/G x K/G exchanged.
-        if nhwc:    # w (K, R, S, C/G) -> (C, J, L, K/G)
-            taps = w[:, r_taps, s_taps]
-            wt = taps.reshape(G, Kg, J, L, Cg).transpose(0, 4, 2, 3, 1).reshape(G * Cg, J, L, Kg)
-            view = dy[:, r_slice, s_slice, :]
-        else:       # w (K, C/G, R, S) -> (C, K/G, J, L)
-            taps = w[:, :, r_taps, s_taps]
-            wt = taps.reshape(G, Kg, Cg, J, L).transpose(0, 2, 1, 3, 4).reshape(G * Cg, Kg, J, L)
-            view = dy[:, :, r_slice, s_slice]
-        conv2d(view, wt, padding=(r_pad, s_pad), dilation=(eh, ew), groups=G,
-               layout=prob.layout, out=out)
+        view = dy[:, r_slice, s_slice, :] if nhwc else dy[:, :, r_slice, s_slice]
+        conv2d(view, phase_filter(prob, w, r_taps, s_taps), padding=(r_pad, s_pad),
+               dilation=(eh, ew), groups=G, layout=prob.layout, out=out)
     return dx
+
+
+def phase_filter(prob: Problem, w, r_taps: slice, s_taps: slice):
+    """A phase's filter (`_phase`'s taps of w), re-ordered by one copy of a view: group g's
+    C/G x K/G exchanged; (C, J, L, K/G) for NHWC, (C, K/G, J, L) for NCHW."""
+    G, Cg, Kg = prob.G, prob.Cg, prob.Kg
+    if prob.layout == "NHWC":   # w (K, R, S, C/G)
+        taps = w[:, r_taps, s_taps]
+        J, L = taps.shape[1:3]
+        return taps.reshape(G, Kg, J, L, Cg).transpose(0, 4, 2, 3, 1).reshape(G * Cg, J, L, Kg)
+    taps = w[:, :, r_taps, s_taps]  # w (K, C/G, R, S)
+    J, L = taps.shape[2:]
+    return taps.reshape(G, Kg, Cg, J, L).transpose(0, 2, 1, 3, 4).reshape(G * Cg, Kg, J, L)
+
+
+def phase_filter_gather(prob: Problem, r_taps: slice, s_taps: slice, strides) -> tuple:
+    """`phase_filter` as one gather from w, whose element strides are `strides` (K, C/G, R,
+    S): (its five dimensions, (G, C/G, J, L, K/G) for NHWC and (G, C/G, K/G, J, L) for NCHW;
+    w's element stride along each; the element offset of its first element in w)."""
+    sk, sc, sr, ss = strides
+    r0, r1, rt = r_taps.indices(prob.R)
+    s0, s1, st = s_taps.indices(prob.S)
+    J, L = len(range(r0, r1, rt)), len(range(s0, s1, st))
+    G, Cg, Kg = prob.G, prob.Cg, prob.Kg
+    if prob.layout == "NHWC":
+        dims, along = (G, Cg, J, L, Kg), (Kg * sk, sc, rt * sr, st * ss, sk)
+    else:
+        dims, along = (G, Cg, Kg, J, L), (Kg * sk, sc, sk, rt * sr, st * ss)
+    return dims, along, r0 * sr + s0 * ss
 
 
 def backward_filter(conv2d, prob: Problem, x, dy, dw):

@@ -183,6 +183,36 @@ def test_gradients_as_forward_convolutions_match_the_reference(problem, layout, 
     np.testing.assert_allclose(dw, ref, rtol=0, atol=1e-13 * (1 + np.abs(ref).max(initial=0)))
 
 
+@settings(max_examples=60, deadline=None)
+@given(problem=problems(max_n=1), layout=st.sampled_from(["NCHW", "NHWC"]),
+       flip=st.booleans(), seed=st.integers(0, 2**16))
+def test_phase_filter_gather_reads_what_the_view_copy_reads(problem, layout, flip, seed):
+    """gradients.phase_filter_gather (the GPU's one-launch re-order) describes, for every
+    phase and for a w of any strides (here also a reversed view), the same elements as
+    phase_filter's copy of a view of w."""
+    x_shape, w_shape, kwargs = problem
+    rng = np.random.default_rng(seed)
+    x, w = case(rng, layout, x_shape, w_shape)
+    if flip:                                     # negative strides: read the view's elements
+        w = w[::-1, ..., ::-1] if layout == "NCHW" else w[::-1, :, ::-1]
+    dy = np.empty(reference.conv2d(x, w, layout=layout, **kwargs).shape)
+    prob = make_backward_data_problem(dy, w, x.shape, layout=layout, **kwargs)
+    letters = "NCHW" if layout == "NCHW" else "NHWC"
+    strides = dict(zip(letters, (s // w.itemsize for s in w.strides)))
+    strides = tuple(strides[c] for c in "NCHW")
+    for _, _, rows, cols in gradients._phases(prob):
+        if not rows[0] or not cols[0]:
+            continue
+        want = gradients.phase_filter(prob, w, rows[1], cols[1])
+        dims, along, offset = gradients.phase_filter_gather(prob, rows[1], cols[1], strides)
+        at = {}                                  # w's elements by offset from its first
+        for index in np.ndindex(w.shape):
+            at[sum(i * s for i, s in zip(index, (t // w.itemsize for t in w.strides)))] = w[index]
+        got = np.array([at[offset + sum(i * a for i, a in zip(index, along))]
+                        for index in np.ndindex(dims)]).reshape(dims)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)
+
+
 GPU = pytest.mark.skipif(not im2win.cuda.is_available(), reason="needs CuPy and a visible CUDA GPU")
 
 
@@ -214,6 +244,40 @@ def test_gpu_gradients_match_the_reference(rng, dtype, layout, x_shape, w_shape,
     assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(dtype, filter_red)
     again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout=layout, **kwargs)
     cupy.testing.assert_array_equal(again, dw)                    # deterministic: no atomics
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", [
+    ((3, 64, 9, 10), (64, 64, 3, 3), dict(padding=1)),
+    ((2, 32, 11, 7), (48, 16, 3, 2), dict(groups=2, dilation=(2, 1),
+                                          padding=((2, 1), (0, 1)))),
+    ((2, 8, 6, 6), (8, 8, 1, 1), dict())])
+def test_gpu_backward_data_in_one_phase_launch(rng, dtype, layout, x_shape, w_shape, kwargs):
+    """Stride 1 (api._data_direct: the filter gathered by one launch, then the phase's
+    Executable): every element of a NaN-poisoned dx written, the same bits as the phase
+    convolution through conv2d (gradients.backward_data), within the reference's tolerance;
+    w a reversed view."""
+    import cupy
+    from im2win import api
+    x, w = case(rng, layout, x_shape, w_shape)
+    x, w = x.astype(dtype), w.astype(dtype)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout=layout, **kwargs).shape).astype(dtype)
+    cw = cupy.asarray(np.ascontiguousarray(w[::-1]))[::-1]          # negative strides
+    cdy = cupy.asarray(dy)
+    prob = make_backward_data_problem(cdy, cw, x.shape, layout=layout, **kwargs)
+    ready = api._data_direct(prob, cdy, cw)
+    assert ready is not None
+    dx = cupy.full(x.shape, cupy.nan, dtype)
+    ready(cdy, cw, dx)
+    phases = gradients.backward_data(im2win.conv2d, prob, cdy, cw, cupy.empty(x.shape, dtype))
+    cupy.testing.assert_array_equal(dx, phases)
+    ref = reference.conv2d_backward_data(dy.astype(np.float64), w.astype(np.float64), x.shape,
+                                         layout=layout, **kwargs)
+    assert relative_error(cupy.asnumpy(dx), ref) <= allowed_error(dtype, prob.Kg * prob.R *
+                                                                   prob.S)
 
 
 WGRAD_CASES = [  # NHWC problems the Hopper backward-filter kernel takes: C/G % 8 == 0
@@ -261,11 +325,17 @@ def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
 @GPU
 @pytest.mark.parametrize("layout, x_shape, w_shape, kwargs", [
     ("NCHW", (2, 64, 9, 8), (40, 64, 3, 3), dict(padding=1)),      # copied channels-last
-    ("NHWC", (2, 3, 13, 12), (16, 3, 5, 5), dict(stride=2)),        # C = 3 padded to 8
+    ("NHWC", (2, 3, 13, 20), (16, 3, 3, 3), dict(stride=2)),        # C = 3 padded to 8
     ("NCHW", (3, 3, 11, 10), (24, 3, 3, 3), dict(padding=1)),       # both
     ("NHWC", (2, 5, 12, 13), (8, 5, 3, 3), dict(stride=(1, 3), dilation=(1, 2),
                                                  padding=(1, 2))),  # C = 5, dilated
-    ("NHWC", (2, 3, 9, 9), (16, 3, 2, 30), dict(padding=(0, 12)))])  # a wide filter
+    ("NHWC", (2, 3, 9, 9), (16, 3, 2, 30), dict(padding=(0, 12))),  # a wide filter
+    ("NHWC", (2, 3, 13, 12), (16, 3, 5, 5), dict(stride=2)),        # window columns
+    ("NCHW", (2, 3, 20, 19), (24, 3, 5, 7), dict(stride=(2, 3), padding=(2, 3))),   # both
+    ("NHWC", (2, 4, 16, 17), (8, 4, 3, 5), dict(stride=(1, 2), dilation=(1, 2),
+                                                 padding=(1, 4))),  # columns, dilated
+    ("NCHW", (45, 3, 13, 14), (16, 3, 5, 5), dict(stride=2, padding=1))])  # more rows of x
+    # than the columns copy has blocks: its two row buffers take turns
 def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shape, kwargs):
     import cupy
     from im2win.cuda import compute_capability, wgrad
@@ -284,6 +354,57 @@ def test_hopper_backward_filter_kernel_after_copies(rng, layout, x_shape, w_shap
     assert dw.shape == w.shape
     assert relative_error(cupy.asnumpy(dw), ref) <= allowed_error(np.float16, prob.N * prob.P *
                                                                    prob.Q)
+    if layout == "NHWC" and wgrad.columns_pay(prob):   # the remembered calls' three launches
+        direct = wgrad.columns_direct(prob)
+        poisoned = cupy.full(w.shape, cupy.nan, np.float16)
+        direct(cx, cdy, poisoned)
+        cupy.testing.assert_array_equal(poisoned, dw)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_window_columns_turn_the_filter_gradient_into_an_r_by_1_one(seed):
+    """What wgrad.window_columns relies on: x2[n, h, q, s*C + c] = xp[n, h, q*sw + s*dw, c]
+    (xp: x padded across) makes dw the gradient of an R x 1 filter over x2 with S*C channels
+    (stride 1 and no padding across), (s, c) flattened; and which problems take that path."""
+    from im2win.cuda import wgrad
+    from im2win.problem import make_problem
+    rng = np.random.default_rng(seed)
+    C, S, R = int(rng.integers(1, 6)), int(rng.integers(2, 7)), int(rng.integers(1, 4))
+    sh, sw, dh, dw_ = (int(v) for v in rng.integers(1, 4, 4))
+    pt, pl = int(rng.integers(0, 3)), int(rng.integers(0, 4))
+    x = rng.standard_normal((2, int(rng.integers(R * dh, R * dh + 6)),
+                             int(rng.integers(S * dw_, S * dw_ + 8)), C))
+    kwargs = dict(stride=(sh, sw), dilation=(dh, dw_), padding=((pt, pt), (pl, pl)))
+    prob = make_problem(x, np.empty((3, R, S, C)), layout="NHWC", **kwargs)
+    inner = wgrad.columns_stage(prob)
+    xp = np.pad(x, ((0, 0), (0, 0), (pl, pl + S * dw_), (0, 0)))
+    x2 = np.zeros((2, prob.H, prob.Q, inner.C))
+    for s in range(S):
+        x2[..., s * C:(s + 1) * C] = xp[:, :, s * dw_:s * dw_ + (prob.Q - 1) * sw + 1:sw]
+    dy = rng.standard_normal((2, prob.P, prob.Q, 3))
+    want = reference.conv2d_backward_filter(x, dy, (3, R, S, C), layout="NHWC", **kwargs)
+    got = reference.conv2d_backward_filter(x2, dy, (3, R, 1, inner.C), layout="NHWC",
+                                           stride=(sh, 1), dilation=(dh, 1),
+                                           padding=((pt, pt), (0, 0)))
+    np.testing.assert_allclose(got[:, :, 0, :S * C].reshape(3, R, S, C), want, atol=1e-12)
+    assert (inner.P, inner.Q) == (prob.P, prob.Q)
+
+
+def test_which_problems_take_window_columns():
+    from im2win.cuda import wgrad
+    from im2win.layers import LAYERS
+    from im2win.problem import make_problem
+
+    def layer(name):
+        spec = LAYERS[name]
+        x, w = spec.shapes(128, "NHWC")
+        return make_problem(np.empty(x, np.float16), np.empty(w, np.float16), layout="NHWC",
+                            stride=spec.stride)
+    assert wgrad.columns_pay(layer("cv1")) and wgrad.columns_pay(layer("cv3"))   # 11, 7 boxes
+    assert not wgrad.columns_pay(layer("cv7"))          # 6 boxes of 8 in place of 9
+    wide = make_problem(np.empty((1, 9, 40, 3), np.float16), np.empty((4, 2, 30, 3),
+                                                                     np.float16), layout="NHWC")
+    assert not wgrad.columns_pay(wide)                  # S*C = 90: more than a box
 
 
 def test_hopper_backward_filter_plan():

@@ -181,3 +181,23 @@ def test_captured_nchw_through_nhwc_replays_the_eager_results_bit_for_bit(rng):
         for out, y in zip(outs, eager):
             cupy.testing.assert_array_equal(out, y)
         assert all(bool((a == 7).all()) for a in bystanders)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("shape, index", [
+    ((3, 9, 7, 32), np.s_[:, 1::2, ::3, :]),          # backward data's phase views: one launch
+    ((2, 8, 8, 16), np.s_[::-1, ::2, 1::2, :]),       # negative strides
+    ((2, 5, 6, 40), np.s_[:, :, :, 8:24]),            # a slice of the channels
+    ((2, 5, 6, 12), np.s_[:, 1::2, :, :]),            # rows not whole 16-byte words: CuPy
+    ((2, 5, 6, 16), np.s_[:, :, :, ::2])])            # last axis strided: CuPy
+def test_copy_into_a_strided_out(rng, dtype, shape, index):
+    """launch.copy_into (a strided `out` written from the contiguous result): the view's
+    elements equal the result's, every element outside the view keeps its value."""
+    from im2win.cuda import launch
+    base = cupy.full(shape, cupy.nan, dtype)
+    out = base[index]
+    y = cupy.asarray(rng.uniform(-1, 1, out.shape).astype(dtype))
+    assert launch.copy_into(out, y) is out
+    want = cupy.full(shape, cupy.nan, dtype)
+    want[index] = y
+    cupy.testing.assert_array_equal(base, want)

@@ -3,7 +3,8 @@
 ``python3 tools/gradients_dev.py [--layers cv8,cv10,cv12] [--dtype float16] [--layout NHWC]
 [--batch 128]``: per layer, GPU time (bench.GPU.time: CUDA events, median after warm-up) of
 the forward conv2d, of both gradients (im2win and cuDNN's convolution_backward), of backward
-data's phase convolutions alone on a filter re-ordered beforehand (stride 1: the one phase),
+data's phase convolutions alone (filters re-ordered beforehand, each phase into a contiguous
+output of its own: what the strided writes into dx add is the difference; stride 1 is one),
 and the host time per gradient call (issuing it; the GPU runs behind). Backward filter names
 the path it took (the Hopper kernel, after copies, or forward convolutions). One process,
 table last.
@@ -52,19 +53,20 @@ def main():
             fn = bench.torch_backward(f"backward_{op}", other)
             call, _ = bench.bind(fn, [a], b, args.layout, layer.kwargs)
             calls[f"cudnn {op}"] = call
-        if data.sh == data.sw == 1:                      # the one phase's convolution alone
-            dx = cupy.empty(data.x_shape, data.dtype)
-            recorded = []
-            gradients.backward_data(lambda *a, **k: recorded.append((a, k)), data, dy, w, dx)
-            (view, wt), kwargs = recorded[0]
-            calls["phase conv"] = lambda: im2win.conv2d(view, wt, **kwargs)
+        # The phases' convolutions alone, each into a contiguous output of its own.
+        recorded = []
+        gradients.backward_data(lambda *a, **k: recorded.append((a, k)), data, dy, w,
+                                cupy.empty(data.x_shape, data.dtype))
+        phases = [(a, {k: v for k, v in kwargs.items() if k != "out"})
+                  for a, kwargs in recorded]
+        calls["phase conv"] = lambda: [im2win.conv2d(*a, **k) for a, k in phases]
         t = {op: 1e3 * device.time(fn) for op, fn in calls.items()}
         rows.append((name, path, t, 1e6 * device.host_time(calls["data"]),
                      1e6 * device.host_time(calls["filter"])))
     print(f"{args.dtype} {args.layout}, batch {args.batch}: GPU ms (median); host us per call")
     print("layer  forward   data  cudnn  phase | filter  cudnn  path           | host data filter")
     for name, path, t, hd, hf in rows:
-        phase = f"{t['phase conv']:6.3f}" if "phase conv" in t else "     -"
+        phase = f"{t['phase conv']:6.3f}"
         print(f"{name:5s} {t['forward']:7.3f} {t['data']:6.3f} {t['cudnn data']:6.3f} {phase} | "
               f"{t['filter']:6.3f} {t['cudnn filter']:6.3f}  {path:14s} | {hd:9.1f} {hf:6.1f}")
 

@@ -145,6 +145,15 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
                 continue
             im2win.conv2d_backward_filter(xb[..., :c], dy[..., :k], (k, size, size, c),
                                           layout="NHWC", stride=(2, 1), padding=pad)
+        # One group of 3 channels through x's window columns (layout.cu's window_columns):
+        # more rows of x (650) than the copy's blocks, so that its two row buffers take
+        # turns; NHWC, and NCHW (a view of x read columns first).
+        x3 = cupy.asarray(rng.uniform(-1, 1, (50, 13, 12, 3)).astype(dtype))
+        dy3 = cupy.asarray(rng.uniform(-1, 1, (50, 5, 4, 16)).astype(dtype))
+        im2win.conv2d_backward_filter(x3, dy3, (16, 5, 5, 3), layout="NHWC", stride=2)
+        im2win.conv2d_backward_filter(cupy.ascontiguousarray(x3.transpose(0, 3, 1, 2)),
+                                      cupy.ascontiguousarray(dy3.transpose(0, 3, 1, 2)),
+                                      (16, 3, 5, 5), stride=2)
     # float32 on the same kernel: "tf32" and "3xtf32" (its split stages), every tile.
     x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)).astype(np.float32))
     w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)).astype(np.float32))

@@ -135,6 +135,16 @@ def compute_capability(device: int) -> int:
     return int(cupy.cuda.Device(device).compute_capability)
 
 
+def planned(prob, x, w):
+    """The Executable of the planner's choice for the checked `prob` on these arrays, on x's
+    device (backward data's direct path keeps it; `launch.run` runs it)."""
+    import cupy
+    from im2win.cuda import launch
+
+    with cupy.cuda.Device(x.data.device_id):
+        return launch.executable(prob, _plan(prob, x, w, "auto", None, None))
+
+
 def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
            workspace_limit=None, tile=None, key=None, precision="float32"):
     """Run the checked problem `prob` on CuPy arrays; the GPU half of `im2win.conv2d`.

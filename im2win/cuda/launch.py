@@ -415,6 +415,35 @@ def executable(prob: Problem, plan: Plan) -> Executable:
     return exe
 
 
+def run(exe: Executable, x, w, y, scratch: Scratch):
+    """exe's convolution of x (of the strides it was planned for) and the contiguous w into the
+    contiguous y, no bias, on the current stream and device; scratch (this call's) released
+    after."""
+    if scratch.capturing:
+        _captured.add(exe)                       # the graph holds its table's address
+    exe(x, w, None, y, scratch)
+    scratch.release()
+    return y
+
+
+def copy_into(out, y):
+    """out[...] = y (y contiguous, of out's shape and dtype), by one launch of layout.cu's
+    copy_rows where out is 4-D with rows of whole 16-byte words (its last axis contiguous,
+    16-byte aligned, the other strides multiples of 16 bytes), else by CuPy; out."""
+    nbytes = out.shape[-1] * out.itemsize if out.ndim == 4 else 0
+    if nbytes % 16 or not nbytes or out.strides[-1] != out.itemsize or out.data.ptr % 16 or \
+            any(s % 16 for s in out.strides[:3]) or not y.flags.c_contiguous:
+        out[...] = y
+        return out
+    words = y.nbytes // 16
+    if words:
+        kernel("layout", "copy_rows")(
+            (min(-(-words // 256), 1 << 16),), (256,),
+            (y, out, np.int64(words), np.int32(nbytes // 16), np.int32(out.shape[1]),
+             np.int32(out.shape[2]), *(np.int64(s // 16) for s in out.strides[:3])))
+    return out
+
+
 def _extent(a) -> tuple[int, int]:
     """(first, last + 1) byte offsets that a's elements span from its data pointer."""
     if a.size == 0:
@@ -472,7 +501,6 @@ class Call:
                 bias = scratch.contiguous(bias)
             self.exe(x, w, bias, y, scratch)
         if out is not None and not self.out_direct:
-            out[...] = y
-            y = out
+            y = copy_into(out, y)
         scratch.release()
         return y

@@ -52,3 +52,119 @@ __global__ void __launch_bounds__(256)
     __syncthreads();                                // the tile is reused by the next image
   }
 }
+
+// Window columns: x2[n, h, q, s*C + c] = x[n, h, q*sw + s*dw - pl, c] for s*C + c < S*C, and 0
+// where that column lies outside x or past S*C (x2's channels padded to C2): each output
+// column's S window columns side by side as channels, as im2win lays a window's columns out.
+// The backward-filter kernel's input for one group with few channels (im2win.cuda.wgrad
+// .window_columns): an R x 1 problem over x2 with S*C channels in place of S taps of C. Rows
+// (n, h) loop over the grid (a few blocks per SM), each row's W*C elements into shared memory
+// (read along x's unit stride: channels for NHWC, columns for a view of NCHW), then x2's row
+// of Q*C2 elements written in order, 8 elements (16 bytes) a store: C2 is a multiple of 8, so
+// 8 elements lie in one output column. The next row's loads are issued into registers before
+// the current row is written (two row buffers), so that a block's reads and writes overlap.
+// 32-bit arithmetic inside a row, 64-bit row offsets. ROW: the most elements of a row a block
+// holds (W*C <= ROW; wgrad checks), ROW / 256 of them a thread.
+constexpr int WINDOW_ROW = 4096;
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    window_columns(const T* __restrict__ x, T* __restrict__ x2, i64 rows, int H, int W, int Q,
+                   int C2, int C, int S, int sw, int dw, int pl, i64 xn, i64 xh, i64 xw, i64 xc) {
+  static_assert(sizeof(T) == 2, "8 elements a 16-byte store");
+  constexpr int PER = WINDOW_ROW / 256;            // a thread's elements of a row
+  __shared__ T row[2][WINDOW_ROW];
+  const int WC = W * C, SC = S * C, words = Q * (C2 / 8);
+  const bool nchw = xc != 1, dense = xc == 1 && xw == C;
+  T held[PER];
+  auto fetch = [&](i64 nh) {                       // row nh's elements into registers
+    const T* src = x + (nh / H) * xn + (nh % H) * xh;
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = threadIdx.x + 256 * k;
+      if (e < WC) {
+        if (dense) {
+          held[k] = src[e];
+        } else if (!nchw) {
+          const int v = e / C;
+          held[k] = src[(i64)v * xw + (e - v * C)];
+        } else {                                   // columns innermost (a view of NCHW)
+          const int c = e / W;
+          held[k] = src[(i64)c * xc + (i64)(e - c * W) * xw];
+        }
+      }
+    }
+  };
+  auto put = [&](T* buffer) {                      // the registers into a row buffer
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = threadIdx.x + 256 * k;
+      if (e < WC) {
+        const int c = e / W;
+        buffer[nchw ? (e - c * W) * C + c : e] = held[k];
+      }
+    }
+  };
+  i64 nh = blockIdx.x;
+  if (nh < rows) {
+    fetch(nh);
+    put(row[0]);
+  }
+  __syncthreads();
+  for (int b = 0; nh < rows; nh += gridDim.x, b ^= 1) {
+    const i64 next = nh + gridDim.x;
+    if (next < rows) fetch(next);                  // in flight while this row is written
+    const T* current = row[b];
+    uint4* dst = reinterpret_cast<uint4*>(x2 + nh * Q * C2);
+    for (int i = threadIdx.x; i < words; i += blockDim.x) {
+      const int q = i / (C2 / 8);
+      int j = (i - q * (C2 / 8)) * 8, c = j % C, col = q * sw + j / C * dw - pl;
+      alignas(16) T v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k, ++j) {
+        v[k] = j < SC && col >= 0 && col < W ? current[col * C + c] : T{};   // +0 for any T
+        if (++c == C) {
+          c = 0;
+          col += dw;
+        }
+      }
+      dst[i] = *reinterpret_cast<const uint4*>(v);
+    }
+    if (next < rows) put(row[b ^ 1]);              // row[b ^ 1] was last read before the
+    __syncthreads();                               // previous barrier
+  }
+}
+
+// A 5-D gather: dst (contiguous, d0 x d1 x d2 x d3 x d4) = src read through element strides
+// s0..s4 (any sign; src points at dst's first element). Backward data's filter for its phase
+// (im2win.gradients), groups' K/G and C/G exchanged and the taps reversed, in one launch
+// (api's direct path): a thread per element, the index split by 64-bit divisions.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    gather5(const T* __restrict__ src, T* __restrict__ dst, i64 total, int d1, int d2, int d3,
+            int d4, i64 s0, i64 s1, i64 s2, i64 s3, i64 s4) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total;
+       i += (i64)gridDim.x * blockDim.x) {
+    i64 rest = i;
+    const int i4 = rest % d4;
+    rest /= d4;
+    const int i3 = rest % d3;
+    rest /= d3;
+    const int i2 = rest % d2;
+    rest /= d2;
+    const int i1 = rest % d1;
+    dst[i] = src[rest / d1 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4];
+  }
+}
+
+// A strided 4-D out written from a contiguous result (launch.copy_into): dst's rows (n, i, j),
+// each L 16-byte words at dst + n*s0 + i*s1 + j*s2 (in words), from src's rows in order. The
+// phases of backward data at a stride write their views of dx so (im2win.gradients).
+__global__ void __launch_bounds__(256)
+    copy_rows(const uint4* __restrict__ src, uint4* __restrict__ dst, i64 words, int L, int d1,
+              int d2, i64 s0, i64 s1, i64 s2) {
+  for (i64 i = blockIdx.x * 256ll + threadIdx.x; i < words; i += (i64)gridDim.x * 256) {
+    const i64 row = i / L, rest = row / d2;
+    dst[rest / d1 * s0 + rest % d1 * s1 + row % d2 * s2 + (i - row * L)] = src[i];
+  }
+}

@@ -968,6 +968,7 @@ def specializations() -> list[tuple[str, str]]:
                                                                 group)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
+            out.add(("layout", f"gather5<{T}>"))
             for fused in (False, True):
                 if dtype in TENSOR_CORE_DTYPES:
                     out |= tensor_core_specializations(prob, fused)
@@ -982,6 +983,7 @@ def specializations() -> list[tuple[str, str]]:
                             for tables in {True, False} & {options.index_tables, False}:
                                 out.add(("im2win_conv", kernel_name(
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
+    out.add(("layout", "copy_rows"))
     out |= tf32_specializations()
     from im2win.cuda import wgrad
     out |= wgrad.specializations()

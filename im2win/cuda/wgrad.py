@@ -66,12 +66,15 @@ def _refusal(prob: Problem, x_strides: tuple, arch: int | None) -> str | None:
     return None
 
 
-def staged(prob: Problem, x, dy):
+def staged(prob: Problem, x, dy, columns: bool | None = None):
     """(problem, x, dy, dw buffer, finish) for `run` where the kernel can take the problem
-    after copies: NCHW x and dy copied channels-last, and with one group C padded with zeros to
-    a multiple of 8 (x's copy only; the padded channels' gradients are dropped); finish(dw2,
-    dw) writes the result into dw in its layout. None where it cannot even so (see
-    `refusal`). The copies are workspace of x's and dy's size; the kernel alone needs none."""
+    after copies: NCHW x and dy copied channels-last, and with one group and C not a multiple
+    of 8 either x's window columns as channels (`window_columns`: where `columns_pay`, or
+    `columns` says; False for the ablation) or C padded with zeros to a multiple of 8 (the
+    padded channels' gradients are dropped); finish(dw2, dw) writes the result into dw in its
+    layout. None where it cannot even so
+    (see `refusal`). The copies are workspace of about x's and dy's size (window columns:
+    N*H*Q*C2 elements); the kernel alone needs none."""
     import cupy
     from im2win.cuda.launch import element_strides
     if prob.N == 0 or prob.dtype.name not in CUDA_TYPES or \
@@ -83,6 +86,18 @@ def staged(prob: Problem, x, dy):
     if nchw:
         x = x.transpose(0, 2, 3, 1)
         dy = cupy.ascontiguousarray(dy.transpose(0, 2, 3, 1))
+    if pad and (columns_pay(prob) if columns is None else columns and columns_pay(prob, True)):
+        dy = cupy.ascontiguousarray(dy)
+        x, inner = window_columns(prob, x)
+        if refusal(inner, element_strides(x, "NHWC"), x.data.ptr, dy.data.ptr,
+                   HOPPER) is not None:
+            return None
+        SC = prob.S * prob.C
+
+        def finish(dw2, dw):        # (K, R, 1, (s, c) padded) -> (K, R, S, C) in dw's layout
+            dw2 = dw2[:, :, 0, :SC].reshape(prob.K, prob.R, prob.S, prob.C)
+            dw[...] = dw2.transpose(0, 3, 1, 2) if nchw else dw2
+        return inner, x, dy, cupy.empty((prob.K, prob.R, 1, inner.C), prob.dtype), finish
     if pad:
         padded = cupy.zeros(x.shape[:3] + (prob.C + pad,), x.dtype)
         padded[..., :prob.C] = x
@@ -100,6 +115,55 @@ def staged(prob: Problem, x, dy):
         dw2 = dw2[..., :prob.Cg]
         dw[...] = dw2.transpose(0, 3, 1, 2) if nchw else dw2
     return inner, x, dy, cupy.empty((prob.K, prob.R, prob.S, inner.Cg), prob.dtype), finish
+
+
+WINDOW_ROW = 4096             # layout.cu's WINDOW_ROW: elements of x's row a block holds
+COLUMN_BLOCKS = 4             # window_columns' blocks an SM (two row buffers, 16 KB, each)
+
+
+def columns_stage(prob: Problem):
+    """The problem over x's window columns (`window_columns`): an R x 1 filter, S*C channels
+    padded to a multiple of 8 (C2), Q columns at stride 1, no padding across."""
+    C2 = -(-prob.S * prob.C // 8) * 8
+    return dataclasses.replace(prob, layout="NHWC", C=C2, W=prob.Q, S=1, sw=1, dw=1, pl=0,
+                               pr=0)
+
+
+def columns_pay(prob: Problem, possible: bool = False) -> bool:
+    """Whether one group with C not a multiple of 8 goes through window columns rather than C
+    padded to 8: where S*C fits one box (64), x's row fits a block (WINDOW_ROW) and the
+    columns at least halve the boxes the kernel computes. On the H200 the kernel ran 2.3x
+    faster on window columns for cv1 and cv3 (11 and 7 boxes of 64 channels in place of 121
+    and 49 of 8), but not for cv7 (6 boxes in place of 9); the copy itself by this kernel not
+    measured yet (docs/hopper.md, step 6). possible: only whether it can."""
+    if prob.G != 1 or prob.S == 1 or prob.S * prob.C > 64 or prob.W * prob.C > WINDOW_ROW:
+        return False
+    if possible:
+        return True
+    padded = dataclasses.replace(prob, layout="NHWC", C=-(-prob.C // 8) * 8)
+    return 2 * boxes(columns_stage(prob)) <= boxes(padded)
+
+
+def window_columns(prob: Problem, x):
+    """(x2, its problem `columns_stage`) for one group with few channels: x2[n, h, q, s*C + c]
+    = x[n, h, q*sw + s*dw - pl, c] (zero outside x; the channels padded with zeros to C2),
+    each output column's S window columns side by side as channels, as im2win lays a
+    window's columns out (layout.cu's window_columns: COLUMN_BLOCKS blocks an SM, looping over
+    x's rows). Its gradient is
+    dw's, (s, c) flattened. x: NHWC-ordered (a view of NCHW is fine)."""
+    import cupy
+    from im2win.cuda.launch import kernel, sm_count
+    inner = columns_stage(prob)
+    x2 = cupy.empty((prob.N, prob.H, prob.Q, inner.C), prob.dtype)
+    strides = tuple(s // x.itemsize for s in x.strides)           # n, h, w, c
+    rows = prob.N * prob.H
+    function = kernel("layout", f"window_columns<{CUDA_TYPES[prob.dtype.name]}>")
+    blocks = min(rows, COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice()))
+    function((blocks,), (256,),
+             (x, x2, np.int64(rows), *map(np.int32, (prob.H, prob.W, prob.Q, inner.C, prob.C,
+                                                      prob.S, prob.sw, prob.dw, prob.pl)),
+              *map(np.int64, strides)))
+    return x2, inner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +237,8 @@ def choose(prob: Problem, sms: int) -> tuple[Tile, int]:
 
 
 def specializations() -> set:
-    return {("im2win_wgmma", tile.name(d)) for d in CUDA_TYPES for tile in TILES}
+    return ({("im2win_wgmma", tile.name(d)) for d in CUDA_TYPES for tile in TILES} |
+            {("layout", f"window_columns<{t}>") for t in CUDA_TYPES.values()})
 
 
 @functools.cache
@@ -275,3 +340,31 @@ def run(prob: Problem, x, dy, dw, x_strides) -> None:
     """dw (contiguous, K x R x S x C/G) = the w-gradient of `prob` from x and dy (CuPy), on
     the current device and stream."""
     runner(prob, x_strides)(x, dy, dw)
+
+
+def columns_direct(prob: Problem):
+    """For a `columns_pay` NHWC problem whose dy is contiguous: a callable (x, dy, dw) made
+    ready once, three launches a call: x's window columns (`window_columns`), the R x 1
+    problem's Runner into (K, R, 1, C2), and dw gathered from that (layout.cu's gather5,
+    the padded channels dropped); None where the kernel would refuse x2."""
+    import cupy
+    from im2win.cuda.launch import kernel
+    inner = columns_stage(prob)
+    x2_strides = (prob.H * prob.Q * inner.C, 1, prob.Q * inner.C, inner.C)      # NCHW-lettered
+    if refusal(inner, x2_strides, 0, 0, HOPPER) is not None:
+        return None
+    run_inner = runner(inner, x2_strides)
+    K, R, S, C, C2 = prob.K, prob.R, prob.S, prob.C, inner.C
+    gather = kernel("layout", f"gather5<{CUDA_TYPES[prob.dtype.name]}>")
+    total = K * R * S * C
+    args = (np.int64(total), *map(np.int32, (K, R, S, C)),
+            *map(np.int64, (0, R * C2, C2, C, 1)))        # dw[k, r, s, c] = dw2[k, r, 0, s*C + c]
+    grid = (min(-(-total // 256), 65535), 1, 1)
+
+    def call(x, dy, dw):
+        x2, _ = window_columns(prob, x)
+        dw2 = cupy.empty((K, R, 1, C2), prob.dtype)
+        run_inner(x2, dy, dw2)
+        gather(grid, (256, 1, 1), (dw2, dw, *args))
+    return call
+
