@@ -243,10 +243,16 @@ def _data_direct(prob, dy, w):
     """Backward data in two launches where it is one phase that reads all of dy (stride 1, the
     padding no wider than the filter reaches): the phase's filter gathered from w by one
     kernel (`gradients.phase_filter_gather`), then the phase's forward Executable, planned
-    here once, into dx. None elsewhere (`gradients.backward_data` each call)."""
+    here once, into dx. One group of few channels in NHWC through window gradients instead
+    (`im2win.cuda.dgrad`: a GEMM and window_to_image a chunk of images). None elsewhere
+    (`gradients.backward_data` each call)."""
     import cupy
-    from im2win.cuda import launch
+    from im2win.cuda import dgrad, launch
     from im2win.cuda.plan import CUDA_TYPES
+    if dgrad.pays(prob):
+        if not (dy.flags.c_contiguous and w.flags.c_contiguous):
+            return None
+        return dgrad.Runner(prob)
     phases = gradients._phases(prob)
     if prob.sh != 1 or prob.sw != 1 or len(phases) != 1:
         return None
