@@ -219,7 +219,11 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
         sum of the forward kernels (float32 accumulation for float16 and bfloat16), rounded
         once. Memory beyond dx: the re-ordered filter, and what those forward calls take (a
         phase's output when stride > 1, a strided view of dx, goes through a buffer of its
-        size; float16 and bfloat16 NCHW on Hopper run the NHWC twin's copies).
+        size; float16 and bfloat16 NCHW on Hopper run the NHWC twin's copies). One group of
+        fewer than 8 channels in NHWC (at a stride, or float32 and float64) goes through
+        window gradients instead (`im2win.cuda.dgrad`: dy times w by cuBLAS in float32, or
+        float64, then each entry added back onto its pixel, rounded once), workspace of at
+        most 256 MB (`dgrad.WORKSPACE`; one image's when that is more).
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
