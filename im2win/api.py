@@ -338,14 +338,15 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
         (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays of
         float16 and bfloat16 on Hopper: a kernel of its own (`im2win.cuda.wgrad`: the window
         operand with the pixels as the reduction, split-K added in a fixed order), on x and dy
-        as they lie for NHWC with C/groups and K multiples of 8, else on channels-last copies
-        of them (NCHW; one group with C not a multiple of 8: x's window columns side by side
-        as channels where S*C <= 64, else C padded to a multiple of 8): workspace of about x's
-        and dy's size (window columns: N*H*Q*S*C elements, rounded up). The others: one forward convolution per group of x seen as C/G images of N
-        channels with dy as K/G filters of P x Q taps, views of both
-        (`im2win.gradients.backward_filter`), a sum over N*P*Q per element in a fixed order, no
-        atomics; memory beyond dw is what those calls take (a buffer of dw's size for its
-        strided view). That form is slow: long reductions into few outputs.
+        as they lie for NHWC with C/groups and K multiples of 8, else on channels-last copies of
+        them (NCHW; one group with C not a multiple of 8: x's window columns side by side as
+        channels where S*C <= 64, else C padded to a multiple of 8): workspace of about x's and
+        dy's size (window columns: N*H*Q*S*C elements, rounded up). The others: one forward
+        convolution per group of x seen as C/G images of N channels with dy as K/G filters of
+        P x Q taps, views of both (`im2win.gradients.backward_filter`), a sum over N*P*Q per
+        element in a fixed order, no atomics; memory beyond dw is what those calls take (a
+        buffer of dw's size for its strided view). That form is slow: long reductions into few
+        outputs.
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
