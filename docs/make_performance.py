@@ -232,8 +232,9 @@ BACKWARD_NOTES = """### The gradients (issue 13)
 against cuDNN's through PyTorch (`aten.convolution_backward` on tensors held, channels-last for
 NHWC), batch 128, TFLOPS of the forward's FLOPs, each result checked against the float64
 reference on the first and last image. Backward data runs as forward convolutions on views
-(`im2win.gradients`, one per phase of the stride; at stride 1 two launches, docs/hopper.md,
-step 7); backward filter, float16 and bfloat16 on Hopper, on its own wgmma kernel
+(`im2win.gradients`, one per phase of the stride; at stride 1 two launches), and the C = 3
+layers at a stride (float32: all four) through window gradients (`im2win.cuda.dgrad`, a cuBLAS
+GEMM and window_to_image; docs/hopper.md, step 7); backward filter, float16 and bfloat16 on Hopper, on its own wgmma kernel
 (`im2win.cuda.wgrad`; docs/hopper.md, step 6), NCHW through channels-last copies and the C = 3
 layers through x's window columns (cv7: channels padded to 8).
 """

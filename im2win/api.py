@@ -219,7 +219,11 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
         sum of the forward kernels (float32 accumulation for float16 and bfloat16), rounded
         once. Memory beyond dx: the re-ordered filter, and what those forward calls take (a
         phase's output when stride > 1, a strided view of dx, goes through a buffer of its
-        size; float16 and bfloat16 NCHW on Hopper run the NHWC twin's copies).
+        size; float16 and bfloat16 NCHW on Hopper run the NHWC twin's copies). One group of
+        fewer than 8 channels in NHWC (at a stride, or float32 and float64) goes through
+        window gradients instead (`im2win.cuda.dgrad`: dy times w by cuBLAS in float32, or
+        float64, then each entry added back onto its pixel, rounded once), workspace of at
+        most 256 MB (`dgrad.WORKSPACE`; one image's when that is more).
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
@@ -243,10 +247,16 @@ def _data_direct(prob, dy, w):
     """Backward data in two launches where it is one phase that reads all of dy (stride 1, the
     padding no wider than the filter reaches): the phase's filter gathered from w by one
     kernel (`gradients.phase_filter_gather`), then the phase's forward Executable, planned
-    here once, into dx. None elsewhere (`gradients.backward_data` each call)."""
+    here once, into dx. One group of few channels in NHWC through window gradients instead
+    (`im2win.cuda.dgrad`: a GEMM and window_to_image a chunk of images). None elsewhere
+    (`gradients.backward_data` each call)."""
     import cupy
-    from im2win.cuda import launch
+    from im2win.cuda import dgrad, launch
     from im2win.cuda.plan import CUDA_TYPES
+    if dgrad.pays(prob):
+        if not (dy.flags.c_contiguous and w.flags.c_contiguous):
+            return None
+        return dgrad.Runner(prob)
     phases = gradients._phases(prob)
     if prob.sh != 1 or prob.sw != 1 or len(phases) != 1:
         return None
@@ -328,14 +338,15 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
         (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays of
         float16 and bfloat16 on Hopper: a kernel of its own (`im2win.cuda.wgrad`: the window
         operand with the pixels as the reduction, split-K added in a fixed order), on x and dy
-        as they lie for NHWC with C/groups and K multiples of 8, else on channels-last copies
-        of them (NCHW; one group with C not a multiple of 8: x's window columns side by side
-        as channels where S*C <= 64, else C padded to a multiple of 8): workspace of about x's
-        and dy's size (window columns: N*H*Q*S*C elements, rounded up). The others: one forward convolution per group of x seen as C/G images of N
-        channels with dy as K/G filters of P x Q taps, views of both
-        (`im2win.gradients.backward_filter`), a sum over N*P*Q per element in a fixed order, no
-        atomics; memory beyond dw is what those calls take (a buffer of dw's size for its
-        strided view). That form is slow: long reductions into few outputs.
+        as they lie for NHWC with C/groups and K multiples of 8, else on channels-last copies of
+        them (NCHW; one group with C not a multiple of 8: x's window columns side by side as
+        channels where S*C <= 64, else C padded to a multiple of 8): workspace of about x's and
+        dy's size (window columns: N*H*Q*S*C elements, rounded up). The others: one forward
+        convolution per group of x seen as C/G images of N channels with dy as K/G filters of
+        P x Q taps, views of both (`im2win.gradients.backward_filter`), a sum over N*P*Q per
+        element in a fixed order, no atomics; memory beyond dw is what those calls take (a
+        buffer of dw's size for its strided view). That form is slow: long reductions into few
+        outputs.
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a

@@ -280,6 +280,65 @@ def test_gpu_backward_data_in_one_phase_launch(rng, dtype, layout, x_shape, w_sh
                                                                    prob.S)
 
 
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs, workspace", [
+    ((3, 3, 23, 21), (16, 3, 11, 11), dict(stride=4), None),              # cv1's form
+    ((4, 3, 17, 19), (24, 3, 7, 7), dict(stride=2, padding=3), 1 << 14),  # chunks of images
+    ((2, 5, 12, 13), (8, 5, 3, 2), dict(stride=(2, 3), dilation=(2, 1),
+                                        padding=((2, 0), (1, 3))), None),
+    ((2, 1, 9, 9), (7, 1, 3, 3), dict(padding="same"), 1),                # one image a chunk
+    ((2, 3, 10, 9), (4, 3, 5, 5), dict(stride=3, dilation=2, padding=1), None)])
+def test_gpu_backward_data_through_window_gradients(rng, dtype, x_shape, w_shape, kwargs,
+                                                    workspace):
+    """One group of few channels in NHWC (im2win.cuda.dgrad: cuBLAS's window gradients, then
+    window_to_image): every element of a NaN-poisoned dx written, within the reference's
+    tolerance for its reduction length, the same bits twice and through the public call."""
+    import cupy
+    from im2win.cuda import dgrad
+    x, w = case(rng, "NHWC", x_shape, w_shape)
+    x, w = x.astype(dtype), w.astype(dtype)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout="NHWC", **kwargs).shape).astype(dtype)
+    cdy, cw = cupy.asarray(dy), cupy.asarray(w)
+    prob = make_backward_data_problem(cdy, cw, x.shape, layout="NHWC", **kwargs)
+    runner = dgrad.Runner(prob, *([] if workspace is None else [workspace]))
+    dx = cupy.full(x.shape, cupy.nan, dtype)
+    runner(cdy, cw, dx)
+    ref = reference.conv2d_backward_data(dy.astype(np.float64), w.astype(np.float64), x.shape,
+                                         layout="NHWC", **kwargs)
+    assert relative_error(cupy.asnumpy(dx), ref) <= allowed_error(dtype, prob.K * prob.R *
+                                                                   prob.S)
+    again = cupy.full(x.shape, cupy.nan, dtype)
+    runner(cdy, cw, again)
+    cupy.testing.assert_array_equal(again, dx)
+    if workspace is None and dgrad.pays(prob):
+        cupy.testing.assert_array_equal(
+            im2win.conv2d_backward_data(cdy, cw, x.shape, layout="NHWC", **kwargs), dx)
+
+
+def test_which_problems_take_window_gradients():
+    from im2win.cuda import dgrad
+    from im2win.layers import LAYERS
+    from im2win.problem import make_problem
+
+    def layer(name, layout="NHWC", dtype=np.float16):
+        spec = LAYERS[name]
+        x, w = spec.shapes(2, layout)
+        forward = make_problem(np.empty(x, dtype), np.empty(w, dtype), layout=layout,
+                               stride=spec.stride)
+        return make_backward_data_problem(np.empty(forward.y_shape, dtype), np.empty(w, dtype),
+                                          x, layout=layout, stride=spec.stride)
+    assert all(dgrad.pays(layer(n)) for n in ("cv1", "cv2", "cv3"))
+    assert not any(dgrad.pays(layer(n)) for n in ("cv4", "cv7", "cv8", "cv12"))  # cv7: stride 1
+    assert dgrad.pays(layer("cv7", dtype=np.float32))
+    assert not dgrad.pays(layer("cv1", "NCHW"))
+    prob = layer("cv1")
+    assert dgrad.chunk(prob) * prob.P * prob.Q * prob.R * prob.S * prob.C * 4 <= \
+        dgrad.WORKSPACE
+    assert dgrad.chunk(prob, 1) == 1 and dgrad.chunk(prob, 1 << 40) == prob.N
+
+
 WGRAD_CASES = [  # NHWC problems the Hopper backward-filter kernel takes: C/G % 8 == 0
     # (wgrad.Tile: NC, box channels CB, SPLIT_N where K/G <= 64)
     ((4, 64, 20, 20), (64, 64, 3, 3), dict(padding=1)),       # 192, 64, split N; split-K

@@ -985,8 +985,8 @@ def specializations() -> list[tuple[str, str]]:
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
     out.add(("layout", "copy_rows"))
     out |= tf32_specializations()
-    from im2win.cuda import wgrad
-    out |= wgrad.specializations()
+    from im2win.cuda import dgrad, wgrad
+    out |= wgrad.specializations() | dgrad.specializations()
     return sorted(out)
 
 

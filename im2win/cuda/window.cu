@@ -33,3 +33,52 @@ __global__ void image_to_window(const T* __restrict__ x, T* __restrict__ x_win, 
     x_win[i] = v;
   }
 }
+
+// Backward data through window gradients (im2win.cuda.dgrad), window_to_image's GPU form for
+// one group, NHWC: g[n, p, q, (r, s, c)] (Acc: float, double for double) is each output pixel's
+// gradient times the filter, its window's gradient in w's order (cuBLAS's product of dy and w);
+//
+//   dx[n, h, v, c] = sum over r, then s, of g[n, p, q, r, s, c]
+//                    for h = p*sh + r*dh - pt, v = q*sw + s*dw - pl, p < P, q < Q,
+//
+// summed in that fixed order in Acc and rounded once. The taps that reach row h are every
+// tr-th (tr = sh / gcd(sh, dh)) from the first; likewise columns (ts). One thread per dx
+// element of the images g holds, grid-stride, 64-bit offsets.
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(256)
+    window_to_image(const Acc* __restrict__ g, T* __restrict__ dx, i64 total, int H, int W,
+                    int C, int P, int Q, int R, int S, int sh, int sw, int dh, int dw, int pt,
+                    int pl, int tr, int ts) {
+  const int RSC = R * S * C;
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total;
+       i += (i64)gridDim.x * blockDim.x) {
+    const int c = (int)(i % C);
+    i64 rest = i / C;
+    const int v = (int)(rest % W);
+    rest /= W;
+    const int h = (int)(rest % H);
+    const i64 n = rest / H;
+    int r0 = -1, s0 = -1;
+    for (int r = 0; r < R && r < tr && r0 < 0; ++r)
+      if (((h + pt - r * dh) % sh + sh) % sh == 0) r0 = r;
+    for (int s = 0; s < S && s < ts && s0 < 0; ++s)
+      if (((v + pl - s * dw) % sw + sw) % sw == 0) s0 = s;
+    Acc sum = 0;
+    if (r0 >= 0 && s0 >= 0) {
+      for (int r = r0; r < R; r += tr) {
+        const int a = h + pt - r * dh;           // decreases with r: past row 0, no more
+        if (a < 0) break;
+        const int p = a / sh;
+        if (p >= P) continue;
+        for (int s = s0; s < S; s += ts) {
+          const int b = v + pl - s * dw;
+          if (b < 0) break;
+          const int q = b / sw;
+          if (q >= Q) continue;
+          sum = add(sum, g[((n * P + p) * Q + q) * RSC + (r * S + s) * C + c]);
+        }
+      }
+    }
+    dx[i] = from_acc<T>(sum);
+  }
+}
