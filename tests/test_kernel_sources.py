@@ -4,6 +4,7 @@ Hopper kernel (wgmma) for sm_90a. Instantiations are compiled in chunks, in para
 import concurrent.futures
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -78,3 +79,21 @@ def test_tool_kernels_compile(tmp_path):
                                str(tmp_path / f"{path.stem}.cubin"), str(path)],
                               capture_output=True, text=True)
         assert done.returncode == 0, f"{path.name}:\n{done.stderr}"
+
+
+def constexpr(file: str, name: str) -> int:
+    """The value of `constexpr int name = <integer expression>;` at the top level of file.cu."""
+    found = re.findall(rf"^constexpr int {name} = ([0-9 *+]+);", source(file), re.M)
+    assert len(found) == 1, f"{name} in {file}.cu"
+    return int(eval(found[0], {"__builtins__": {}}))          # digits, spaces, * and + only
+
+
+def test_python_constants_match_the_kernel_files():
+    """The sizes the Python side plans with that a kernel file also fixes: the same values."""
+    from im2win.cuda import wgrad
+    assert wgrad.WINDOW_ROW == constexpr("layout", "WINDOW_ROW")
+    assert wgrad.TABLE == constexpr("im2win_wgmma", "WGRAD_TABLE") + 1024
+    # launch.py imports CuPy: its constant is read from its text.
+    launch = (pathlib.Path(wgrad.__file__).parent / "launch.py").read_text()
+    tile = re.findall(r"^TRANSPOSE_TILE = (\d+)", launch, re.M)
+    assert tile == [str(constexpr("layout", "TRANSPOSE_TILE"))]
