@@ -266,7 +266,7 @@ def _data_direct(prob, dy, w):
         return None
     dims, along, offset = gradients.phase_filter_gather(prob, r_taps, s_taps,
                                                         launch.element_strides(w, prob.layout))
-    wt_shape = gradients.phase_filter(prob, w, r_taps, s_taps).shape
+    wt_shape = (dims[0] * dims[1],) + dims[2:]            # phase_filter's, without its copy
     wt = cupy.empty(wt_shape, prob.dtype)
     phase, _, _, _ = checked_problem(dy, wt, padding=(r_pad, s_pad), dilation=(eh, ew),
                                      groups=prob.G, layout=prob.layout)

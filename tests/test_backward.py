@@ -205,6 +205,7 @@ def test_phase_filter_gather_reads_what_the_view_copy_reads(problem, layout, fli
             continue
         want = gradients.phase_filter(prob, w, rows[1], cols[1])
         dims, along, offset = gradients.phase_filter_gather(prob, rows[1], cols[1], strides)
+        assert want.shape == (dims[0] * dims[1],) + dims[2:]     # api._data_direct's buffer
         at = {}                                  # w's elements by offset from its first
         for index in np.ndindex(w.shape):
             at[sum(i * s for i, s in zip(index, (t // w.itemsize for t in w.strides)))] = w[index]

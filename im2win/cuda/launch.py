@@ -1,5 +1,7 @@
-"""Run a `Plan` with CuPy: the only module that compiles kernels, and that launches them but
-for the backward-filter kernel's own launch (`im2win.cuda.wgrad.Runner`).
+"""Run a `Plan` with CuPy: the only module that compiles kernels (`kernel`), and the one that
+launches the forward's. The gradients' own launches live with their families: the
+backward-filter kernel and its window columns in `im2win.cuda.wgrad`, the window gradients in
+`im2win.cuda.dgrad`, backward data's filter gather in `im2win.api`.
 
 Kernel sources are the .cu files beside this one, each prefixed with common.cuh (CuPy's disk
 cache does not see #include'd files). Each template instantiation is compiled once per device,

@@ -1,5 +1,7 @@
-// layout.cu: batched matrix transposes, the layout copies around a kernel that runs a problem
-// in the other layout (plan "im2win_nhwc": an NCHW convolution on its NHWC twin).
+// layout.cu: the copies around the kernels. Batched matrix transposes, the layout copies
+// around a kernel that runs a problem in the other layout (plan "im2win_nhwc": an NCHW
+// convolution on its NHWC twin); below them x's window columns (backward filter of few
+// channels), a 5-D gather (backward data's phase filter) and strided rows (a strided out).
 //
 //   dst[b, c, r] = src[b*sb + r*sr + c*sc]     for b < batch, r < rows, c < cols
 //

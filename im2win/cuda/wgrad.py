@@ -10,8 +10,9 @@ fixed order (`split_reduce`): the same bits every run. It takes float16 and bflo
 problems whose C/G is a multiple of 8 (channel boxes past the group's are computed and not
 stored), with x's channels and dy contiguous and 16-byte aligned, on compute capability 9.0
 (`refusal` says why not otherwise). `staged` gets other float16 and bfloat16 problems there
-by copies: NCHW x and dy channels-last, and with one group C padded with zeros to a multiple
-of 8; the rest runs as forward convolutions (`im2win.gradients`).
+by copies: NCHW x and dy channels-last, and with one group of C not a multiple of 8 x's window
+columns as channels (`window_columns`, where `columns_pay`) or C padded with zeros to a
+multiple of 8; the rest runs as forward convolutions (`im2win.gradients`).
 """
 
 from __future__ import annotations
@@ -72,9 +73,8 @@ def staged(prob: Problem, x, dy, columns: bool | None = None):
     of 8 either x's window columns as channels (`window_columns`: where `columns_pay`, or
     `columns` says; False for the ablation) or C padded with zeros to a multiple of 8 (the
     padded channels' gradients are dropped); finish(dw2, dw) writes the result into dw in its
-    layout. None where it cannot even so
-    (see `refusal`). The copies are workspace of about x's and dy's size (window columns:
-    N*H*Q*C2 elements); the kernel alone needs none."""
+    layout. None where it cannot even so (see `refusal`). The copies are workspace of about
+    x's and dy's size (window columns: N*H*Q*C2 elements); the kernel alone needs none."""
     import cupy
     from im2win.cuda.launch import element_strides
     if prob.N == 0 or prob.dtype.name not in CUDA_TYPES or \
@@ -132,10 +132,11 @@ def columns_stage(prob: Problem):
 def columns_pay(prob: Problem, possible: bool = False) -> bool:
     """Whether one group with C not a multiple of 8 goes through window columns rather than C
     padded to 8: where S*C fits one box (64), x's row fits a block (WINDOW_ROW) and the
-    columns at least halve the boxes the kernel computes. On the H200 the kernel ran 2.3x
-    faster on window columns for cv1 and cv3 (11 and 7 boxes of 64 channels in place of 121
-    and 49 of 8), but not for cv7 (6 boxes in place of 9); the copy itself by this kernel not
-    measured yet (docs/hopper.md, step 6). possible: only whether it can."""
+    columns at least halve the boxes the kernel computes. On the H200 (float16, batch 128,
+    copy included) the whole call went from 0.568 to 0.368 ms on cv1 and from 1.004 to 0.648
+    on cv3 (11 and 7 boxes of 64 channels in place of 121 and 49 of 8), but not on cv7 (6
+    boxes in place of 9: 1.130 against 1.164; docs/hopper.md, step 7). possible: only
+    whether it can."""
     if prob.G != 1 or prob.S == 1 or prob.S * prob.C > 64 or prob.W * prob.C > WINDOW_ROW:
         return False
     if possible:
@@ -149,8 +150,8 @@ def window_columns(prob: Problem, x):
     = x[n, h, q*sw + s*dw - pl, c] (zero outside x; the channels padded with zeros to C2),
     each output column's S window columns side by side as channels, as im2win lays a
     window's columns out (layout.cu's window_columns: COLUMN_BLOCKS blocks an SM, looping over
-    x's rows). Its gradient is
-    dw's, (s, c) flattened. x: NHWC-ordered (a view of NCHW is fine)."""
+    x's rows). Its gradient is dw's, (s, c) flattened. x: NHWC-ordered (a view of NCHW is
+    fine)."""
     import cupy
     from im2win.cuda.launch import kernel, sm_count
     inner = columns_stage(prob)
@@ -220,14 +221,14 @@ def tiles(prob: Problem, tile: Tile) -> int:
 
 
 def choose(prob: Problem, sms: int) -> tuple[Tile, int]:
-    """(tile, splits of the pixel range). The tile's boxes: CB = 8 where C/G <= 16 (64 would
-    be mostly zeros or the next group's; the H200 measured 8 slower for C/G = 32), else 64; its filters 64 where K/G <= 64, else 128;
-    its width the one of least estimated cost, the box slots it computes (the last tile's
-    unused ones too) times 1 + 32/NC (a narrower instruction does less a cycle; an estimate,
-    not a measurement). Then the most splits that keep the work items (tiles x splits) within
-    one wave, one per SM: the H200's sweep of the kernel alone (docs/hopper.md, step 6) found
-    about two items per SM up to 30% slower (cv12: 0.073 ms with four splits, 0.056 with
-    one)."""
+    """(tile, splits of the pixel range). The tile's boxes: CB = 8 where C/G <= 16 (64 would be
+    mostly zeros or the next group's; the H200 measured 8 slower for C/G = 32), else 64; its
+    filters 64 where K/G <= 64, else 128; its width the one of least estimated cost, the box
+    slots it computes (the last tile's unused ones too) times 1 + 32/NC (a narrower instruction
+    does less a cycle; an estimate, not a measurement). Then the most splits that keep the work
+    items (tiles x splits) within one wave, one per SM: the H200's sweep of the kernel alone
+    (docs/hopper.md, step 6) found about two items per SM up to 30% slower (cv12: 0.073 ms with
+    four splits, 0.056 with one)."""
     f, cb, split_n = boxes(prob), box_channels(prob), prob.Kg <= 64
     candidates = [Tile(nc, cb, split_n) for nc in WIDTHS]
     tile = min(candidates, key=lambda t: (-(-f // t.nb) * t.nb * (1 + 32 / t.nc), -t.nc))

@@ -1,4 +1,5 @@
-// window.cu: image_to_window on the GPU, bit for bit the reference's tensor.
+// window.cu: image_to_window on the GPU, bit for bit the reference's tensor; below it
+// window_to_image for backward data's window gradients (im2win.cuda.dgrad).
 //
 //   NCHW: x_win[n, c, p, m*R + r] = xp[n, c, p*sh + r*dh, m]      shape (N, C, P, Wp*R)
 //   NHWC: x_win[n, p, m*R + r, c] = xp[n, p*sh + r*dh, m, c]      shape (N, P, Wp*R, C)
