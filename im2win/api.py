@@ -288,9 +288,18 @@ def _data_direct(prob, dy, w):
 
 
 def _filter_on_gpu(conv2d, prob, x, dy, dw):
-    """The w-gradient of CuPy arrays: the Hopper kernel's (`im2win.cuda.wgrad`) where it
-    takes the problem, else forward convolutions (`im2win.gradients`)."""
-    from im2win.cuda import launch, wgrad
+    """The w-gradient of CuPy arrays: float32 NHWC on CUDA cores (`im2win.cuda.wgrad_ffma`;
+    dy copied where it is not contiguous and 16-byte aligned), float16 and bfloat16 on the
+    Hopper kernel (`im2win.cuda.wgrad`) where it takes the problem, else forward convolutions
+    (`im2win.gradients`)."""
+    from im2win.cuda import launch, wgrad, wgrad_ffma
+    if wgrad_ffma.refusal(prob, 0) is None:
+        if not dy.flags.c_contiguous or dy.data.ptr % 16:
+            dy = dy.copy()
+        strides = launch.element_strides(x, "NHWC")
+        wgrad_ffma.runner(prob, strides, wgrad_ffma.vector_x(prob, strides, x.data.ptr))(
+            x, dy, dw)
+        return dw
     ready = wgrad.staged(prob, x, dy)
     if ready is None:
         return gradients.backward_filter(conv2d, prob, x, dy, dw)
@@ -302,10 +311,15 @@ def _filter_on_gpu(conv2d, prob, x, dy, dw):
 
 
 def _filter_direct(prob, x, dy):
-    """The Hopper kernel's Runner where it takes x and dy as they lie (`wgrad.staged` makes
-    no copy); for few channels in NHWC through window columns `wgrad.columns_direct`; else
-    None."""
-    from im2win.cuda import launch, wgrad
+    """The float32 kernel's Runner (`wgrad_ffma`) where it takes x and dy as they lie; the
+    Hopper kernel's where it does (`wgrad.staged` makes no copy); for few channels in NHWC
+    through window columns `wgrad.columns_direct`; else None."""
+    from im2win.cuda import launch, wgrad, wgrad_ffma
+    if wgrad_ffma.refusal(prob, dy.data.ptr) is None:
+        if not dy.flags.c_contiguous:
+            return None
+        strides = launch.element_strides(x, "NHWC")
+        return wgrad_ffma.runner(prob, strides, wgrad_ffma.vector_x(prob, strides, x.data.ptr))
     ready = wgrad.staged(prob, x, dy)
     if ready is None or not dy.flags.c_contiguous:
         return None

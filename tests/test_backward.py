@@ -290,7 +290,8 @@ def test_gpu_backward_data_in_one_phase_launch(rng, dtype, layout, x_shape, w_sh
     ((2, 5, 12, 13), (8, 5, 3, 2), dict(stride=(2, 3), dilation=(2, 1),
                                         padding=((2, 0), (1, 3))), None),
     ((2, 1, 9, 9), (7, 1, 3, 3), dict(padding="same"), 1),                # one image a chunk
-    ((2, 3, 10, 9), (4, 3, 5, 5), dict(stride=3, dilation=2, padding=1), None)])
+    ((2, 3, 10, 9), (4, 3, 5, 5), dict(stride=3, dilation=2, padding=1), None),
+    ((3, 24, 7, 7), (40, 24, 3, 3), dict(), None)])           # many channels (float32: cv12's)
 def test_gpu_backward_data_through_window_gradients(rng, dtype, x_shape, w_shape, kwargs,
                                                     workspace):
     """One group of few channels in NHWC (im2win.cuda.dgrad: cuBLAS's window gradients, then
@@ -333,6 +334,9 @@ def test_which_problems_take_window_gradients():
     assert all(dgrad.pays(layer(n)) for n in ("cv1", "cv2", "cv3"))
     assert not any(dgrad.pays(layer(n)) for n in ("cv4", "cv7", "cv8", "cv12"))  # cv7: stride 1
     assert dgrad.pays(layer("cv7", dtype=np.float32))
+    # float32 at stride 1: where full padding makes the phase do 1.3 times the work or more
+    assert all(dgrad.pays(layer(n, dtype=np.float32)) for n in ("cv5", "cv6", "cv11", "cv12"))
+    assert not any(dgrad.pays(layer(n, dtype=np.float32)) for n in ("cv4", "cv8", "cv9", "cv10"))
     assert not dgrad.pays(layer("cv1", "NCHW"))
     prob = layer("cv1")
     assert dgrad.chunk(prob) * prob.P * prob.Q * prob.R * prob.S * prob.C * 4 <= \
@@ -379,6 +383,74 @@ def test_hopper_backward_filter_kernel(rng, dtype, x_shape, w_shape, kwargs):
                                                                    prob.Q)
     again = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout="NHWC", **kwargs)
     cupy.testing.assert_array_equal(again, dw)
+
+
+FFMA_WGRAD_CASES = WGRAD_CASES[:4] + [  # float32 NHWC, K/G a multiple of 4
+    ((2, 3, 23, 21), (96, 3, 11, 11), dict(stride=4)),         # cv1's form: one float a column
+    ((3, 12, 9, 10), (24, 6, 3, 3), dict(groups=2, padding=((2, 0), (1, 3)))),
+    ((2, 8, 15, 14), (132, 8, 5, 3), dict(stride=(2, 3), dilation=(1, 2), padding=2))]
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", FFMA_WGRAD_CASES)
+def test_float32_backward_filter_kernel(rng, x_shape, w_shape, kwargs):
+    """im2win.cuda.wgrad_ffma on every tile, both x loads and several pixel splits, into a
+    NaN-poisoned dw: against the reference, and the public call the same bits twice."""
+    import cupy
+    from im2win.cuda import launch, wgrad_ffma
+    x, w = case(rng, "NHWC", x_shape, w_shape)
+    x, w = x.astype(np.float32), w.astype(np.float32)
+    dy = rng.uniform(-1, 1, reference.conv2d(x, w, layout="NHWC", **kwargs).shape).astype(
+        np.float32)
+    cx, cdy = cupy.asarray(x), cupy.asarray(dy)
+    prob = make_backward_filter_problem(cx, cdy, w.shape, layout="NHWC", **kwargs)
+    ref = reference.conv2d_backward_filter(x.astype(np.float64), dy.astype(np.float64), w.shape,
+                                           layout="NHWC", **kwargs)
+    tolerance = allowed_error(np.float32, prob.N * prob.P * prob.Q)
+    strides = launch.element_strides(cx, "NHWC")
+    for tile in wgrad_ffma.TILES:
+        for vector in {False, wgrad_ffma.vector_x(prob, strides, cx.data.ptr)}:
+            for splits in (None, 1, 5):
+                dw = cupy.full(w.shape, cupy.nan, cupy.float32)
+                wgrad_ffma.Runner(prob, strides, vector, tile, splits)(cx, cdy, dw)
+                assert relative_error(cupy.asnumpy(dw), ref) <= tolerance, (tile, vector, splits)
+    dw = im2win.conv2d_backward_filter(cx, cdy, w.shape, layout="NHWC", **kwargs)
+    assert relative_error(cupy.asnumpy(dw), ref) <= tolerance
+    again = im2win.conv2d_backward_filter(cx, cdy[:], w.shape, layout="NHWC", **kwargs)
+    cupy.testing.assert_array_equal(again, dw)
+    strided = cupy.asarray(np.pad(x, ((0, 0), (0, 0), (0, 1), (0, 0))))[:, :, :-1]  # a view
+    cupy.testing.assert_array_equal(
+        im2win.conv2d_backward_filter(strided, cdy, w.shape, layout="NHWC", **kwargs), dw)
+
+
+def test_float32_backward_filter_plan():
+    from im2win.cuda import wgrad_ffma
+    from im2win.layers import LAYERS
+    from im2win.problem import make_problem
+
+    def layer(name):
+        spec = LAYERS[name]
+        x, w = spec.shapes(128, "NHWC")
+        y = make_problem(np.empty(x, np.float32), np.empty(w, np.float32), layout="NHWC",
+                         stride=spec.stride).y_shape
+        return make_backward_filter_problem(np.empty(x, np.float32), np.empty(y, np.float32),
+                                            w, layout="NHWC", stride=spec.stride)
+    tiles = {n: wgrad_ffma.choose(layer(n), 132) for n in ("cv3", "cv4", "cv7", "cv8")}
+    assert tiles["cv8"][0] == wgrad_ffma.Tile(128, 64, 16)
+    assert tiles["cv4"][0] == wgrad_ffma.Tile(64, 128, 16)
+    assert tiles["cv3"][0] == tiles["cv7"][0] == wgrad_ffma.Tile(64, 64, 16)
+    for name, (tile, splits) in tiles.items():
+        prob = layer(name)
+        assert splits * prob.K * prob.reduction * 4 <= wgrad_ffma.WORKSPACE
+        assert -(-prob.N * prob.P * prob.Q // splits) >= wgrad_ffma.MIN_SLICES * tile.BK
+    assert wgrad_ffma.refusal(layer("cv8"), 0) is None
+    assert "16-byte" in wgrad_ffma.refusal(layer("cv8"), 4)
+    small = make_backward_filter_problem(np.empty((1, 5, 5, 8), np.float32),
+                                         np.empty((1, 3, 3, 6), np.float32), (6, 3, 3, 8),
+                                         layout="NHWC")
+    assert "multiple of 4" in wgrad_ffma.refusal(small, 0)
+    assert wgrad_ffma.choose(small, 132)[1] == 1                   # too few pixels to split
 
 
 @pytest.mark.gpu

@@ -8,7 +8,7 @@ import im2win
 from helpers import random_arrays, to_layout
 from im2win import reference
 from im2win.cuda import TILES, Options
-from im2win.cuda.tuning import MMA_TILES, WGMMA_TILES
+from im2win.cuda.tuning import FFMA_TILES, MMA_TILES, WGMMA_TILES
 from im2win.problem import make_problem
 from im2win.testing import allowed_error, assert_close, relative_error
 
@@ -84,6 +84,47 @@ def test_every_tile_matches_reference(rng, layout, algorithm, tile):
         run(x, w, b, layout, kwargs, tile=tile, algorithm=algorithm)
         if TILES[tile].fits(8):
             run(x, w, b, layout, kwargs, dtype=np.float64, tile=tile, algorithm=algorithm)
+
+
+FFMA_CASES = [  # im2win_ffma.cu's problems: C/G a multiple of 8, awkward otherwise
+    ((3, 16, 13, 11), (36, 16, 3, 3), dict(padding=1)),                 # K % 4 != 0 tail
+    ((2, 32, 20, 17), (64, 32, 5, 3), dict(stride=2, padding=(2, 1))),
+    ((1, 8, 15, 15), (130, 8, 3, 3), dict(dilation=2, padding=2)),      # filter tile tail
+    ((2, 32, 9, 9), (48, 16, 3, 3), dict(groups=2, padding=1)),
+    ((1, 24, 33, 30), (20, 24, 7, 7), dict(stride=3, padding=((3, 1), (0, 3)))),
+    ((5, 64, 7, 5), (9, 64, 7, 5), dict()),                             # P = Q = 1
+]
+
+
+@pytest.mark.parametrize("tile", list(FFMA_TILES))
+@pytest.mark.parametrize("switch", ["full", "no_double_buffer", "no_conflict_free"])
+def test_every_ffma_tile_matches_reference(rng, tile, switch):
+    options = Options.ablations()[switch]
+    ran = 0
+    for x_shape, w_shape, kwargs in FFMA_CASES:
+        if w_shape[1] % FFMA_TILES[tile].BK:
+            continue
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        run(x, w, b, "NHWC", kwargs, tile=tile, algorithm="im2win_fused", options=options)
+        ran += 1
+    assert ran >= 3
+
+
+def test_ffma_takes_strided_views_and_falls_back_where_it_cannot(rng):
+    """A view of x with strides that are multiples of 4 runs on im2win_ffma.cu; one that
+    starts 4 bytes in (not 16-byte aligned) on im2win_conv.cu; both match the reference."""
+    from im2win import cuda
+    x = rng.standard_normal((2, 11, 12, 40)).astype(np.float32)
+    w = rng.standard_normal((20, 3, 3, 16)).astype(np.float32)
+    base = cupy.asarray(x)
+    for view, file in ((base[:, 1:, ::2, 8:24], "im2win_ffma"),
+                       (base[:, :, :, 1:17], "im2win_conv")):
+        prob = make_problem(view, w, layout="NHWC", padding=1)
+        assert cuda._plan(prob, view, cupy.asarray(w), "auto", None, None).file == file
+        y = im2win.conv2d(view, cupy.asarray(w), layout="NHWC", padding=1)
+        ref = reference.conv2d(cupy.asnumpy(view).astype(np.float64), w.astype(np.float64),
+                               layout="NHWC", padding=1)
+        assert_close(cupy.asnumpy(y), ref, np.float32, prob.reduction)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -67,6 +67,7 @@ def test_kernel_files_ship_with_the_package():
     kernel_dir = pathlib.Path(source.__globals__["KERNEL_DIR"])
     assert {p.name for p in kernel_dir.glob("*.cu*")} == {"common.cuh", "gemm.cuh", "direct.cu",
                                                            "window.cu", "im2win_conv.cu",
+                                                           "im2win_ffma.cu", "wgrad_ffma.cu",
                                                            "im2win_mma.cu", "im2win_wgmma.cu",
                                                            "depthwise.cu", "layout.cu"}
 

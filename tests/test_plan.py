@@ -167,7 +167,7 @@ def test_options_validate_themselves():
     with pytest.raises(TypeError, match="Options.smem must be a bool"):
         Options(smem=1)
     ablations = Options.ablations()
-    assert ablations["full"] == Options() and len(ablations) == 7
+    assert ablations["full"] == Options() and len(ablations) == 8
     assert not ablations["no_double_buffer"].double_buffer
     assert plan_for(problem((1, 3, 8, 8), (4, 3, 3, 3)),
                     options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
@@ -389,7 +389,7 @@ def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused(
             tf32_specializations()
     three = plan_for(prob, arch=90, precision="3xtf32")
     assert three.smem == three.tile.smem_bytes(three.tile.three_stages(), three=True)
-    assert plan_for(prob, arch=90).file == "im2win_conv"                # float32: CUDA cores
+    assert plan_for(prob, arch=90).file == "im2win_ffma"                # float32: CUDA cores
     refused = [(prob, dict(arch=80), "compute capability 9.0"),
                (prob, dict(arch=90, algorithm="im2win"), "fused kernel"),
                (prob, dict(arch=90, options=Options(tma=False)), "TMA"),
@@ -415,3 +415,34 @@ def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused(
     assert plan_for(wide, arch=90, precision="3xtf32").tile.name == "wg128x128"
     with pytest.raises(ValueError, match="wg128x128, wg256x64"):
         plan_for(wide, arch=90, precision="3xtf32", tile="wg128x256")
+
+
+def test_float32_nhwc_fused_windows_of_8_channels_run_on_the_ffma_kernel():
+    nhwc = problem((2, 9, 9, 32), (64, 3, 3, 32), layout="NHWC", padding=1)
+    plan = plan_for(nhwc)
+    assert plan.file == "im2win_ffma" and plan.tile.BK == 16 and not plan.taps
+    assert plan.kernel == "im2win_ffma<64, 64, 16, true, true>" and plan.workspace_bytes == 0
+    eight = plan_for(problem((2, 9, 9, 24), (64, 3, 3, 24), layout="NHWC"))
+    assert eight.file == "im2win_ffma" and eight.tile.BK == 8
+    big = plan_for(problem((128, 112, 112, 64), (128, 3, 3, 64), layout="NHWC"))
+    assert big.tile.name == "f64x128"                       # enough tiles for the big one
+    off = plan_for(nhwc, options=Options(conflict_free=False, double_buffer=False))
+    assert off.kernel == "im2win_ffma<64, 64, 16, false, false>"
+    for other in (plan_for(nhwc, options=Options(ffma=False)),
+                  plan_for(nhwc, options=Options(vector_loads=False)),
+                  plan_for(nhwc, algorithm="im2win"),
+                  plan_for(problem((2, 32, 9, 9), (64, 32, 3, 3))),          # NCHW
+                  plan_for(problem((2, 9, 9, 12), (64, 3, 3, 12), layout="NHWC")),
+                  make_plan(nhwc, x_strides=contiguous_strides(nhwc), w_aligned=False),
+                  make_plan(nhwc, x_strides=contiguous_strides(nhwc), w_aligned=True,
+                            x_aligned=False)):
+        assert other.file == "im2win_conv"
+    xn, _, xh, xw = contiguous_strides(nhwc)
+    strided = (2 * xn, 1, 2 * xh, 2 * xw)                          # still multiples of 4
+    assert make_plan(nhwc, x_strides=strided, w_aligned=True).file == "im2win_ffma"
+    odd = (xn, 1, xh + 1, xw + 1)
+    assert make_plan(nhwc, x_strides=odd, w_aligned=True).file == "im2win_conv"
+    with pytest.raises(ValueError, match="is im2win_ffma.cu's.*not a multiple of 16"):
+        plan_for(problem((2, 9, 9, 24), (64, 3, 3, 24), layout="NHWC"), tile="f64x128")
+    with pytest.raises(ValueError, match="float32 NHWC problems with fused windows only"):
+        plan_for(problem((2, 32, 9, 9), (64, 32, 3, 3)), tile="f64x128k8")

@@ -8,8 +8,10 @@ every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA co
 ``tma``, only the TMA copies (every tile, both 16-bit types, split-K, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernel's forms (each register window and the general one, a channel multiplier,
-tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts. Otherwise all of these, the Hopper kernel's too where
-the device has it. Last, a captured CUDA graph of several problems, replayed twice.
+tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``ffma``,
+the float32 NHWC CUDA-core kernels (im2win_ffma.cu's every tile and switch, wgrad_ffma.cu's
+every tile, both x loads and split counts, and backward data's window gradients of many
+channels). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
 
 import itertools
@@ -41,6 +43,7 @@ ONLY_FLOAT16 = sys.argv[1:] == ["float16"]
 ONLY_WGMMA = sys.argv[1:] == ["wgmma"]
 ONLY_DEPTHWISE = sys.argv[1:] == ["depthwise"]
 ONLY_TMA = sys.argv[1:] == ["tma"]
+ONLY_FFMA = sys.argv[1:] == ["ffma"]
 # Grouped convolutions the depthwise kernel takes in NHWC (K = C, C/G of 2, 4, 8): x, w, kwargs.
 SMALL_GROUP_CASES = [((2, 32, 9, 10), (32, 4, 3, 3), dict(groups=8, padding=1)),
                      ((2, 16, 7, 9), (16, 2, 3, 3), dict(groups=8, stride=2, padding=1)),
@@ -70,7 +73,7 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
 
 
 for layout in ("NCHW", "NHWC"):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA:
         break
     for (x_shape, w_shape, kwargs), dtype in itertools.product(
             DEPTHWISE_CASES, (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)):
@@ -82,7 +85,7 @@ for layout in ("NCHW", "NHWC"):
                       groups=x_shape[1], algorithm="depthwise", **kwargs)
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA:
         break
     if dtype == np.float32 and w_shape[1] == 8:
         continue                                  # 8 channels are more than a float32 vector
@@ -91,7 +94,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
                   cupy.asarray(w.transpose(0, 2, 3, 1).copy()), layout="NHWC",
                   algorithm="depthwise", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_DEPTHWISE or ONLY_TMA:
+    if ONLY_DEPTHWISE or ONLY_TMA or ONLY_FFMA:
         break
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
@@ -119,7 +122,7 @@ for layout in ("NCHW", "NHWC"):
         im2win.conv2d(x.astype(cupy.float64), w.astype(cupy.float64), b.astype(cupy.float64),
                       layout=layout, **kwargs)
 # The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64), every tile, both 16-bit types.
-if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
+if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
     for dtype in (np.float16, ml_dtypes.bfloat16):
         x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 128)).astype(dtype))
         w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 128)).astype(dtype))
@@ -163,6 +166,41 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE):
         if precision == "3xtf32" and tile not in THREE_TF32_TILES:
             continue
         cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile, precision=precision)
+# float32 NHWC on CUDA cores: im2win_ffma.cu (every tile and switch; tails of pixels and
+# filters, padding, stride, groups), wgrad_ffma.cu (every tile, float4 and scalar x loads,
+# one split and several), and window gradients of many channels (backward data, cv12's form).
+if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA):
+    from im2win.cuda import launch, wgrad_ffma
+    from im2win.cuda.tuning import FFMA_TILES
+    from im2win.problem import make_backward_filter_problem
+    for x_shape, w_shape, kwargs in [((2, 9, 7, 16), (67, 3, 2, 16), dict(padding=1)),
+                                     ((2, 11, 10, 16), (20, 3, 3, 8),
+                                      dict(groups=2, stride=2, padding=((2, 0), (1, 3))))]:
+        x = cupy.asarray(rng.uniform(-1, 1, x_shape).astype(np.float32))
+        w = cupy.asarray(rng.uniform(-1, 1, w_shape).astype(np.float32))
+        b = cupy.asarray(rng.uniform(-1, 1, w_shape[0]).astype(np.float32))
+        prob = checked_problem(x, w, b, layout="NHWC", **kwargs)[0]
+        for tile, name in itertools.product(FFMA_TILES, ("full", "no_double_buffer",
+                                                         "no_conflict_free")):
+            if prob.Cg % FFMA_TILES[tile].BK == 0:
+                cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile,
+                            options=Options.ablations()[name])
+    for x_shape, w_shape, kwargs in [((3, 13, 11, 16), (36, 3, 3, 16), dict(padding=1)),
+                                     ((2, 23, 21, 3), (20, 11, 11, 3), dict(stride=4))]:
+        x = cupy.asarray(rng.uniform(-1, 1, x_shape).astype(np.float32))
+        y_shape = im2win.conv2d(x, cupy.zeros(w_shape, cupy.float32), layout="NHWC",
+                                **kwargs).shape
+        dy = cupy.asarray(rng.uniform(-1, 1, y_shape).astype(np.float32))
+        prob = make_backward_filter_problem(x, dy, w_shape, layout="NHWC", **kwargs)
+        strides = launch.element_strides(x, "NHWC")
+        for tile, vector, splits in itertools.product(wgrad_ffma.TILES, (False, True), (1, 3)):
+            if vector and not wgrad_ffma.vector_x(prob, strides, x.data.ptr):
+                continue
+            wgrad_ffma.Runner(prob, strides, vector, tile, splits)(
+                x, dy, cupy.empty(w_shape, cupy.float32))
+    dy = cupy.asarray(rng.uniform(-1, 1, (3, 5, 5, 40)).astype(np.float32))
+    im2win.conv2d_backward_data(dy, cupy.asarray(rng.uniform(-1, 1, (40, 3, 3, 24)),
+                                                 np.float32), (3, 7, 7, 24), layout="NHWC")
 # A captured graph of several problems (fused and materialised), replayed twice.
 stream = cupy.cuda.Stream(non_blocking=True)
 calls = []

@@ -119,13 +119,17 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None, precision=
     if algorithm == "auto" and tile is None and tuned and workspace_limit is None and \
             precision == "float32":
         algorithm, tile = tuned
-    # A non-contiguous filter is copied into a fresh, aligned buffer before the launch.
-    w_aligned = not w.flags.c_contiguous or w.data.ptr % 16 == 0
+    x_aligned, w_aligned = _aligned(x, w)
     return planning.make_plan(prob, x_strides=x_strides, w_aligned=w_aligned,
                               algorithm=algorithm, options=options,
-                              workspace_limit=workspace_limit, tile=tile,
-                              x_aligned=x.data.ptr % 16 == 0,
+                              workspace_limit=workspace_limit, tile=tile, x_aligned=x_aligned,
                               arch=compute_capability(x.data.device_id), precision=precision)
+
+
+def _aligned(x, w) -> tuple[bool, bool]:
+    """Whether x, and w as the launch reads it, start on a 16-byte boundary (a non-contiguous
+    filter is copied into a fresh, aligned buffer before the launch)."""
+    return x.data.ptr % 16 == 0, not w.flags.c_contiguous or w.data.ptr % 16 == 0
 
 
 @functools.cache
@@ -186,7 +190,8 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
             "depthwise" (groups = C only), "gemm" (1x1, stride 1, no padding, one group).
         tiles: tile names to try for the im2win algorithms (default: for float16 and
             bfloat16 every Tensor-Core tile, of both kernels on Hopper; otherwise every
-            CUDA-core tile with a register micro-kernel whose shared memory fits the dtype).
+            CUDA-core tile with a register micro-kernel whose shared memory fits the dtype,
+            and for "im2win_fused" im2win_ffma.cu's tiles that can run the problem).
         repeat: timed calls per candidate (after one warm-up call), median taken.
 
     Returns:
@@ -199,8 +204,8 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     import cupy
     from im2win.arrays import checked_problem
     from im2win.cuda import launch
-    from im2win.cuda.plan import accumulator_bytes
-    from im2win.cuda.tuning import MMA_TILES, NO_MICRO_KERNEL, WGMMA_TILES
+    from im2win.cuda.plan import accumulator_bytes, ffma_refusal
+    from im2win.cuda.tuning import FFMA_TILES, MMA_TILES, NO_MICRO_KERNEL, WGMMA_TILES
 
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
@@ -214,11 +219,16 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     if tiles is None and prob.dtype.name in ("float16", "bfloat16"):
         hopper = compute_capability(x.data.device_id) == 90      # both kernels there
         tiles = list(WGMMA_TILES) + list(MMA_TILES) if hopper else list(MMA_TILES)
-    tiles = tiles or [name for name, tile in TILES.items()
-                      if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))]
+    if not tiles:
+        strides = launch.element_strides(x, prob.layout)
+        tiles = [name for name, tile in TILES.items()
+                 if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))] + \
+            [name for name in FFMA_TILES
+             if ffma_refusal(prob, Options(), strides, *_aligned(x, w), True, name) is None]
     results = []
     for algorithm in algorithms:
-        for tile in (tiles if algorithm.startswith("im2win") else [None]):
+        candidates = [t for t in tiles if algorithm == "im2win_fused" or t not in FFMA_TILES]
+        for tile in (candidates if algorithm.startswith("im2win") else [None]):
             def call():
                 return conv2d(prob, x, w, bias, algorithm=algorithm, tile=tile)
             call()

@@ -22,18 +22,27 @@ from im2win.problem import Problem
 
 WORKSPACE = 256 << 20       # bytes of window gradients a chunk of images holds (at least one)
 FEW_CHANNELS = 8            # C below this: the phases' outputs fill under 8 of a tile's columns
+PADDING_WASTE = 1.3         # float32 stride 1: H*W / (P*Q) from which window gradients pay
 
 
 def pays(prob: Problem) -> bool:
-    """Whether backward data goes through window gradients: NHWC, one group, C < FEW_CHANNELS
-    (a network's first layers: the phases' Tensor-Core tiles waste most of their width), at a
-    stride or in float32/float64. On the H200 (float16, batch 128) cv1 went from 2.67 to 1.20
-    ms, cv3 from 2.40 to 1.83; cv7 (stride 1, one phase) 1.73 against 1.81, so 16-bit types
-    at stride 1 keep the phase; float32 cv7 15.9 -> 1.76 (docs/hopper.md, step 7)."""
-    if prob.layout != "NHWC" or prob.G != 1 or prob.C >= FEW_CHANNELS or \
-            prob.dtype.name not in CUDA_TYPES:
+    """Whether backward data goes through window gradients: NHWC, one group, and either
+    C < FEW_CHANNELS (a network's first layers: the phases' Tensor-Core tiles waste most of
+    their width) at a stride or in float32/float64, or float32 at stride 1 where the phase's
+    full padding makes it compute at least PADDING_WASTE times the useful work (H*W outputs
+    of R*S taps each for P*Q pixels' worth).
+    On the H200 (float16, batch 128) cv1 went from 2.67 to 1.20 ms, cv3 from 2.40 to 1.83;
+    cv7 (stride 1, one phase) 1.73 against 1.81, so 16-bit types at stride 1 keep the phase;
+    float32 cv7 15.9 -> 1.76 (docs/hopper.md, step 7). float32 phases on im2win_ffma.cu
+    (2026-12-02) ran at the forward's rate over H*W/(P*Q) times the work: cv12 (1.96) 14.3
+    TFLOPS of useful work against 27 forward, cv6 and cv5 (1.44) 20.6 and 19.3, while cv10
+    (1.16) kept 32.9."""
+    if prob.layout != "NHWC" or prob.G != 1 or prob.dtype.name not in CUDA_TYPES:
         return False
-    return prob.sh * prob.sw > 1 or prob.dtype.name in ("float32", "float64")
+    if prob.C < FEW_CHANNELS:
+        return prob.sh * prob.sw > 1 or prob.dtype.name in ("float32", "float64")
+    return prob.dtype.name == "float32" and prob.sh == prob.sw == 1 and \
+        prob.H * prob.W >= PADDING_WASTE * prob.P * prob.Q
 
 
 def chunk(prob: Problem, workspace: int = WORKSPACE) -> int:

@@ -15,14 +15,15 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from im2win.cuda.tuning import (ALGORITHMS, MMA_BK, MMA_TILES, NO_MICRO_KERNEL, THREE_TF32_TILES,
-                                TILES, WGMMA_BK, WGMMA_TILES, MmaTile, Options, Tile, WgmmaTile,
-                                choose_mma_tile, choose_tf32_tile, choose_tile, choose_wgmma_tile,
+from im2win.cuda.tuning import (ALGORITHMS, FFMA_TILES, MMA_BK, MMA_TILES, NO_MICRO_KERNEL,
+                                THREE_TF32_TILES, TILES, WGMMA_BK, WGMMA_TILES, MmaTile, Options,
+                                Tile, WgmmaTile, choose_ffma_tile, choose_mma_tile,
+                                choose_tf32_tile, choose_tile, choose_wgmma_tile,
                                 choose_wgmma_tma_tile)
 from im2win.problem import Problem
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
-GEMM_FILES = ("im2win_conv", "im2win_mma", "im2win_wgmma")
+GEMM_FILES = ("im2win_conv", "im2win_ffma", "im2win_mma", "im2win_wgmma")
 # The target each kernel file is compiled for beyond the device's own (wgmma needs sm_90a).
 FILE_ARCH = {"im2win_wgmma": "sm_90a"}
 CUDA_TYPES = {"float16": ("half_t", "float"), "bfloat16": ("bf16_t", "float"),
@@ -81,7 +82,8 @@ class Plan:
             NCHW problem run on its NHWC twin between layout copies, layout.cu).
         tile: the im2win kernels' tile (None for the others).
         options: the optimisation switches in force.
-        file: the kernel's .cu file ("im2win_conv" on CUDA cores, "im2win_mma" on Tensor
+        file: the kernel's .cu file ("im2win_conv" on CUDA cores, "im2win_ffma" for
+            float32 NHWC fused windows of C/G a multiple of 8 there, "im2win_mma" on Tensor
             Cores with mma.sync, "im2win_wgmma" on Hopper's), or None.
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
@@ -407,10 +409,18 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                                 tile or (tma_tile if tma else None), chunk, workspace, geo,
                                 src_aligned, w_aligned or not fused, x_strides, workspace_limit,
                                 tma)
+    if tile in FFMA_TILES or (tile is None and fused):
+        refusal = ffma_refusal(prob, options, x_strides, x_aligned, w_aligned, fused, tile)
+        if refusal is None:
+            return ffma_plan(prob, options, x_strides, tile)
+        if tile is not None:
+            raise ValueError(f"tile {tile} is im2win_ffma.cu's, which cannot run this problem: "
+                             f"{refusal}")
     if not options.micro_kernel:
         tile = NO_MICRO_KERNEL
     if tile is not None and tile not in TILES:
-        raise ValueError(f"tile must be one of {', '.join(TILES)} on CUDA cores, got {tile!r}")
+        raise ValueError(f"tile must be one of {', '.join(TILES)} or {', '.join(FFMA_TILES)} "
+                         f"on CUDA cores, got {tile!r}")
     chosen = TILES[tile or choose_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.reduction,
                                        prob.layout, prob.dtype.name)]
     if not chosen.fits(accumulator_bytes(prob)):
@@ -422,6 +432,47 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     vector_filter = prob.reduction % 4 == 0 and w_aligned
     name = kernel_name(prob, fused, chosen, options, bool(taps), vector_filter)
     return Plan(algorithm, chosen, options, "im2win_conv", name, chunk, geo, taps, workspace)
+
+
+def ffma_refusal(prob: Problem, options: Options, x_strides, x_aligned: bool, w_aligned: bool,
+                 fused: bool, tile: str | None) -> str | None:
+    """Why im2win_ffma.cu cannot run `prob` (None: it can): float32, NHWC, fused windows,
+    C/G a multiple of 8 (of the tile's BK when one is forced), channels contiguous in x and
+    its other element strides multiples of 4, x and w 16-byte aligned, tap offsets within 32
+    bits; Options with ffma, smem, micro_kernel and vector_loads on."""
+    xn, xc, xh, xw = x_strides
+    slice_depth = FFMA_TILES[tile].BK if tile is not None else 8
+    tap_reach = abs((prob.R - 1) * prob.dh * xh) + abs((prob.S - 1) * prob.dw * xw) + prob.Cg
+    if not (options.ffma and options.smem and options.micro_kernel and options.vector_loads):
+        return "Options switch off ffma, smem, micro_kernel or vector_loads"
+    if prob.dtype.name != "float32" or prob.layout != "NHWC" or not fused:
+        return "it takes float32 NHWC problems with fused windows only"
+    if prob.Cg % slice_depth:
+        return f"C/groups = {prob.Cg} is not a multiple of {slice_depth}"
+    if xc != 1 or xn % 4 or xh % 4 or xw % 4 or not x_aligned or not w_aligned:
+        return ("x needs contiguous channels, strides that are multiples of 4 elements and "
+                "16-byte alignment, and w 16-byte alignment")
+    if tap_reach > INT32_MAX:
+        return "a tap's offset in x does not fit 32 bits"
+    return None
+
+
+def ffma_kernel_name(tile: Tile, options: Options) -> str:
+    """The CuPy name expression of one im2win_ffma instantiation."""
+    flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
+    return f"im2win_ffma<{', '.join(str(f).lower() for f in flags)}>"
+
+
+def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None) -> Plan:
+    """The plan of im2win_ffma.cu for a problem `ffma_refusal` accepts: one launch over the
+    whole batch (grid z the groups), no table, no workspace."""
+    chosen = FFMA_TILES[tile or choose_ffma_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.Cg,
+                                                 prob.G)]
+    check_grid(prob, chosen)
+    chunk = max(prob.N, 1)
+    geo = geometry(prob, True, chunk, x_strides)
+    return Plan("im2win_fused", chosen, options, "im2win_ffma", ffma_kernel_name(chosen, options),
+                chunk, geo, b"", 0)
 
 
 DEPTHWISE_VECTOR_BYTES = 16           # channels per thread in NHWC, as bytes
@@ -984,9 +1035,12 @@ def specializations() -> list[tuple[str, str]]:
                                 out.add(("im2win_conv", kernel_name(
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
     out.add(("layout", "copy_rows"))
+    for tile in FFMA_TILES.values():           # every tile, fully on and each switch off alone
+        for name in ("full", "no_double_buffer", "no_conflict_free"):
+            out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name])))
     out |= tf32_specializations()
-    from im2win.cuda import dgrad, wgrad
-    out |= wgrad.specializations() | dgrad.specializations()
+    from im2win.cuda import dgrad, wgrad, wgrad_ffma
+    out |= wgrad.specializations() | dgrad.specializations() | wgrad_ffma.specializations()
     return sorted(out)
 
 

@@ -46,6 +46,19 @@ TILES = {tile.name: tile for tile in (
 )}
 NO_MICRO_KERNEL = "16x16"
 
+# im2win_ffma.cu's tiles (float32 NHWC fused windows): BM filters x BN pixels, BK-deep slices
+# within one tap (C/G a multiple of BK), an 8 x 8 micro-tile per thread.
+FFMA_TILES = {tile.name: tile for tile in (
+    Tile("f128x128", 128, 128, 16, 8, 8),
+    Tile("f128x64", 128, 64, 16, 8, 8),
+    Tile("f64x128", 64, 128, 16, 8, 8),
+    Tile("f64x64", 64, 64, 16, 8, 8),
+    Tile("f128x128k8", 128, 128, 8, 8, 8),
+    Tile("f128x64k8", 128, 64, 8, 8, 8),
+    Tile("f64x128k8", 64, 128, 8, 8, 8),
+    Tile("f64x64k8", 64, 64, 8, 8, 8),
+)}
+
 
 @dataclasses.dataclass(frozen=True)
 class MmaTile:
@@ -138,6 +151,11 @@ class Options:
             reduction split into 2, 4 or 8 ranges run as separate work items, their FP32
             partial sums added in a fixed order by a second kernel (off: one work item per
             tile; wgmma kernel).
+        ffma: float32 NHWC fused windows with C/G a multiple of 8 (x and w 16-byte aligned)
+            on im2win_ffma.cu, whose reduction slices lie within one tap (float4 loads, one
+            predicate per pixel and slice, offsets by addition; it needs smem, micro_kernel
+            and vector_loads, and has no table, so index_tables does not apply to it; off:
+            im2win_conv.cu).
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores), a
@@ -161,6 +179,7 @@ class Options:
     persistent: bool = True
     tma: bool = True
     split_k: bool = True
+    ffma: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -183,7 +202,7 @@ class Options:
 
 
 CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "vector_loads",
-                      "conflict_free")
+                      "conflict_free", "ffma")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
@@ -218,6 +237,26 @@ def choose_tile(Kg: int, pixels: int, reduction: int, layout: str, dtype_name: s
     if pixels >= 1 << 20:
         return "128x128k16" if layout == "NHWC" else "128x128"
     return "128x64k16" if k16 else "128x64"
+
+
+FFMA_SMALL_GRID = 1200   # fewer 64x128 tiles than this (about 9 per SM of an H200): 64x64
+
+
+def choose_ffma_tile(Kg: int, pixels: int, Cg: int, G: int) -> str:
+    """Pick im2win_ffma.cu's tile for K/G filters per group, N*P*Q pixels, C/G channels (a
+    multiple of 8) and G groups.
+
+    Read off tools/ffma_dev.py on the H200 (float32 NHWC, batch 128, cv4-cv12, 2026-12-02):
+    64 filters x 128 pixels was the fastest tile or within 5% of it on every layer (cv4 42.3
+    TFLOPS against 21.2 for 128x128, whose rows half idle at 64 filters; cv8 41.3 against
+    39.5), except where its grid is small: 64x64 on cv11 (784 tiles; 31.3 against 29.1) and
+    cv6 (1152; 30.7 against 29.7), 64x128 on cv10 (1568; 35.8 against 33.3). 16-deep slices
+    beat 8-deep ones on every layer (cv8 41.3 against 35.4) where C/G is a multiple of 16.
+    """
+    k = "" if Cg % 16 == 0 else "k8"
+    if -(-pixels // 128) * -(-Kg // 64) * G < FFMA_SMALL_GRID:
+        return f"f64x64{k}"
+    return f"f64x128{k}"
 
 
 def choose_mma_tile(Kg: int, reduction: int, layout: str) -> str:

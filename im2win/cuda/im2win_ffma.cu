@@ -1,0 +1,219 @@
+// im2win_ffma.cu: float32 im2win convolution on CUDA cores for NHWC fused windows, built for
+// issue efficiency: every reduction slice lies within one window tap.
+//
+// The GEMM of im2win_conv.cu (y[pixel, k] = bias[k] + sum_t w[k, t] * B[t, pixel], one group g
+// per grid z), with t in w's own NHWC order t = (r*S + s)*(C/G) + c and C/G a multiple of BK:
+// a BK-deep slice is then BK consecutive channels of one tap (r, s), so
+//   - each pixel's part of the slice is one contiguous run of x, loaded as BK/4 float4 at
+//     base(pixel) + r*sr + s*ss + c0, under one predicate per pixel and slice (the pixel, and
+//     h0 + r*dh and w0 + s*dw inside x: the padding);
+//   - the filter's part is BK consecutive floats of each row of w, float4 loads too;
+//   - (r, s, c0) and the tap's offset advance by additions from slice to slice: no table, no
+//     division in the main loop.
+// base(pixel) is 64-bit, computed once per loaded pixel in the prologue (32-bit divisions while
+// the launch's pixels fit 32 bits); the epilogue needs none: in NHWC y[pixel, k] is at
+// pixel*K + k. The window semantics stay im2win's fused mode: the B tile in shared memory is the
+// window tile built straight from x, and each output's sum runs over t in order.
+//
+// Tiles: BM filters x BN pixels, BM*BN/64 threads, each an 8 x 8 register micro-tile made of two
+// 4-wide halves in each direction (filters ty*4 + i and BM/2 + ty*4 + i, pixels tx*4 + j and
+// BN/2 + tx*4 + j, tx < BN/8, ty < BM/8), read from shared memory as float4. The tiles are stored transposed (Xs[t][pixel],
+// Ws[t][filter]); with kSwizzle the column of row t is XORed with (t/4 % (BK/4)) * (32/(BK/4)),
+// which keeps float4 groups whole and makes both the transposing stores and the fragment reads
+// free of bank conflicts. kDouble: two shared buffers, the next slice's loads in flight in
+// registers while this one is computed, one barrier per slice (off: load, barrier, compute,
+// barrier).
+//
+// Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC, fused, C/G % BK == 0, x 16-byte
+// aligned with element strides (n, h, w) multiples of 4 and channels contiguous, w contiguous and
+// 16-byte aligned. Stores are float4 where K/G % 4 == 0 and y is 16-byte aligned (checked here).
+
+__device__ __forceinline__ float4 load4(const float* __restrict__ p) {
+  return __ldg(reinterpret_cast<const float4*>(p));
+}
+
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
+__global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
+    im2win_ffma(const float* __restrict__ x, const float* __restrict__ w,
+                const float* __restrict__ bias, float* __restrict__ y,
+                const int2* __restrict__ taps, Geometry geo, int g0) {
+  constexpr int NT = BM * BN / 64;         // threads
+  constexpr int Q4 = BK / 4;               // float4 per pixel (or filter) and slice
+  constexpr int ROWS = NT / Q4;            // pixels (or filters) the block loads in one pass
+  constexpr int XL = BN / ROWS, WL = BM / ROWS;   // float4 loads per thread and slice
+  constexpr int NBUF = kDouble ? 2 : 1;
+  static_assert(BK % 4 == 0 && NT % Q4 == 0 && BN % ROWS == 0 && BM % ROWS == 0,
+                "tile must divide into float4 loads");
+  static_assert(BM % 64 == 0 && BN % 64 == 0, "two 4-wide halves per thread, 32-word swizzle");
+  __shared__ __align__(16) float Xs[NBUF][BK][BN];
+  __shared__ __align__(16) float Ws[NBUF][BK][BM];
+
+  // Warps of 8 x 4 threads, each a 64-pixel x 32-filter warp tile: a fragment read touches 8
+  // distinct float4 of Xs and 4 of Ws per half, few shared-memory wavefronts per FFMA.
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int tx = (warp % (BN / 64)) * 8 + lane % 8, ty = (warp / (BN / 64)) * 4 + lane / 8;
+  const int quad = tid % Q4, row = tid / Q4;     // this thread's float4 of its loaded rows
+  const int g = g0 + blockIdx.z;
+  const int m0 = blockIdx.y * BM;
+  const i64 j0 = (i64)blockIdx.x * BN;
+  (void)taps;
+
+  // The pixels and filters this thread loads: rows row + i*ROWS of the tile.
+  i64 xbase[XL];
+  int h0[XL], w0[XL];
+#pragma unroll
+  for (int i = 0; i < XL; ++i) {
+    // A pixel past the launch's (or a filter past the group's) loads its last one's data: its
+    // outputs are never stored, and no predicate is needed for it.
+    const i64 j = min(j0 + row + i * ROWS, geo.npix - 1);
+    i64 n;
+    int p, q;
+    if (geo.npix <= 0x7fffffff) {
+      const int jj = (int)j, nn = jj / geo.PQ, pq = jj - nn * geo.PQ;
+      n = nn;
+      p = pq / geo.Q;
+      q = pq - p * geo.Q;
+    } else {
+      n = j / geo.PQ;
+      const int pq = (int)(j - n * geo.PQ);
+      p = pq / geo.Q;
+      q = pq - p * geo.Q;
+    }
+    xbase[i] = n * geo.sn + g * geo.sg + p * geo.sp + q * geo.sq + geo.base0 + quad * 4;
+    h0[i] = p * geo.sh - geo.pt;
+    w0[i] = q * geo.sw - geo.pl;
+  }
+  const float* wrow[WL];
+  bool wok[WL];
+#pragma unroll
+  for (int i = 0; i < WL; ++i) {
+    const int f = m0 + row + i * ROWS;
+    wok[i] = f < geo.Kg;
+    wrow[i] = w + ((i64)g * geo.Kg + (wok[i] ? f : 0)) * geo.red + quad * 4;
+  }
+
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+
+  // The slice's tap and channel offset, advanced by additions.
+  int c0 = 0, s = 0, dr = 0, ds = 0, t0 = 0, toff = 0;
+  float4 xv[XL], wv[WL];
+  auto load = [&]() {
+#pragma unroll
+    for (int i = 0; i < XL; ++i) {
+      const bool in = (unsigned)(h0[i] + dr) < (unsigned)geo.H &&
+                      (unsigned)(w0[i] + ds) < (unsigned)geo.W;
+      xv[i] = in ? load4(x + xbase[i] + toff) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < WL; ++i)
+      wv[i] = wok[i] ? load4(wrow[i] + t0) : make_float4(0.f, 0.f, 0.f, 0.f);
+  };
+  auto advance = [&]() {
+    t0 += BK;
+    c0 += BK;
+    toff += BK;
+    if (c0 == geo.Cg) {
+      c0 = 0;
+      toff += geo.ss - geo.Cg;
+      ds += geo.dw;
+      if (++s == geo.S) {
+        s = 0;
+        ds = 0;
+        dr += geo.dh;
+        toff += geo.sr - geo.S * geo.ss;
+      }
+    }
+  };
+  constexpr int SW = 32 / Q4;                    // the swizzle's step between float4 columns
+  auto col = [&](int c, int kk) { return kSwizzle ? c ^ ((kk / 4) % Q4) * SW : c; };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < XL; ++i) {
+      const int c = row + i * ROWS;
+      Xs[buf][quad * 4 + 0][col(c, quad * 4)] = xv[i].x;
+      Xs[buf][quad * 4 + 1][col(c, quad * 4)] = xv[i].y;
+      Xs[buf][quad * 4 + 2][col(c, quad * 4)] = xv[i].z;
+      Xs[buf][quad * 4 + 3][col(c, quad * 4)] = xv[i].w;
+    }
+#pragma unroll
+    for (int i = 0; i < WL; ++i) {
+      const int c = row + i * ROWS;
+      Ws[buf][quad * 4 + 0][col(c, quad * 4)] = wv[i].x;
+      Ws[buf][quad * 4 + 1][col(c, quad * 4)] = wv[i].y;
+      Ws[buf][quad * 4 + 2][col(c, quad * 4)] = wv[i].z;
+      Ws[buf][quad * 4 + 3][col(c, quad * 4)] = wv[i].w;
+    }
+  };
+  auto compute = [&](int buf) {
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      const float4 a0 = *reinterpret_cast<const float4*>(&Ws[buf][kk][col(ty * 4, kk)]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&Ws[buf][kk][col(BM / 2 + ty * 4, kk)]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&Xs[buf][kk][col(tx * 4, kk)]);
+      const float4 b1 = *reinterpret_cast<const float4*>(&Xs[buf][kk][col(BN / 2 + tx * 4, kk)]);
+      const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = madd(a[i], b[j], acc[i][j]);
+    }
+  };
+
+  const int slices = geo.red / BK;
+  load();
+  store(0);
+  __syncthreads();
+  for (int k = 0; k < slices; ++k) {
+    const bool more = k + 1 < slices;
+    if (kDouble) {
+      const int buf = k & 1;
+      if (more) {
+        advance();
+        load();                    // in flight while this slice is computed
+      }
+      compute(buf);
+      if (more) store(buf ^ 1);    // buf ^ 1 was last read before the last barrier
+      __syncthreads();
+    } else {
+      compute(0);
+      __syncthreads();
+      if (more) {
+        advance();
+        load();
+        store(0);
+        __syncthreads();
+      }
+    }
+  }
+
+  // Epilogue: overwrite y, masking the tails; float4 stores of 4 filters where they can be.
+  const bool vec = geo.Kg % 4 == 0 && ((unsigned long long)y & 15) == 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const i64 pix = j0 + (j < 4 ? tx * 4 + j : BN / 2 + tx * 4 + j - 4);
+    if (pix >= geo.npix) continue;
+    float* out = y + pix * geo.K + g * geo.Kg;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int f = m0 + half * (BM / 2) + ty * 4;
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        v[e] = acc[half * 4 + e][j];
+        if (bias && f + e < geo.Kg) v[e] = add(v[e], bias[g * geo.Kg + f + e]);
+      }
+      if (vec && f + 3 < geo.Kg) {
+        *reinterpret_cast<float4*>(out + f) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (f + e < geo.Kg) out[f + e] = v[e];
+      }
+    }
+  }
+}
