@@ -232,11 +232,15 @@ BACKWARD_NOTES = """### The gradients (issue 13)
 against cuDNN's through PyTorch (`aten.convolution_backward` on tensors held, channels-last for
 NHWC), batch 128, TFLOPS of the forward's FLOPs, each result checked against the float64
 reference on the first and last image. Backward data runs as forward convolutions on views
-(`im2win.gradients`, one per phase of the stride; at stride 1 two launches), and the C = 3
-layers at a stride (float32: all four) through window gradients (`im2win.cuda.dgrad`, a cuBLAS
-GEMM and window_to_image; docs/hopper.md, step 7); backward filter, float16 and bfloat16 on Hopper, on its own wgmma kernel
-(`im2win.cuda.wgrad`; docs/hopper.md, step 6), NCHW through channels-last copies and the C = 3
-layers through x's window columns (cv7: channels padded to 8).
+(`im2win.gradients`, one per phase of the stride; at stride 1 two launches; float32 NHWC on
+`im2win_ffma.cu`), and through window gradients (`im2win.cuda.dgrad`, a cuBLAS GEMM and
+window_to_image; docs/hopper.md, step 7) the C = 3 layers at a stride (float32: all four) and,
+in float32, the stride-1 layers whose full padding would make the phase do at least 1.3 times
+the work (cv5, cv6, cv11, cv12). Backward filter: float16 and bfloat16 on Hopper on its own
+wgmma kernel (`im2win.cuda.wgrad`; docs/hopper.md, step 6), NCHW through channels-last copies
+and the C = 3 layers through x's window columns (cv7: channels padded to 8); float32 NHWC on
+CUDA cores (`im2win.cuda.wgrad_ffma`: the pixels split into ranges whose sums are added in a
+fixed order).
 """
 
 

@@ -223,7 +223,9 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
         fewer than 8 channels in NHWC (at a stride, or float32 and float64) goes through
         window gradients instead (`im2win.cuda.dgrad`: dy times w by cuBLAS in float32, or
         float64, then each entry added back onto its pixel, rounded once), workspace of at
-        most 256 MB (`dgrad.WORKSPACE`; one image's when that is more).
+        most 256 MB (`dgrad.WORKSPACE`; one image's when that is more); float32 NHWC at
+        stride 1 too, where the phase's full padding would do 1.3 times the work or more
+        (`dgrad.pays`).
 
     Raises:
         TypeError, ValueError: as `conv2d`; dy not of the forward output's shape or dtype, a
@@ -247,7 +249,8 @@ def _data_direct(prob, dy, w):
     """Backward data in two launches where it is one phase that reads all of dy (stride 1, the
     padding no wider than the filter reaches): the phase's filter gathered from w by one
     kernel (`gradients.phase_filter_gather`), then the phase's forward Executable, planned
-    here once, into dx. One group of few channels in NHWC through window gradients instead
+    here once, into dx. Where `dgrad.pays` (one group of few channels in NHWC; float32 NHWC
+    whose full padding would waste work) through window gradients instead
     (`im2win.cuda.dgrad`: a GEMM and window_to_image a chunk of images). None elsewhere
     (`gradients.backward_data` each call)."""
     import cupy
@@ -350,6 +353,9 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
         dw of `w_shape`, x's dtype, on x's device and in its array type, deterministic (the
         same bits every run). NumPy arrays: by the reference's window formulation
         (`im2win.reference.conv2d_backward_filter`), float64 sums rounded once. GPU arrays of
+        float32 in NHWC with K/groups a multiple of 4: on CUDA cores (`im2win.cuda.wgrad_ffma`:
+        FP32 sums over ranges of pixels, added in a fixed order; workspace of up to 256 MB of
+        those partial sums; dy copied where not contiguous and 16-byte aligned). Of
         float16 and bfloat16 on Hopper: a kernel of its own (`im2win.cuda.wgrad`: the window
         operand with the pixels as the reduction, split-K added in a fixed order), on x and dy
         as they lie for NHWC with C/groups and K multiples of 8, else on channels-last copies of
