@@ -61,9 +61,10 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             padding, one group, as one cuBLAS GEMM on x and w in place); "auto" takes
             "depthwise" where it applies (groups of 2 or 4 channels, not 8) and "gemm" for
             float32 and float64 problems of at least 0.75 GFLOP (plan.gemm_pays).
-            "im2win_nhwc": a float16 or bfloat16 NCHW problem run on its NHWC twin (x, w and y
-            copied through channels-last workspace); "auto" takes it on Hopper where the twin
-            runs the wgmma kernel. On the CPU:
+            "im2win_nhwc": a float16, bfloat16 or float32 NCHW problem run on its NHWC twin
+            (x, w and y copied through channels-last workspace); "auto" takes it on Hopper
+            where the twin runs the wgmma kernel, and for float32 where it runs im2win_ffma.cu
+            and the copies are small against the work (plan.TWIN_BYTES_PER_FLOP). On the CPU:
             "auto" or "im2win" (the window path) or "im2col_gemm".
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is

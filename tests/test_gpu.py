@@ -110,6 +110,14 @@ def test_every_ffma_tile_matches_reference(rng, tile, switch):
     assert ran >= 3
 
 
+def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
+    """float32 NCHW through channels-last copies onto im2win_ffma.cu (what "auto" takes for
+    large layers of 8 or more channels a group), and onto im2win_conv.cu where C/G is not."""
+    for x_shape, w_shape, kwargs in FFMA_CASES + AWKWARD[:1]:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        run(x, w, b, "NCHW", kwargs, algorithm="im2win_nhwc")
+
+
 def test_ffma_takes_strided_views_and_falls_back_where_it_cannot(rng):
     """A view of x with strides that are multiples of 4 runs on im2win_ffma.cu; one that
     starts 4 bytes in (not 16-byte aligned) on im2win_conv.cu; both match the reference."""

@@ -340,9 +340,9 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
     assert plan_for(stem, arch=90).algorithm == "im2win_fused"
     bf16 = problem((8, 64, 28, 28), (128, 64, 3, 3), ml_dtypes.bfloat16, padding=1)
     assert plan_for(bf16, arch=90).algorithm == "im2win_nhwc"
-    for bad, match in ((problem((2, 8, 9, 9), (8, 8, 3, 3)), "float16 and bfloat16 NCHW"),
+    for bad, match in ((problem((2, 8, 9, 9), (8, 8, 3, 3), np.float64), "float32 NCHW"),
                        (problem((2, 9, 9, 8), (8, 3, 3, 8), np.float16, layout="NHWC"),
-                        "float16 and bfloat16 NCHW")):
+                        "float32 NCHW")):
         with pytest.raises(ValueError, match=match):
             plan_for(bad, algorithm="im2win_nhwc")
     half = problem((2, 8, 9, 9), (8, 8, 3, 3), np.float16)
@@ -358,6 +358,22 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
         plan_for(half, algorithm="im2win_nhwc", workspace_limit=10)
     compiled = {expr for _, expr in specializations()}
     assert "transpose_batched<half_t>" in compiled and plan.inner.kernel in compiled
+
+
+def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel():
+    from im2win.cuda.plan import TWIN_BYTES_PER_FLOP, nhwc_workspace
+    cv8 = problem((8, 64, 56, 56), (128, 64, 3, 3), padding=1)
+    for arch in (None, 80, 90):
+        plan = plan_for(cv8, arch=arch)
+        assert plan.algorithm == "im2win_nhwc" and plan.inner.file == "im2win_ffma"
+    assert nhwc_workspace(cv8) <= TWIN_BYTES_PER_FLOP * cv8.flops
+    assert plan_for(cv8, options=Options(ffma=False)).file == "im2win_conv"
+    stem = problem((8, 3, 64, 64), (32, 3, 7, 7), stride=2)             # the twin: im2win_conv
+    assert plan_for(stem).algorithm == "im2win_fused" and plan_for(stem).file == "im2win_conv"
+    pointwise = problem((8, 64, 56, 56), (64, 64, 1, 1), stride=2)      # copies outweigh it
+    assert nhwc_workspace(pointwise) > TWIN_BYTES_PER_FLOP * pointwise.flops
+    assert plan_for(pointwise).algorithm == "im2win_fused"
+    assert plan_for(cv8, workspace_limit=nhwc_workspace(cv8) - 1).algorithm == "im2win_fused"
 def test_tma_problems_with_few_tiles_split_the_reduction():
     from im2win.cuda.plan import split_workspace
     small_1x1 = problem((32, 7, 7, 960), (160, 1, 1, 960), np.float16, layout="NHWC")

@@ -702,6 +702,14 @@ def nhwc_twin(prob: Problem) -> tuple[Problem, tuple[int, int, int, int]]:
             (prob.H * prob.W * prob.C, 1, prob.W * prob.C, prob.C))
 
 
+# float32 NCHW takes its NHWC twin on im2win_ffma.cu up to this many bytes of channels-last
+# copies (x, w and y: nhwc_workspace) a FLOP:
+# an estimate (the copies at about 3 TB/s against the FP32 rate going from about 25 TFLOPS,
+# im2win_conv.cu's in NCHW, to about 38, im2win_ffma.cu's), which every benchmark layer of 8
+# or more channels passes (cv4: 0.004) and a 1x1 layer of 64 to 256 channels does not (0.04).
+TWIN_BYTES_PER_FLOP = 0.02
+
+
 def nhwc_workspace(prob: Problem) -> int:
     """Bytes of the channels-last copies of x, w and y that "im2win_nhwc" allocates."""
     elements = prob.N * prob.H * prob.W * prob.C + prob.K * prob.reduction + \
@@ -711,10 +719,11 @@ def nhwc_workspace(prob: Problem) -> int:
 
 def nhwc_refusal(prob: Problem, x_strides, workspace_limit: int | None) -> str | None:
     """Why "im2win_nhwc" cannot run `prob` (None: it can): an NCHW problem in float16 or
-    bfloat16 (the twin runs on Tensor Cores), each of x's channels one evenly strided run of
-    pixels (layout.cu reads H*W as one axis), the copies within `workspace_limit`."""
-    if prob.layout != "NCHW" or prob.dtype.name not in TENSOR_CORE_DTYPES:
-        return "it runs float16 and bfloat16 NCHW problems on their NHWC twin"
+    bfloat16 (the twin runs on Tensor Cores) or float32 (on im2win_ffma.cu where it takes the
+    twin), each of x's channels one evenly strided run of pixels (layout.cu reads H*W as one
+    axis), the copies within `workspace_limit`."""
+    if prob.layout != "NCHW" or prob.dtype.name not in TENSOR_CORE_DTYPES + ("float32",):
+        return "it runs float16, bfloat16 and float32 NCHW problems on their NHWC twin"
     xn, xc, xh, xw = x_strides
     if prob.H > 1 and prob.W > 1 and xh != prob.W * xw:
         return ("it reads each channel of x as one run of pixels, so x's rows must be evenly "
@@ -732,9 +741,16 @@ def nhwc_auto_plan(prob: Problem, x_strides, options: Options, workspace_limit: 
     element) and the copies fit the workspace limit. Measured on the H200 (float16 NCHW,
     batch 128, docs/hopper.md step 5): the twelve layers' geometric mean went from 0.47x to
     0.84x cuDNN's (cv8 95 -> 202 TFLOPS); the C = 3 layers stay NCHW (their twin gathers
-    too)."""
-    if arch != HOPPER or not options.hopper or \
-            nhwc_refusal(prob, x_strides, workspace_limit) is not None:
+    too). float32, on any device: where the twin runs im2win_ffma.cu and the copies are at
+    most TWIN_BYTES_PER_FLOP bytes a FLOP."""
+    if nhwc_refusal(prob, x_strides, workspace_limit) is not None:
+        return None
+    if prob.dtype.name == "float32":
+        if not options.ffma or nhwc_workspace(prob) > TWIN_BYTES_PER_FLOP * prob.flops:
+            return None
+        plan = nhwc_plan(prob, x_strides, options, workspace_limit, None, arch)
+        return plan if plan.inner.file == "im2win_ffma" else None
+    if arch != HOPPER or not options.hopper:
         return None
     plan = nhwc_plan(prob, x_strides, options, workspace_limit, None, arch)
     return plan if plan.inner.file == "im2win_wgmma" else None
