@@ -100,6 +100,19 @@ def test_geometry_matches_the_kernel_struct():
         [32] * (len(Geometry._fields) - GEOMETRY_64BIT)
 
 
+def test_wgrad_ffma_arguments_match_the_kernel_struct():
+    """wgrad_ffma.ARGS (Python) and struct WgradFfmaArgs (wgrad_ffma.cu) agree field by field."""
+    from im2win.cuda import wgrad_ffma
+    text = (KERNEL_DIR / "wgrad_ffma.cu").read_text()
+    body = re.search(r"struct WgradFfmaArgs \{(.*?)\};", text, re.S).group(1)
+    fields = [(name.strip(), np.int64 if kind == "i64" else np.int32)
+              for kind, names in re.findall(r"^\s*(i64|int) ([^;]+);", body, re.M)
+              for name in names.split(",")]
+    assert [name for name, _ in fields] == list(wgrad_ffma.ARGS.names)
+    assert [np.dtype(kind) for _, kind in fields] == \
+        [wgrad_ffma.ARGS.fields[name][0] for name in wgrad_ffma.ARGS.names]
+
+
 def test_planner_tile_choices_follow_the_table():
     assert choose_tile(16, 10**6, 300, "NCHW", "float32") == "32x128"
     assert choose_tile(96, 10**6, 363, "NCHW", "float32") == "128x64k16"

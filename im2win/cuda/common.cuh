@@ -55,3 +55,18 @@ template <> __device__ __forceinline__ double from_acc<double>(double v) { retur
 
 template <typename A, typename B> struct same_type { static constexpr bool value = false; };
 template <typename A> struct same_type<A, A> { static constexpr bool value = true; };
+
+// The CUDA-core float32 kernels' register micro-tile (im2win_ffma.cu, wgrad_ffma.cu): one step
+// of the 8 x 8 outer product, acc[i][j] += a[i] * b[j], a and b each two float4 of shared
+// memory (a0, a1: rows i < 4 and i >= 4; b0, b1 likewise for j), IEEE fused multiply-adds.
+__device__ __forceinline__ void outer_8x8(const float* a0, const float* a1, const float* b0,
+                                          const float* b1, float (&acc)[8][8]) {
+  const float4 p = *reinterpret_cast<const float4*>(a0), q = *reinterpret_cast<const float4*>(a1);
+  const float4 u = *reinterpret_cast<const float4*>(b0), v = *reinterpret_cast<const float4*>(b1);
+  const float a[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+  const float b[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = madd(a[i], b[j], acc[i][j]);
+}

@@ -130,38 +130,25 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
   };
   constexpr int SW = 32 / Q4;                    // the swizzle's step between float4 columns
   auto col = [&](int c, int kk) { return kSwizzle ? c ^ ((kk / 4) % Q4) * SW : c; };
+  // v, four consecutive t of tile column c, down rows quad*4 .. quad*4 + 3 (transposed).
+  auto put = [&](float* tile, int width, int c, float4 v) {
+    float* at = tile + quad * 4 * width + col(c, quad * 4);
+    at[0] = v.x;
+    at[width] = v.y;
+    at[2 * width] = v.z;
+    at[3 * width] = v.w;
+  };
   auto store = [&](int buf) {
 #pragma unroll
-    for (int i = 0; i < XL; ++i) {
-      const int c = row + i * ROWS;
-      Xs[buf][quad * 4 + 0][col(c, quad * 4)] = xv[i].x;
-      Xs[buf][quad * 4 + 1][col(c, quad * 4)] = xv[i].y;
-      Xs[buf][quad * 4 + 2][col(c, quad * 4)] = xv[i].z;
-      Xs[buf][quad * 4 + 3][col(c, quad * 4)] = xv[i].w;
-    }
+    for (int i = 0; i < XL; ++i) put(&Xs[buf][0][0], BN, row + i * ROWS, xv[i]);
 #pragma unroll
-    for (int i = 0; i < WL; ++i) {
-      const int c = row + i * ROWS;
-      Ws[buf][quad * 4 + 0][col(c, quad * 4)] = wv[i].x;
-      Ws[buf][quad * 4 + 1][col(c, quad * 4)] = wv[i].y;
-      Ws[buf][quad * 4 + 2][col(c, quad * 4)] = wv[i].z;
-      Ws[buf][quad * 4 + 3][col(c, quad * 4)] = wv[i].w;
-    }
+    for (int i = 0; i < WL; ++i) put(&Ws[buf][0][0], BM, row + i * ROWS, wv[i]);
   };
   auto compute = [&](int buf) {
 #pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      const float4 a0 = *reinterpret_cast<const float4*>(&Ws[buf][kk][col(ty * 4, kk)]);
-      const float4 a1 = *reinterpret_cast<const float4*>(&Ws[buf][kk][col(BM / 2 + ty * 4, kk)]);
-      const float4 b0 = *reinterpret_cast<const float4*>(&Xs[buf][kk][col(tx * 4, kk)]);
-      const float4 b1 = *reinterpret_cast<const float4*>(&Xs[buf][kk][col(BN / 2 + tx * 4, kk)]);
-      const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = madd(a[i], b[j], acc[i][j]);
-    }
+    for (int kk = 0; kk < BK; ++kk)
+      outer_8x8(&Ws[buf][kk][col(ty * 4, kk)], &Ws[buf][kk][col(BM / 2 + ty * 4, kk)],
+                &Xs[buf][kk][col(tx * 4, kk)], &Xs[buf][kk][col(BN / 2 + tx * 4, kk)], acc);
   };
 
   const int slices = geo.red / BK;

@@ -7,7 +7,8 @@
 // loads dy's rows (BM consecutive filters of a pixel: float4) and the window rows (BN
 // consecutive columns of a pixel, four columns of one tap a float4 where Cg % 4 == 0, kVecX;
 // else one float a column) straight into shared memory tiles Ds[pixel][filter] and
-// Xs[pixel][column], no transposition, then an 8 x 8 micro-tile a thread as im2win_ffma.cu's.
+// Xs[pixel][column], no transposition, then an 8 x 8 micro-tile a thread (outer_8x8, as
+// im2win_ffma.cu's).
 // A thread's columns are fixed, so their taps and offsets are computed once; its pixels
 // advance by BK a slice, (n, p, q) by additions. Each block writes its FP32 sums to
 // partial[split] (dw itself when there is one split); wgrad_sum adds the splits in order:
@@ -146,18 +147,9 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 3)
   };
   auto compute = [&](int buf) {
 #pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      const float4 a0 = *reinterpret_cast<const float4*>(&Ds[buf][kk][ty * 4]);
-      const float4 a1 = *reinterpret_cast<const float4*>(&Ds[buf][kk][BM / 2 + ty * 4]);
-      const float4 b0 = *reinterpret_cast<const float4*>(&Xs[buf][kk][tx * 4]);
-      const float4 b1 = *reinterpret_cast<const float4*>(&Xs[buf][kk][BN / 2 + tx * 4]);
-      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = madd(av[i], bv[j], acc[i][j]);
-    }
+    for (int kk = 0; kk < BK; ++kk)
+      outer_8x8(&Ds[buf][kk][ty * 4], &Ds[buf][kk][BM / 2 + ty * 4], &Xs[buf][kk][tx * 4],
+                &Xs[buf][kk][BN / 2 + tx * 4], acc);
   };
 
   const int slices = (int)((end - begin + BK - 1) / BK);
