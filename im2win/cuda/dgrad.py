@@ -36,7 +36,8 @@ def pays(prob: Problem) -> bool:
     float32 cv7 15.9 -> 1.76 (docs/hopper.md, step 7). float32 phases on im2win_ffma.cu
     (2026-12-02) ran at the forward's rate over H*W/(P*Q) times the work: cv12 (1.96) 14.3
     TFLOPS of useful work against 27 forward, cv6 and cv5 (1.44) 20.6 and 19.3, while cv10
-    (1.16) kept 32.9."""
+    (1.16) kept 32.9; through window gradients cv12 ran at 30.2, cv6 37.1, cv5 30.0 and cv11
+    (1.36) 28.0 against 26.7 (python -m im2win --op backward_data, batch 128)."""
     if prob.layout != "NHWC" or prob.G != 1 or prob.dtype.name not in CUDA_TYPES:
         return False
     if prob.C < FEW_CHANNELS:
