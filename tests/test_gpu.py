@@ -232,6 +232,33 @@ def test_tma_copies_match_reference(rng, tile, dtype):
             options=Options(tma=False))
 
 
+# More tiles than SPLIT_ITEMS and one filter tile: the planner keeps the filter resident and
+# runs the consumers in turn (ping-pong); K = 100 leaves a filter tail, padding taps off x.
+RESIDENT_CASES = [((9, 64, 64, 64), (100, 64, 3, 3), "wg128x128"),
+                  ((9, 64, 64, 64), (64, 64, 3, 3), "wg256x64")]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, tile", RESIDENT_CASES)
+@pytest.mark.parametrize("switches", [(), ("resident_filter",), ("ping_pong",),
+                                      ("resident_filter", "ping_pong")])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_resident_filter_and_ping_pong_match_reference(rng, x_shape, w_shape, tile, switches,
+                                                       dtype):
+    skip_unless_hopper(tile)
+    from im2win.cuda import plan as cuda_plan
+    options = Options(**{name: False for name in switches})
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    xh, wh = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+    prob = make_problem(xh, wh, layout="NHWC", padding=1)
+    plan = cuda_plan.make_plan(prob, x_strides=(prob.H * prob.W * prob.C, 1, prob.W * prob.C,
+                                                prob.C), w_aligned=True, options=options,
+                               arch=90, algorithm="im2win_fused")
+    assert plan.tile.name == tile and plan.tma is not None          # what the case is for
+    assert (plan.resident > 0) == ("resident_filter" not in switches)
+    assert plan.kernel.endswith(", true>") == ("ping_pong" not in switches)
+    run(x, w, b, "NHWC", dict(padding=1), dtype=dtype, options=options)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("algorithm", WINDOWS + ["direct"])
 @pytest.mark.parametrize("kernel", ["default", "mma.sync", "wg128x256", "wg256x96"])

@@ -229,10 +229,22 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     assert plan_for(cv1, arch=90).file == "im2win_mma"                   # C = 3: gathers
     assert plan_for(cv1, arch=90, tile="wg256x96").file == "im2win_wgmma"  # forced
     plan = plan_for(cv8, arch=90)
+    # cv8: one filter tile of 128 (9 slices of 64 channels) stays in shared memory beside a
+    # ring of 4 window tiles; 128x128 tiles, the consumers in turn.
+    assert plan.persistent and plan.resident == 9 and plan.tile.name == "wg128x128"
+    assert plan.smem == plan.tile.smem_bytes(4, resident=9) <= 227 * 1024
+    assert plan.kernel == "im2win_wgmma_tma<half_t, 128, 128, 4, true, true, true>"
+    plain = plan_for(cv8, arch=90, options=Options(resident_filter=False, ping_pong=False))
+    assert plain.resident == 0 and plain.smem == plain.tile.smem_bytes() <= 227 * 1024
+    assert plain.kernel == "im2win_wgmma_tma<half_t, 128, 128, 6, true, false, false>"
+    # 256 filters: two filter tiles, so nothing stays resident.
+    cv11 = problem((128, 14, 14, 256), (256, 3, 3, 256), np.float16, layout="NHWC")
+    assert plan_for(cv11, arch=90).resident == 0
+    plan = plan_for(cv8, arch=90, options=Options(tma=False))
     assert plan.persistent and plan.smem == plan.tile.smem_bytes() <= 227 * 1024
     assert plan.geometry.redp % 64 == 0 and len(plan.taps) % (64 * 8) == 0
-    assert plan_for(cv8, arch=90, options=Options(double_buffer=False)).smem == \
-        plan.tile.smem_bytes(1)
+    single = plan_for(cv8, arch=90, options=Options(double_buffer=False))
+    assert single.resident == 0 and single.smem == single.tile.smem_bytes(1)
     bf16 = problem((2, 9, 9, 16), (128, 3, 3, 16), ml_dtypes.bfloat16, layout="NHWC")
     assert "bf16_t" in plan_for(bf16, arch=90, tile="wg128x128").kernel
     assert plan_for(bf16, options=Options(tensor_cores=False)).file == "im2win_mma"
@@ -285,7 +297,7 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
     assert plan_for(cv8).tma is None                                   # not Hopper
     cv5 = problem((128, 24, 24, 96), (256, 5, 5, 96), np.float16, layout="NHWC")
     assert plan_for(cv5, arch=90).tma is None                          # 96 channels
-    # The TMA tile by filters and pixels; TMA takes Hopper even where cp.async would not pay.
+    # The TMA tile by filters; TMA takes Hopper even where cp.async would not pay.
     cv12 = problem((128, 7, 7, 512), (512, 3, 3, 512), np.float16, layout="NHWC", padding=1)
     cv9 = problem((128, 56, 56, 64), (64, 3, 3, 64), np.float16, layout="NHWC", padding=1)
     big8 = problem((128, 112, 112, 64), (128, 3, 3, 64), np.float16, layout="NHWC", padding=1)
@@ -293,7 +305,10 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
               (("cv8", cv8), ("cv12", cv12), ("cv9", cv9), ("big8", big8))}
     assert {n: (pl.tile.name, pl.tma is not None) for n, pl in chosen.items()} == {
         "cv8": ("wg128x128", True), "cv12": ("wg128x128", True), "cv9": ("wg256x64", True),
-        "big8": ("wg256x128", True)}
+        "big8": ("wg128x128", True)}
+    # ... the filter resident where one filter tile holds it and the ring stays 4 deep.
+    assert {n: pl.resident for n, pl in chosen.items()} == {"cv8": 9, "cv12": 0, "cv9": 9,
+                                                            "big8": 9}
     assert plan_for(cv12, arch=90, options=Options(tma=False)).file == "im2win_mma"  # 98 tiles
     cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2,
                   padding=3)

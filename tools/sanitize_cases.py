@@ -5,7 +5,8 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 ``python3 tools/sanitize_cases.py [float16|wgmma|tma|depthwise]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
-``tma``, only the TMA copies (every tile, both 16-bit types, split-K, float32 as tf32 and
+``tma``, only the TMA copies (every tile, both 16-bit types, the resident filter and ping-pong
+consumers, split-K, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernel's forms (each register window and the general one, a channel multiplier,
 tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``ffma``,
@@ -134,6 +135,14 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
         x_nchw = x.transpose(0, 3, 1, 2).copy()
         im2win.conv2d(x_nchw, w.transpose(0, 3, 1, 2).copy(), b, stride=(2, 1), padding=1,
                       algorithm="im2win_nhwc")
+        # More tiles than SPLIT_ITEMS with one filter tile: the filter resident, the consumers
+        # in turn (ping-pong), 128x128 (a filter tail) and 256x64; each switch off alone.
+        for shape, k in (((17, 34, 34, 64), 100), ((33, 34, 34, 64), 64)):
+            xr = cupy.asarray(rng.uniform(-1, 1, shape).astype(dtype))
+            wr = cupy.asarray(rng.uniform(-1, 1, (k, 3, 3, 64)).astype(dtype))
+            for options in (Options(), Options(resident_filter=False),
+                            Options(ping_pong=False)):
+                im2win.conv2d(xr, wr, layout="NHWC", options=options)
         # Few tiles: split-K (4 ranges of 3 slices), its partial sums and their reduction.
         xs = cupy.asarray(rng.uniform(-1, 1, (2, 7, 7, 768)).astype(dtype))
         ws = cupy.asarray(rng.uniform(-1, 1, (160, 1, 1, 768)).astype(dtype))

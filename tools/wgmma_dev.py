@@ -1,7 +1,8 @@
 """Develop the Hopper kernel in one GPU call: check it on awkward shapes, then time it on some
 benchmark layers against the mma.sync kernel and cuDNN; a short table last.
 
-    python3 tools/wgmma_dev.py [--layers cv4,cv8] [--layouts NHWC] [--tiles wg256x128,...]
+    python3 tools/wgmma_dev.py [--layers cv4,cv8] [--layouts NHWC]
+        [--tiles wg256x128,wg128x128:no_resident_filter,...]
         [--dtypes float16,bfloat16] [--no-check] [--ablation]
 
 Every timed variant's output is compared with the float64 reference on the first image.
@@ -121,8 +122,10 @@ def main(argv=None) -> int:
                                layout=layout, **layer.kwargs)
         inputs = bench.rotation(x, device)
         variants = {"wgmma": dict()}
-        for tile in filter(None, args.tiles.split(",")):
-            variants[tile] = dict(tile=tile)
+        for spec in filter(None, args.tiles.split(",")):   # TILE or TILE:no_SWITCH
+            tile, _, switch = spec.partition(":")
+            variants[spec] = dict(tile=tile, options=Options.ablations(
+                tensor_cores=True, hopper=True)[switch or "full"])
         if args.ablation:
             for label, options in Options.ablations(tensor_cores=True, hopper=True).items():
                 if label != "full":
@@ -133,7 +136,9 @@ def main(argv=None) -> int:
             try:
                 if "tile" in extra:      # planned once, like a remembered call
                     from im2win.cuda import _plan, launch
-                    plan = _plan(prob, x, w, "im2win_fused", None, None, extra["tile"])
+                    plan = _plan(prob, x, w, "im2win_fused", extra["options"], None,
+                                 extra["tile"])
+                    label = f"{label}({plan.kernel.split('<')[1].split('>')[0]})"
                     call = launch.Call(prob, launch.executable(prob, plan), x, w, None, None)
 
                     def fn(x, w, layout, call=call, **kw):

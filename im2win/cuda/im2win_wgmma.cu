@@ -283,13 +283,16 @@ __device__ __forceinline__ void store_adjacent(T* y, i64 i0, bool ok0, bool ok1,
 }
 
 // Dynamic shared memory of one block (plan.py's WgmmaTile.smem_bytes says the same): 1 KB of
-// alignment slack, the ring, its 2 * STAGES mbarriers, and 16 bytes per pixel row.
-__host__ __device__ constexpr int smem_bytes(int BM, int BN, int STAGES) {
-  return 1024 + STAGES * (BM + BN) * 128 + 16 * STAGES + 16 * BM;
+// alignment slack, the ring, its 2 * STAGES mbarriers and 32 bytes for three more (the resident
+// filter's, ping-pong's two), and 16 bytes per pixel row; with a resident filter of `slices`
+// slices, the ring holds the window tiles only and the filter tile follows it.
+__host__ __device__ constexpr int smem_bytes(int BM, int BN, int STAGES, int slices = 0) {
+  return 1024 + STAGES * (BM + (slices ? 0 : BN)) * 128 + slices * BN * 128 + 16 * STAGES + 32 +
+         16 * BM;
 }
 // ... and with "3xtf32"'s split: each stage twice as large, a third mbarrier per stage.
 __host__ __device__ constexpr int smem_bytes_three(int BM, int BN, int STAGES) {
-  return 1024 + STAGES * (BM + BN) * 256 + 24 * STAGES + 16 * BM;
+  return 1024 + STAGES * (BM + BN) * 256 + 24 * STAGES + 32 + 16 * BM;
 }
 
 // v rounded to TF32 (to nearest, ties away from zero), as a float whose low 13 bits are zero.
@@ -340,7 +343,7 @@ __device__ __forceinline__ TileAt tile_at(i64 tile, i64 ptiles, int ftiles, int 
 // The kernel's body; the two entry points below pass it the TMA descriptors or none.
 template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
           bool kSwizzle, bool kTable, bool kPersistent, bool kTma, int SPLITS = 1,
-          bool kThree = false>
+          bool kThree = false, bool kResident = false, bool kPingPong = false>
 __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* __restrict__ w,
                                            const T* __restrict__ bias, T* __restrict__ y,
                                            const int2* __restrict__ taps, const Geometry& geo,
@@ -351,10 +354,16 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   static_assert(SPLITS == 1 || (kTma && kPersistent), "split-K: TMA copies, persistent grid");
   static_assert(sizeof(T) == 2 || kTma, "float (TF32) runs with TMA copies only");
   static_assert(!kThree || same_type<T, float>::value, "3xTF32 splits float operands");
+  static_assert(!kResident || (kTma && kPersistent && SPLITS == 1 && !kThree),
+                "a resident filter: TMA copies, the persistent grid, no split, no 3xTF32");
+  static_assert(!kPingPong || (kTma && kPersistent && !kThree),
+                "ping-pong consumers: TMA copies, the persistent grid, no 3xTF32");
   constexpr int BK = 128 / (int)sizeof(T);           // elements per shared row (128 bytes)
   constexpr int K_STEPS = 4;                         // wgmma k-steps per row: 32 bytes each
-  constexpr int MI = BM / 128;                       // m64 accumulators per consumer
-  constexpr int A_BYTES = BM * 128, RAW_BYTES = (BM + BN) * 128;   // what the copies fill
+  // m64 accumulators per consumer: half the tile's rows each, or (kPingPong) all of them.
+  constexpr int MI = kPingPong ? BM / 64 : BM / 128;
+  constexpr int A_BYTES = BM * 128, W_BYTES = BN * 128;   // one slice of each operand
+  constexpr int RAW_BYTES = A_BYTES + (kResident ? 0 : W_BYTES);  // what a stage's copies fill
   constexpr int STAGE_BYTES = RAW_BYTES * (kThree ? 2 : 1);       // + the small parts
   constexpr int ROWS_X = BM / 16, ROWS_W = BN / 16;  // rows per producer thread
   // Registers per thread: the block starts with 168 (__launch_bounds__(384, 1)); setmaxnreg
@@ -363,29 +372,12 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   constexpr int PRODUCER_REGS = 96;
   constexpr int CONSUMER_REGS = ((POOL - PRODUCER_REGS) / 2) & ~7;
   static_assert(BM == 128 || BM == 256, "two consumer warpgroups of 64 or 128 pixel rows");
+  static_assert(MI * BN <= 256, "at most 128 accumulators per consumer thread");
   static_assert(!kThree || MI * BN <= 128, "3xTF32 adds each slice's sum in a second set of "
                 "accumulators: at most 64 + 64 per thread (128x128, 256x64)");
   static_assert(STAGES >= 1 && (kThree ? smem_bytes_three(BM, BN, STAGES)
-                                        : smem_bytes(BM, BN, STAGES)) <= 227 * 1024,
+                                        : smem_bytes(BM, BN, STAGES, kResident)) <= 227 * 1024,
                 "the ring fits shared memory");
-
-  extern __shared__ unsigned char dynamic_smem[];
-  const unsigned ring = (smem_addr(dynamic_smem) + 1023) & ~1023u;  // swizzle atoms: 1 KB
-  const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
-  const unsigned parts = empty + 8 * STAGES;         // kThree: a stage's parts are written
-  // The producer's table of the tile's pixels, after the barriers.
-  const int4* pixels = reinterpret_cast<const int4*>(
-      dynamic_smem + (parts + (kThree ? 8 * STAGES : 0) - smem_addr(dynamic_smem)));
-
-  const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + 8 * s, kTma ? 1 : 128);
-      mbar_init(empty + 8 * s, 8);
-      if (kThree) mbar_init(parts + 8 * s, 96);
-    }
-  }
-  __syncthreads();
 
   const int groups = min(geo.K / geo.Kg - g0, 65535);
   const i64 ptiles = (geo.npix + BM - 1) / BM;
@@ -395,6 +387,36 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   // the reduction order of fused NHWC windows.
   const int cblocks = (geo.Cg + BK - 1) / BK;
   const int slices = kTma ? geo.R * geo.S * cblocks : geo.redp / BK;
+
+  // Shared memory: the ring; with kResident the whole filter tile (every slice, loaded once:
+  // the plan takes it where the launch has one filter tile, so every work item shares it);
+  // the mbarriers; the producer's pixel table.
+  extern __shared__ unsigned char dynamic_smem[];
+  const unsigned ring = (smem_addr(dynamic_smem) + 1023) & ~1023u;  // swizzle atoms: 1 KB
+  const unsigned resident = ring + STAGES * STAGE_BYTES;
+  const unsigned full = resident + (kResident ? slices * W_BYTES : 0), empty = full + 8 * STAGES;
+  const unsigned parts = empty + 8 * STAGES;         // kThree: a stage's parts are written
+  const unsigned w_full = parts + (kThree ? 8 * STAGES : 0);   // kResident: the filter landed
+  // kPingPong: done[c] completes a phase each time consumer c has waited for the last slice of
+  // one of its work items (its main loop has no more stages to claim).
+  const unsigned done = w_full + 8;
+  const int4* pixels = reinterpret_cast<const int4*>(
+      dynamic_smem + (w_full + 32 - smem_addr(dynamic_smem)));
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, kTma ? 1 : 128);
+      mbar_init(empty + 8 * s, kPingPong ? 4 : 8);   // the warps that read the stage
+      if (kThree) mbar_init(parts + 8 * s, 96);
+    }
+    if (kResident) mbar_init(w_full, 1);
+    if (kPingPong) {
+      mbar_init(done, 1);
+      mbar_init(done + 8, 1);
+    }
+  }
+  __syncthreads();
   // Work items: tile-major, SPLITS ranges of `per` slices each (the last ones may be empty:
   // their partial sums are zeros).
   const i64 items = tiles * SPLITS;
@@ -432,6 +454,11 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
         return;
       }
       if (tid != 0) return;
+      if (kResident) {     // the filter tile, once: rows g0*Kg.., every slice's BK columns
+        mbar_expect_bytes(w_full, slices * W_BYTES);
+        for (int j = 0; j < slices; ++j)
+          tma_tile2d(resident + j * W_BYTES, w_map, j * BK, g0 * geo.Kg, w_full);
+      }
       unsigned it = 0;
       for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
         const i64 tile = item / SPLITS;
@@ -449,7 +476,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
           const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
           mbar_expect_bytes(bar, RAW_BYTES);
           tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh, bar);
-          tma_tile2d(a + A_BYTES, w_map, (r * geo.S + s) * geo.Cg + cb * BK, k_base, bar);
+          if (!kResident)
+            tma_tile2d(a + A_BYTES, w_map, (r * geo.S + s) * geo.Cg + cb * BK, k_base, bar);
         }
       }
       return;
@@ -549,12 +577,24 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   // ------------------------------------------------------------------------------ consumers
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
   const int consumer = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
-  const int row_base = consumer * (BM / 2) + warp * 16 + lane / 4;   // + i*64 (+8)
+  const int rows_at = kPingPong ? 0 : consumer * (BM / 2);          // this consumer's rows
+  const int row_base = rows_at + warp * 16 + lane / 4;               // + i*64 (+8)
   const int col_base = (lane % 4) * 2;                               // + j*8 (+1)
+  if (kResident) mbar_wait(w_full, 0);
   unsigned it = 0;
+  int turn = 0;      // kPingPong: the block's work items are the two consumers' in turn
+  unsigned waits = 0;   // kPingPong: the other consumer's main loops waited for
   for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
     const i64 tile = item / SPLITS;
     const int split = (int)(item - tile * SPLITS);
+    if (kPingPong && (turn++ & 1) != consumer) {   // the other's: skip its stages
+      it += max(0, min(slices, (split + 1) * per) - split * per);
+      continue;
+    }
+    // kPingPong: a wait on `full` tells phases apart by parity only, so it must not run more
+    // than one phase ahead of the barrier: this main loop starts once the other consumer's
+    // previous one has claimed its last stage (so every slice before ours has landed).
+    if (kPingPong && turn > 1) mbar_wait(done + 8 * (consumer ^ 1), waits++ & 1);
     const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
     float acc[MI][BN / 2];
     float part[kThree ? MI : 1][kThree ? BN / 2 : 1];   // kThree: one slice's sum
@@ -573,8 +613,9 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     for (int slice = split * per; slice < j1; ++slice, ++it) {
       const int stage = it % STAGES;
       mbar_wait((kThree ? parts : full) + 8 * stage, (it / STAGES) & 1);
-      const unsigned a = ring + stage * STAGE_BYTES + consumer * (BM / 2) * 128;
-      const unsigned b = ring + stage * STAGE_BYTES + A_BYTES;
+      const unsigned a = ring + stage * STAGE_BYTES + rows_at * 128;
+      const unsigned b = kResident ? resident + slice * W_BYTES
+                                   : ring + stage * STAGE_BYTES + A_BYTES;
 #pragma unroll
       for (int i = 0; i < MI; ++i) pin(acc[i]);
       wgmma_fence();
@@ -629,6 +670,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
         }
       }
     }
+    if (kPingPong && warp == 0 && lane == 0) mbar_arrive(done + 8 * consumer);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < MI; ++i) pin(acc[i]);
@@ -689,15 +731,20 @@ __global__ void __launch_bounds__(384, 1)
 
 // Fused NHWC windows with both operands copied by the TMA: x through its im2col descriptor,
 // w (K rows of the reduction) through a tiled one (im2win.cuda.tma; plan.py says when).
-template <typename T, int BM, int BN, int STAGES, bool kPersistent>
+// kResident: the whole filter tile stays in shared memory (one filter tile and group a launch).
+// kPingPong: each consumer warpgroup takes whole tiles, the two in turn, so that one's epilogue
+// runs while the other's wgmmas do (the ring is filled in work-item order, so their main loops
+// alternate).
+template <typename T, int BM, int BN, int STAGES, bool kPersistent, bool kResident = false,
+          bool kPingPong = false>
 __global__ void __launch_bounds__(384, 1)
     im2win_wgmma_tma(const T* __restrict__ src, const T* __restrict__ w,
                      const T* __restrict__ bias, T* __restrict__ y,
                      const int2* __restrict__ taps, Geometry geo, int g0,
                      const __grid_constant__ TensorMap x_map,
                      const __grid_constant__ TensorMap w_map) {
-  wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true>(
-      src, w, bias, y, taps, geo, g0, &x_map, &w_map);
+  wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true, 1,
+             false, kResident, kPingPong>(src, w, bias, y, taps, geo, g0, &x_map, &w_map);
 }
 
 // Split-K (SPLITS of 2, 4 or 8) of the TMA form: FP32 partial sums into `partial`

@@ -102,6 +102,8 @@ class Plan:
             writing FP32 partial sums (workspace_bytes) that split_reduce adds into y; 1: none.
         precision: float32 problems: "float32" (FP32 fused multiply-adds), "tf32" or
             "3xtf32" (Tensor Cores, the wgmma kernel); "float32" for the other dtypes too.
+        resident: TMA plans with the filter tile kept in shared memory (resident_slices):
+            its slices; 0: none.
     """
 
     algorithm: str
@@ -117,6 +119,7 @@ class Plan:
     inner: "Plan | None" = None
     splits: int = 1
     precision: str = "float32"
+    resident: int = 0
 
     @property
     def tables(self) -> bool:
@@ -152,8 +155,9 @@ class Plan:
             return self.geometry.smem
         if self.file != "im2win_wgmma":
             return 0
-        return self.tile.smem_bytes(wgmma_stages(self.tile, self.options, self.precision),
-                                    three=self.precision == "3xtf32")
+        return self.tile.smem_bytes(
+            wgmma_stages(self.tile, self.options, self.precision, self.resident),
+            three=self.precision == "3xtf32", resident=self.resident)
 
 
 def check_algorithm(algorithm) -> str:
@@ -399,7 +403,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         src_aligned = x_aligned or not fused
         tma_tile, tma = None, None      # TMA takes the wgmma kernel with a tile of its own
         if options.hopper and arch == HOPPER and tile is None and fused:
-            tma_tile = choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q)
+            tma_tile = choose_wgmma_tma_tile(prob.Kg)
             tma = tma_plan(prob, WGMMA_TILES[tma_tile], options, x_strides, src_aligned,
                            w_aligned)
         hopper = options.hopper and arch == HOPPER and (
@@ -864,12 +868,36 @@ def slice_elements(prob: Problem) -> int:
     return 128 // prob.dtype.itemsize
 
 
-def wgmma_stages(tile: WgmmaTile, options: Options, precision: str = "float32") -> int:
-    """The wgmma kernel's ring depth: the tile's, 1 without double buffering, and for
-    "3xtf32" the deepest that fits its doubled stages."""
+def wgmma_stages(tile: WgmmaTile, options: Options, precision: str = "float32",
+                 resident: int = 0) -> int:
+    """The wgmma kernel's ring depth: the tile's, 1 without double buffering, for "3xtf32"
+    the deepest that fits its doubled stages, and beside a resident filter of `resident`
+    slices the deepest that fits with it."""
     if not options.double_buffer:
         return 1
+    if resident:
+        return tile.resident_stages(resident)
     return tile.three_stages() if precision == "3xtf32" else tile.STAGES
+
+
+# A resident filter must leave a ring at least this deep: on cv8 (H200, float16 NHWC, batch 128,
+# docs/hopper.md step 8) 256x128 with 2 stages beside it ran 357 TFLOPS against 402 without it,
+# 128x128 with 4 stages 434 against 388.
+RESIDENT_MIN_STAGES = 4
+
+
+def resident_slices(prob: Problem, tile: WgmmaTile, options: Options, splits: int) -> int:
+    """The slices of the filter a TMA plan of `tile` keeps in shared memory (0: none): where
+    Options.resident_filter and the persistent grid are on, the launch is one work item a
+    tile (no split-K) and has one filter tile (one group, K at most the tile's BN), and the
+    filter tile leaves a ring of RESIDENT_MIN_STAGES or more."""
+    if not (options.resident_filter and options.persistent and options.double_buffer):
+        return 0
+    slices = prob.R * prob.S * -(-prob.Cg // WGMMA_BK)
+    if splits > 1 or prob.G > 1 or prob.Kg > tile.BN or \
+            tile.resident_stages(slices) < RESIDENT_MIN_STAGES:
+        return 0
+    return slices
 
 
 def tf32_refusal(prob: Problem, algorithm: str, options: Options, x_strides, x_aligned: bool,
@@ -958,11 +986,42 @@ def wgmma_split_kernel_name(prob: Problem, tile: WgmmaTile, options: Options, sp
     return f"im2win_wgmma_tma_split<{T}, {tile.BM}, {tile.BN}, {stages}, {splits}>"
 
 
-def wgmma_tma_kernel_name(prob: Problem, tile: WgmmaTile, options: Options) -> str:
+def ping_pong(prob: Problem, tile: WgmmaTile, options: Options) -> bool:
+    """Whether a TMA launch of `tile` (no split-K) runs its consumers in turn, each on whole
+    tiles: Options.ping_pong, the persistent grid, a tile whose accumulators fit one consumer
+    (BM/64 * BN <= 256: 128x128 and 256x64), and more tiles than SPLIT_ITEMS (about one per
+    SM), since a block with one tile would leave a consumer idle. H200, float16 NHWC, batch
+    128 (docs/hopper.md step 8): 128x128 on cv8 472 TFLOPS against 425 without, cv10 345 / 319,
+    cv12 305 / 281, cv11 324 / 320; 256x64 on cv9 291 / 265."""
+    tiles = -(-prob.N * prob.P * prob.Q // tile.BM) * -(-prob.Kg // tile.BN) * prob.G
+    return options.ping_pong and options.persistent and tile.BM // 64 * tile.BN <= 256 and \
+        tiles > SPLIT_ITEMS
+
+
+def _cpp(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+def wgmma_tma_kernel_name(prob: Problem, tile: WgmmaTile, options: Options,
+                          resident: int = 0) -> str:
+    if resident:
+        return resident_kernel_name(prob, tile, options,
+                                    wgmma_stages(tile, options, resident=resident))
     T = CUDA_TYPES[prob.dtype.name][0]
-    stages = wgmma_stages(tile, options)
-    return f"im2win_wgmma_tma<{T}, {tile.BM}, {tile.BN}, {stages}, " \
-           f"{str(options.persistent).lower()}>"
+    return tma_kernel_name(T, tile, wgmma_stages(tile, options), options.persistent, False,
+                           ping_pong(prob, tile, options))
+
+
+def resident_kernel_name(prob: Problem, tile: WgmmaTile, options: Options, stages: int) -> str:
+    """The TMA kernel with the filter resident, a ring of `stages` window tiles."""
+    return tma_kernel_name(CUDA_TYPES[prob.dtype.name][0], tile, stages, options.persistent, True,
+                           ping_pong(prob, tile, options))
+
+
+def tma_kernel_name(T: str, tile: WgmmaTile, stages: int, persistent: bool, resident: bool,
+                    pingpong: bool) -> str:
+    return f"im2win_wgmma_tma<{T}, {tile.BM}, {tile.BN}, {stages}, {_cpp(persistent)}, " \
+           f"{_cpp(resident)}, {_cpp(pingpong)}>"
 
 
 def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Options,
@@ -993,9 +1052,10 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
             return Plan(algorithm, chosen, options, family.file,
                         wgmma_split_kernel_name(prob, chosen, options, splits), chunk, geo, b"",
                         split_workspace(prob, splits), tma, splits=splits)
+        resident = resident_slices(prob, chosen, options, splits)
         return Plan(algorithm, chosen, options, family.file,
-                    wgmma_tma_kernel_name(prob, chosen, options), chunk, geo, b"", workspace,
-                    tma)
+                    wgmma_tma_kernel_name(prob, chosen, options, resident), chunk, geo, b"",
+                    workspace, tma, resident=resident)
     name = family.name(prob, fused, chosen, options, bool(taps), vector_w, vector_x)
     return Plan(algorithm, chosen, options, family.file, name, chunk, geo, taps, workspace)
 
@@ -1076,7 +1136,18 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                         out.add((family.file, family.name(prob, fused, tile, options, tables,
                                                           vector_w, vector_x)))
                 if hopper and fused and prob.layout == "NHWC" and options.tma:
-                    out.add((family.file, wgmma_tma_kernel_name(prob, tile, options)))
+                    T = CUDA_TYPES[prob.dtype.name][0]
+                    resident = options.resident_filter and options.persistent and \
+                        options.double_buffer
+                    pingpongs = {False, options.ping_pong and options.persistent and
+                                 tile.BM // 64 * tile.BN <= 256}
+                    for pingpong in pingpongs:     # and every ring a resident filter leaves
+                        out.add((family.file, tma_kernel_name(T, tile, wgmma_stages(
+                            tile, options), options.persistent, False, pingpong)))
+                        for stages in range(RESIDENT_MIN_STAGES,
+                                            tile.STAGES + 1 if resident else 0):
+                            out.add((family.file, tma_kernel_name(T, tile, stages, True, True,
+                                                                  pingpong)))
                     if options.split_k and options.persistent and options.double_buffer:
                         for splits in SPLITS:
                             out.add((family.file,

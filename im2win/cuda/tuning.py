@@ -99,18 +99,31 @@ class WgmmaTile:
 
     threads = 384
 
-    def smem_bytes(self, stages: int | None = None, three: bool = False) -> int:
+    def smem_bytes(self, stages: int | None = None, three: bool = False,
+                   resident: int = 0) -> int:
         """Dynamic shared memory of a block (im2win_wgmma.cu's smem_bytes; with `three`,
-        "3xtf32"'s smem_bytes_three: stages twice as large, a third mbarrier each)."""
+        "3xtf32"'s smem_bytes_three: stages twice as large, a third mbarrier each; with
+        `resident` slices of the filter kept in shared memory, stages of the window tile
+        only and the filter tile after them)."""
         stages = self.STAGES if stages is None else stages
         if three:
-            return 1024 + stages * (self.BM + self.BN) * 256 + 24 * stages + 16 * self.BM
-        return 1024 + stages * (self.BM + self.BN) * 128 + 16 * stages + 16 * self.BM
+            return 1024 + stages * (self.BM + self.BN) * 256 + 24 * stages + 32 + 16 * self.BM
+        ring = stages * (self.BM + (0 if resident else self.BN)) * 128
+        return 1024 + ring + resident * self.BN * 128 + 16 * stages + 32 + 16 * self.BM
 
     def three_stages(self) -> int:
         """The deepest ring of "3xtf32" that fits 227 KB (at most STAGES)."""
-        fit = (227 * 1024 - 1024 - 16 * self.BM) // ((self.BM + self.BN) * 256 + 24)
+        fit = (HOPPER_SMEM - 1024 - 32 - 16 * self.BM) // ((self.BM + self.BN) * 256 + 24)
         return min(self.STAGES, fit)
+
+    def resident_stages(self, slices: int) -> int:
+        """The deepest ring of window tiles (at most STAGES) that fits 227 KB beside the
+        filter tile's `slices` slices kept resident (0: not even one)."""
+        room = HOPPER_SMEM - 1024 - 32 - 16 * self.BM - slices * self.BN * 128
+        return max(0, min(self.STAGES, room // (self.BM * 128 + 16)))
+
+
+HOPPER_SMEM = 227 * 1024       # dynamic shared memory of one block on compute capability 9.0
 
 
 WGMMA_TILES = {tile.name: tile for tile in (
@@ -147,6 +160,14 @@ class Options:
             stage: x through its im2col descriptor, w as a tiled matrix (NHWC fused windows,
             16-byte aligned operands, C/G a multiple of 64; off: the producer warpgroup's
             cp.async copies).
+        resident_filter: where TMA copies and a launch has one filter tile (K/G filters at
+            most the tile's, one group), the whole filter tile is loaded into shared memory
+            once per block and every work item reads it there, so the ring holds window tiles
+            only (off: each stage copies its slice of the filter too; wgmma kernel).
+        ping_pong: where TMA copies on the persistent grid and a tile's accumulators fit one
+            consumer warpgroup (128x128, 256x64), each consumer takes whole tiles, the two in
+            turn, so that one's epilogue overlaps the other's wgmmas (off: both share each
+            tile, half its rows each; wgmma kernel).
         split_k: where TMA copies and a problem has fewer tiles than about one per SM, the
             reduction split into 2, 4 or 8 ranges run as separate work items, their FP32
             partial sums added in a fixed order by a second kernel (off: one work item per
@@ -180,6 +201,8 @@ class Options:
     tma: bool = True
     split_k: bool = True
     ffma: bool = True
+    resident_filter: bool = True
+    ping_pong: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -206,7 +229,7 @@ CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
-                   "split_k")
+                   "split_k", "resident_filter", "ping_pong")
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "gemm",
@@ -298,22 +321,24 @@ THREE_TF32_TILES = ("wg128x128", "wg256x64")
 
 
 def choose_tf32_tile(Kg: int, pixels: int, precision: str) -> str:
-    """The float32 Tensor-Core tile: choose_wgmma_tma_tile's (the copies are the same TMA
-    boxes), for "3xtf32" the nearest of THREE_TF32_TILES (128x128 in place of 256x128)."""
-    tile = choose_wgmma_tma_tile(Kg, pixels)
+    """The float32 Tensor-Core tile (its kernel has no resident filter or ping-pong, so it
+    keeps the 16-bit TMA rule of docs/hopper.md step 4: 256x64 up to 64 filters, 256x128 up to
+    128 filters over at least four waves of 256-pixel tiles, else 128x128), for "3xtf32" the
+    nearest of THREE_TF32_TILES (128x128 in place of 256x128)."""
+    if Kg <= 64:
+        tile = "wg256x64"
+    elif Kg <= 128 and pixels >= 256 * 132 * 4:
+        tile = "wg256x128"
+    else:
+        tile = "wg128x128"
     return tile if precision != "3xtf32" or tile in THREE_TF32_TILES else "wg128x128"
 
 
-def choose_wgmma_tma_tile(Kg: int, pixels: int) -> str:
-    """Pick the Hopper tile where TMA copies the operands (the producer is one thread, so the
-    tile no longer pays for the producer warpgroup's copy work). Read off the TMA tile sweep
-    of the NHWC float16 benchmark layers on the H200 (batch 128, 2026-12-01, docs/hopper.md):
-    256x64 for 64 filters (cv9: 262 TFLOPS against 232 for the next), 256x128 for up to 128
-    filters over at least four waves of 256-pixel tiles (cv8: 406 against 378 for 128x128),
-    128x128 otherwise (cv10, cv11, cv12: 336, 328, 321 TFLOPS, each the best of the five; cv6:
-    376 against the best's 383)."""
-    if Kg <= 64:
-        return "wg256x64"
-    if Kg <= 128 and pixels >= 256 * 132 * 4:
-        return "wg256x128"
-    return "wg128x128"
+def choose_wgmma_tma_tile(Kg: int) -> str:
+    """Pick the Hopper tile for 16-bit types where TMA copies the operands (the producer is
+    one thread). Read off TMA tile sweeps of the NHWC float16 benchmark layers on the H200
+    (batch 128; docs/hopper.md steps 4 and 8): 256x64 for 64 filters (cv9: 291 TFLOPS with
+    the filter resident and ping-pong consumers, against 203 for 128x128), 128x128 otherwise
+    (cv8: 472 against 354 for 256x128, which has no ring deep enough beside a resident filter
+    and no ping-pong; cv10, cv11, cv12: 345, 324, 305 against 309, 275, 267)."""
+    return "wg256x64" if Kg <= 64 else "wg128x128"
