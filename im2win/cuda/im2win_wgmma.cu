@@ -28,6 +28,20 @@
 // per SM (kPersistent; off: one block per tile), filter tiles fastest, so blocks running together
 // share their window rows in L2.
 //
+// Resident filter (kResident, TMA copies, one filter tile and group a launch): the producer
+// copies the whole BN x reduction filter tile into shared memory once, before the first work
+// item (one `w_full` mbarrier), and each stage of the ring holds the window tile only; every
+// work item of the block reads its filter slices there. The L2 reads of the filter go (cv8,
+// 128x128: 144 KB a tile, about half of what the tile reads) and the ring's stages halve.
+//
+// Ping-pong consumers (kPingPong, TMA copies, persistent grid): each consumer warpgroup takes
+// whole tiles (MI = BM/64 accumulators of 64 rows), the two taking the block's work items in
+// turn. The producer fills the ring in work-item order, so the consumers' main loops
+// alternate and one's epilogue runs while the other's wgmmas do. A consumer skips the other's
+// stages by counting them; since a `full` wait tells phases apart by parity only, it starts a
+// main loop only once the other has claimed the last stage of its previous one (the `done`
+// mbarriers), so that it never waits more than one phase ahead.
+//
 // Split-K (SPLITS > 1, TMA copies only): a tile's reduction is cut into SPLITS consecutive
 // ranges of slices, each a work item of its own (items: tile-major, so one tile's ranges run
 // side by side); each writes its FP32 partial sums to partial[split][pixel][filter], and
