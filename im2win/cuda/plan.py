@@ -271,12 +271,15 @@ def reduction_tables(prob: Problem, geo: Geometry, window_order: bool):
 
 def kernel_name(prob: Problem, fused: bool, tile: Tile, options: Options, tables: bool,
                 vector_filter: bool) -> str:
-    """The CuPy name expression of one im2win_conv instantiation."""
+    """The CuPy name expression of one im2win_conv instantiation. The kernel reads its two
+    vector flags only where they apply (kVecA: float filters; kVecS: float accumulators), so
+    elsewhere they are written false: one instantiation where two would compile the same
+    code (CI compiles every name)."""
     T, Acc = CUDA_TYPES[prob.dtype.name]
     flags = [prob.layout == "NHWC", fused]
     switches = [options.smem, tables, options.double_buffer,
-                options.vector_loads and vector_filter, options.vector_loads,
-                options.conflict_free]
+                options.vector_loads and vector_filter and T == "float",
+                options.vector_loads and Acc == "float", options.conflict_free]
     text = ", ".join(str(f).lower() for f in flags + [tile.BM, tile.BN, tile.BK, tile.TM,
                                                       tile.TN] + switches)
     return f"im2win_conv<{T}, {Acc}, {text}>"
