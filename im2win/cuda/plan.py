@@ -889,14 +889,29 @@ def wgmma_stages(tile: WgmmaTile, options: Options, precision: str = "float32",
 RESIDENT_MIN_STAGES = 4
 
 
+def resident_allowed(options: Options) -> bool:
+    """Whether the options let a TMA plan keep its filter resident (and the ring it needs)."""
+    return options.resident_filter and options.persistent and options.double_buffer
+
+
+def tma_slices(prob: Problem) -> int:
+    """Slices of WGMMA_BK reduction elements of a TMA launch: each tap's channels in blocks."""
+    return prob.R * prob.S * -(-prob.Cg // WGMMA_BK)
+
+
+def tma_tiles(prob: Problem, tile: WgmmaTile) -> int:
+    """Tiles (pixel tiles x filter tiles x groups) of a wgmma launch of `tile`."""
+    return -(-prob.N * prob.P * prob.Q // tile.BM) * -(-prob.Kg // tile.BN) * prob.G
+
+
 def resident_slices(prob: Problem, tile: WgmmaTile, options: Options, splits: int) -> int:
     """The slices of the filter a TMA plan of `tile` keeps in shared memory (0: none): where
     Options.resident_filter and the persistent grid are on, the launch is one work item a
     tile (no split-K) and has one filter tile (one group, K at most the tile's BN), and the
     filter tile leaves a ring of RESIDENT_MIN_STAGES or more."""
-    if not (options.resident_filter and options.persistent and options.double_buffer):
+    if not resident_allowed(options):
         return 0
-    slices = prob.R * prob.S * -(-prob.Cg // WGMMA_BK)
+    slices = tma_slices(prob)
     if splits > 1 or prob.G > 1 or prob.Kg > tile.BN or \
             tile.resident_stages(slices) < RESIDENT_MIN_STAGES:
         return 0
@@ -968,8 +983,7 @@ def split_count(prob: Problem, tile: WgmmaTile, options: Options,
     Options.split_k off. (A first rule, not measured yet.)"""
     if not (options.split_k and options.persistent and options.double_buffer):
         return 1
-    tiles = -(-prob.N * prob.P * prob.Q // tile.BM) * -(-prob.Kg // tile.BN) * prob.G
-    slices = prob.R * prob.S * -(-prob.Cg // WGMMA_BK)
+    tiles, slices = tma_tiles(prob, tile), tma_slices(prob)
     best = 1
     for splits in SPLITS:
         fits = workspace_limit is None or split_workspace(prob, splits) <= workspace_limit
@@ -996,9 +1010,12 @@ def ping_pong(prob: Problem, tile: WgmmaTile, options: Options) -> bool:
     SM), since a block with one tile would leave a consumer idle. H200, float16 NHWC, batch
     128 (docs/hopper.md step 8): 128x128 on cv8 472 TFLOPS against 425 without, cv10 345 / 319,
     cv12 305 / 281, cv11 324 / 320; 256x64 on cv9 291 / 265."""
-    tiles = -(-prob.N * prob.P * prob.Q // tile.BM) * -(-prob.Kg // tile.BN) * prob.G
-    return options.ping_pong and options.persistent and tile.BM // 64 * tile.BN <= 256 and \
-        tiles > SPLIT_ITEMS
+    return ping_pong_allowed(tile, options) and tma_tiles(prob, tile) > SPLIT_ITEMS
+
+
+def ping_pong_allowed(tile: WgmmaTile, options: Options) -> bool:
+    """Whether the options and the tile let a TMA launch run its consumers in turn."""
+    return options.ping_pong and options.persistent and tile.BM // 64 * tile.BN <= 256
 
 
 def _cpp(flag: bool) -> str:
@@ -1007,18 +1024,10 @@ def _cpp(flag: bool) -> str:
 
 def wgmma_tma_kernel_name(prob: Problem, tile: WgmmaTile, options: Options,
                           resident: int = 0) -> str:
-    if resident:
-        return resident_kernel_name(prob, tile, options,
-                                    wgmma_stages(tile, options, resident=resident))
-    T = CUDA_TYPES[prob.dtype.name][0]
-    return tma_kernel_name(T, tile, wgmma_stages(tile, options), options.persistent, False,
-                           ping_pong(prob, tile, options))
-
-
-def resident_kernel_name(prob: Problem, tile: WgmmaTile, options: Options, stages: int) -> str:
-    """The TMA kernel with the filter resident, a ring of `stages` window tiles."""
-    return tma_kernel_name(CUDA_TYPES[prob.dtype.name][0], tile, stages, options.persistent, True,
-                           ping_pong(prob, tile, options))
+    """The TMA kernel of a plan (`resident`: its filter slices kept in shared memory)."""
+    return tma_kernel_name(CUDA_TYPES[prob.dtype.name][0], tile,
+                           wgmma_stages(tile, options, resident=resident), options.persistent,
+                           bool(resident), ping_pong(prob, tile, options))
 
 
 def tma_kernel_name(T: str, tile: WgmmaTile, stages: int, persistent: bool, resident: bool,
@@ -1140,10 +1149,8 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                                                           vector_w, vector_x)))
                 if hopper and fused and prob.layout == "NHWC" and options.tma:
                     T = CUDA_TYPES[prob.dtype.name][0]
-                    resident = options.resident_filter and options.persistent and \
-                        options.double_buffer
-                    pingpongs = {False, options.ping_pong and options.persistent and
-                                 tile.BM // 64 * tile.BN <= 256}
+                    resident = resident_allowed(options)
+                    pingpongs = {False, ping_pong_allowed(tile, options)}
                     for pingpong in pingpongs:     # and every ring a resident filter leaves
                         out.add((family.file, tma_kernel_name(T, tile, wgmma_stages(
                             tile, options), options.persistent, False, pingpong)))

@@ -107,19 +107,24 @@ class WgmmaTile:
         only and the filter tile after them)."""
         stages = self.STAGES if stages is None else stages
         if three:
-            return 1024 + stages * (self.BM + self.BN) * 256 + 24 * stages + 32 + 16 * self.BM
-        ring = stages * (self.BM + (0 if resident else self.BN)) * 128
-        return 1024 + ring + resident * self.BN * 128 + 16 * stages + 32 + 16 * self.BM
+            return self.fixed_bytes() + stages * ((self.BM + self.BN) * 256 + 24)
+        ring = stages * ((self.BM + (0 if resident else self.BN)) * 128 + 16)
+        return self.fixed_bytes() + ring + resident * self.BN * 128
+
+    def fixed_bytes(self) -> int:
+        """Shared memory of a block but its stages and resident filter: 1 KB of alignment
+        slack, 32 bytes of mbarriers outside the ring, 16 bytes per pixel row."""
+        return 1024 + 32 + 16 * self.BM
 
     def three_stages(self) -> int:
         """The deepest ring of "3xtf32" that fits 227 KB (at most STAGES)."""
-        fit = (HOPPER_SMEM - 1024 - 32 - 16 * self.BM) // ((self.BM + self.BN) * 256 + 24)
+        fit = (HOPPER_SMEM - self.fixed_bytes()) // ((self.BM + self.BN) * 256 + 24)
         return min(self.STAGES, fit)
 
     def resident_stages(self, slices: int) -> int:
         """The deepest ring of window tiles (at most STAGES) that fits 227 KB beside the
         filter tile's `slices` slices kept resident (0: not even one)."""
-        room = HOPPER_SMEM - 1024 - 32 - 16 * self.BM - slices * self.BN * 128
+        room = HOPPER_SMEM - self.fixed_bytes() - slices * self.BN * 128
         return max(0, min(self.STAGES, room // (self.BM * 128 + 16)))
 
 
