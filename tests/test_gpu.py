@@ -232,6 +232,30 @@ def test_tma_copies_match_reference(rng, tile, dtype):
             options=Options(tma=False))
 
 
+HALF_BOX_CASES = [  # NHWC, C/G a multiple of 32, not of 64: TMA boxes of 32 channels, two a slice
+    ((2, 32, 13, 11), (70, 32, 3, 3), dict(padding=1)),                  # 9 units: a lone last
+    ((3, 96, 10, 9), (96, 96, 3, 2), dict(stride=2, dilation=(1, 2),
+                                           padding=((2, 0), (1, 3)))),  # corners, 18 units
+    ((2, 64, 7, 7), (130, 32, 1, 1), dict(groups=2)),                    # groups of 32, 1 unit
+    ((5, 32, 5, 6), (64, 32, 5, 5), dict(padding=2)),                     # taps off x
+]
+
+
+@pytest.mark.parametrize("tile", list(WGMMA_TILES))
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_half_boxes_match_reference(rng, tile, dtype):
+    skip_unless_hopper(tile)
+    from im2win.cuda import plan as cuda_plan
+    for x_shape, w_shape, kwargs in HALF_BOX_CASES:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        prob = make_problem(*to_layout("NHWC", x.astype(np.float16), w.astype(np.float16)),
+                            layout="NHWC", **kwargs)
+        assert cuda_plan.half_boxes(prob) and cuda_plan.tma_args(
+            prob, WGMMA_TILES[tile], (prob.H * prob.W * prob.C, 1, prob.W * prob.C, prob.C),
+            True, True) is not None
+        run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused")
+
+
 # More tiles than SPLIT_ITEMS and one filter tile: the planner keeps the filter resident and
 # runs the consumers in turn (ping-pong); K = 100 leaves a filter tail, padding taps off x.
 RESIDENT_CASES = [((9, 64, 64, 64), (100, 64, 3, 3), "wg128x128"),
@@ -255,7 +279,7 @@ def test_resident_filter_and_ping_pong_match_reference(rng, x_shape, w_shape, ti
                                arch=90, algorithm="im2win_fused")
     assert plan.tile.name == tile and plan.tma is not None          # what the case is for
     assert (plan.resident > 0) == ("resident_filter" not in switches)
-    assert plan.kernel.endswith(", true>") == ("ping_pong" not in switches)
+    assert plan.kernel.endswith(", true, false>") == ("ping_pong" not in switches)
     run(x, w, b, "NHWC", dict(padding=1), dtype=dtype, options=options)
 
 
@@ -610,7 +634,7 @@ def test_nchw_through_its_nhwc_twin_reads_views_and_writes_views(rng):
     assert cupy.isnan(big[:, :, :, 1::2]).all()                   # nothing outside out written
 
 
-SPLIT_CASES = [  # NHWC problems with few tiles: split-K (TMA copies: C/G a multiple of 64)
+SPLIT_CASES = [  # NHWC problems with few tiles: split-K (TMA copies: C/G a multiple of 64 or 32)
     ((2, 768, 7, 7), (160, 768, 1, 1), dict()),                     # 1x1: 4 ranges of 3 slices
     ((2, 128, 7, 7), (200, 128, 3, 3), dict(padding=1)),            # 3x3, a filter tail
     ((1, 256, 5, 6), (96, 64, 3, 3), dict(groups=4, padding=1)),    # groups

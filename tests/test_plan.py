@@ -233,10 +233,10 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     # ring of 4 window tiles; 128x128 tiles, the consumers in turn.
     assert plan.persistent and plan.resident == 9 and plan.tile.name == "wg128x128"
     assert plan.smem == plan.tile.smem_bytes(4, resident=9) <= 227 * 1024
-    assert plan.kernel == "im2win_wgmma_tma<half_t, 128, 128, 4, true, true, true>"
+    assert plan.kernel == "im2win_wgmma_tma<half_t, 128, 128, 4, true, true, true, false>"
     plain = plan_for(cv8, arch=90, options=Options(resident_filter=False, ping_pong=False))
     assert plain.resident == 0 and plain.smem == plain.tile.smem_bytes() <= 227 * 1024
-    assert plain.kernel == "im2win_wgmma_tma<half_t, 128, 128, 6, true, false, false>"
+    assert plain.kernel == "im2win_wgmma_tma<half_t, 128, 128, 6, true, false, false, false>"
     # 256 filters: two filter tiles, so nothing stays resident.
     cv11 = problem((128, 14, 14, 256), (256, 3, 3, 256), np.float16, layout="NHWC")
     assert plan_for(cv11, arch=90).resident == 0
@@ -296,7 +296,11 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
     assert plan_for(cv8, arch=90, x_aligned=False).tma is None
     assert plan_for(cv8).tma is None                                   # not Hopper
     cv5 = problem((128, 24, 24, 96), (256, 5, 5, 96), np.float16, layout="NHWC")
-    assert plan_for(cv5, arch=90).tma is None                          # 96 channels
+    half = plan_for(cv5, arch=90)                  # 96 channels: boxes of 32, two a slice
+    assert half.tma.x.channels == 32 and half.kernel.endswith(", true>")
+    assert half.tma.w_box == (64, half.tile.BN)    # the filter's box: still a whole slice
+    assert plan_for(problem((2, 9, 9, 48), (64, 3, 3, 48), np.float16, layout="NHWC"),
+                    arch=90).tma is None           # 48 channels: no box width divides them
     # The TMA tile by filters; TMA takes Hopper even where cp.async would not pay.
     cv12 = problem((128, 7, 7, 512), (512, 3, 3, 512), np.float16, layout="NHWC", padding=1)
     cv9 = problem((128, 56, 56, 64), (64, 3, 3, 64), np.float16, layout="NHWC", padding=1)
@@ -407,7 +411,7 @@ def test_tma_problems_with_few_tiles_split_the_reduction():
     small_1x1 = problem((32, 7, 7, 960), (160, 1, 1, 960), np.float16, layout="NHWC")
     plan = plan_for(small_1x1, arch=90)                 # mobilenet_v2.27: 26 tiles, 15 slices
     assert plan.tma is not None and plan.splits == 4
-    assert plan.kernel == "im2win_wgmma_tma_split<half_t, 128, 128, 6, 4>"
+    assert plan.kernel == "im2win_wgmma_tma_split<half_t, 128, 128, 6, 4, false>"
     assert plan.workspace_bytes == split_workspace(small_1x1, 4) == 4 * 32 * 49 * 160 * 4
     assert plan.grid(32, 1) == (26 * 4, 1, 1)
     late = problem((32, 7, 7, 512), (512, 3, 3, 512), np.float16, layout="NHWC", padding=1)

@@ -5,8 +5,8 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 ``python3 tools/sanitize_cases.py [float16|wgmma|tma|depthwise]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
-``tma``, only the TMA copies (every tile, both 16-bit types, the resident filter and ping-pong
-consumers, split-K, float32 as tf32 and
+``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
+filter and ping-pong consumers, split-K, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernel's forms (each register window and the general one, a channel multiplier,
 tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``ffma``,
@@ -122,7 +122,7 @@ for layout in ("NCHW", "NHWC"):
         every_switch(x, w, b, layout, kwargs, tensor_cores=False)
         im2win.conv2d(x.astype(cupy.float64), w.astype(cupy.float64), b.astype(cupy.float64),
                       layout=layout, **kwargs)
-# The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64), every tile, both 16-bit types.
+# The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64 or 32), every tile, both 16-bit types.
 if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
     for dtype in (np.float16, ml_dtypes.bfloat16):
         x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 128)).astype(dtype))
@@ -135,6 +135,21 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
         x_nchw = x.transpose(0, 3, 1, 2).copy()
         im2win.conv2d(x_nchw, w.transpose(0, 3, 1, 2).copy(), b, stride=(2, 1), padding=1,
                       algorithm="im2win_nhwc")
+        # Boxes of 32 channels (C/G 32 and 96), a lone last unit, groups; every tile.
+        for xs_shape, ws_shape, kw in (((2, 9, 11, 96), (70, 3, 3, 96), dict(padding=1)),
+                                       ((2, 7, 7, 64), (130, 1, 1, 32), dict(groups=2))):
+            xh = cupy.asarray(rng.uniform(-1, 1, xs_shape).astype(dtype))
+            wh = cupy.asarray(rng.uniform(-1, 1, ws_shape).astype(dtype))
+            prob = checked_problem(xh, wh, None, layout="NHWC", **kw)[0]
+            for tile in WGMMA_TILES:
+                cuda.conv2d(prob, xh, wh, None, algorithm="im2win_fused", tile=tile)
+        # ... and as planned: split 4 (cv5 at batch 4), ping-pong, the filter resident.
+        for xs_shape, ws_shape, kw in (((4, 24, 24, 96), (256, 5, 5, 96), {}),
+                                       ((4, 40, 40, 32), (64, 7, 7, 32), dict(stride=2)),
+                                       ((17, 34, 34, 32), (64, 3, 3, 32), dict(padding=1))):
+            im2win.conv2d(cupy.asarray(rng.uniform(-1, 1, xs_shape).astype(dtype)),
+                          cupy.asarray(rng.uniform(-1, 1, ws_shape).astype(dtype)),
+                          layout="NHWC", **kw)
         # More tiles than SPLIT_ITEMS with one filter tile: the filter resident, the consumers
         # in turn (ping-pong), 128x128 (a filter tail) and 256x64; each switch off alone.
         for shape, k in (((17, 34, 34, 64), 100), ((33, 34, 34, 64), 64)):

@@ -38,6 +38,7 @@ CHECKS = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments
     ((3, 64, 20, 21), (96, 64, 3, 3), dict(padding=1, dilation=2)),
     ((2, 32, 15, 15), (520, 32, 1, 1), dict()),
     ((4, 128, 9, 9), (128, 128, 3, 3), dict(padding="same")),
+    ((2, 96, 12, 11), (40, 96, 3, 3), dict(padding=1)),
 ]
 
 

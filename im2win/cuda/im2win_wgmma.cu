@@ -183,6 +183,13 @@ template <bool kSwizzle> __device__ __forceinline__ u64 descriptor(unsigned addr
   return start | (u64)(128 >> 4) << 16 | stride << 32;
 }
 
+// ... of a K-major tile of 64-byte rows (32 elements, kHalf's boxes) with 64-byte swizzle:
+// 8-row groups 512 bytes apart.
+__device__ __forceinline__ u64 descriptor64(unsigned addr) {
+  const u64 start = (addr & 0x3FFFF) >> 4, stride = 512 >> 4;
+  return start | (u64)1 << 16 | stride << 32 | (u64)2 << 62;
+}
+
 // Byte offset of 16-byte chunk c (0..7) of row r in a 128-byte-row tile, and the descriptor
 // advance of one k16 step (two chunks).
 template <bool kSwizzle> __device__ __forceinline__ unsigned chunk_offset(int r, int c) {
@@ -357,7 +364,7 @@ __device__ __forceinline__ TileAt tile_at(i64 tile, i64 ptiles, int ftiles, int 
 // The kernel's body; the two entry points below pass it the TMA descriptors or none.
 template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
           bool kSwizzle, bool kTable, bool kPersistent, bool kTma, int SPLITS = 1,
-          bool kThree = false, bool kResident = false, bool kPingPong = false>
+          bool kThree = false, bool kResident = false, bool kPingPong = false, bool kHalf = false>
 __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* __restrict__ w,
                                            const T* __restrict__ bias, T* __restrict__ y,
                                            const int2* __restrict__ taps, const Geometry& geo,
@@ -372,11 +379,13 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
                 "a resident filter: TMA copies, the persistent grid, no split, no 3xTF32");
   static_assert(!kPingPong || (kTma && kPersistent && !kThree),
                 "ping-pong consumers: TMA copies, the persistent grid, no 3xTF32");
+  static_assert(!kHalf || (kTma && sizeof(T) == 2), "32-channel boxes: TMA, 16-bit types");
   constexpr int BK = 128 / (int)sizeof(T);           // elements per shared row (128 bytes)
   constexpr int K_STEPS = 4;                         // wgmma k-steps per row: 32 bytes each
   // m64 accumulators per consumer: half the tile's rows each, or (kPingPong) all of them.
   constexpr int MI = kPingPong ? BM / 64 : BM / 128;
   constexpr int A_BYTES = BM * 128, W_BYTES = BN * 128;   // one slice of each operand
+  constexpr int SUB_BYTES = BM * 64;      // kHalf: one 32-channel box of the tile's pixels
   constexpr int RAW_BYTES = A_BYTES + (kResident ? 0 : W_BYTES);  // what a stage's copies fill
   constexpr int STAGE_BYTES = RAW_BYTES * (kThree ? 2 : 1);       // + the small parts
   constexpr int ROWS_X = BM / 16, ROWS_W = BN / 16;  // rows per producer thread
@@ -400,7 +409,10 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   // TMA: each tap's channels in blocks of 64 (C/G a multiple of 64), taps in (r, s) order:
   // the reduction order of fused NHWC windows.
   const int cblocks = (geo.Cg + BK - 1) / BK;
-  const int slices = kTma ? geo.R * geo.S * cblocks : geo.redp / BK;
+  // kHalf (C/G a multiple of 32, not of 64): units of 32 channels of one tap, two a slice (the
+  // last slice holds one where the units are odd); the slice's 64 filter columns stay one run.
+  const int units = kHalf ? geo.R * geo.S * (geo.Cg / 32) : 0;
+  const int slices = kTma ? (kHalf ? (units + 1) / 2 : geo.R * geo.S * cblocks) : geo.redp / BK;
 
   // Shared memory: the ring; with kResident the whole filter tile (every slice, loaded once:
   // the plan takes it where the launch has one filter tile, so every work item shares it);
@@ -488,6 +500,19 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
           const int stage = it % STAGES;
           mbar_wait(empty + 8 * stage, ((it / STAGES) & 1) ^ 1);
           const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
+          if constexpr (kHalf) {   // units 2j and 2j + 1, each its own 64-byte-row box
+            const int per_tap = geo.Cg / 32;
+            mbar_expect_bytes(bar, RAW_BYTES);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {   // past the last unit: channels past x's, zeros
+              const int u = 2 * j + h, tap = u / per_tap, ur = tap / geo.S, us = tap - ur * geo.S;
+              const int c = u < units ? c_base + (u - tap * per_tap) * 32 : 1 << 30;
+              tma_im2col(a + h * SUB_BYTES, x_map, c, w0, h0, (int)n,
+                         u < units ? us * geo.dw : 0, u < units ? ur * geo.dh : 0, bar);
+            }
+            if (!kResident) tma_tile2d(a + A_BYTES, w_map, j * BK, k_base, bar);
+            continue;
+          }
           mbar_expect_bytes(bar, RAW_BYTES);
           tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh, bar);
           if (!kResident)
@@ -627,7 +652,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     for (int slice = split * per; slice < j1; ++slice, ++it) {
       const int stage = it % STAGES;
       mbar_wait((kThree ? parts : full) + 8 * stage, (it / STAGES) & 1);
-      const unsigned a = ring + stage * STAGE_BYTES + rows_at * 128;
+      // kHalf: the window tile is two boxes of 64-byte rows, this consumer's rows in each.
+      const unsigned a = ring + stage * STAGE_BYTES + rows_at * (kHalf ? 64 : 128);
       const unsigned b = kResident ? resident + slice * W_BYTES
                                    : ring + stage * STAGE_BYTES + A_BYTES;
 #pragma unroll
@@ -660,13 +686,19 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
         if (lane == 0) mbar_arrive(empty + 8 * stage);
       } else {
 #pragma unroll
-        for (int k = 0; k < K_STEPS; ++k)
+        for (int k = 0; k < K_STEPS; ++k) {
 #pragma unroll
           for (int i = 0; i < MI; ++i) {
-            const unsigned ak = a + i * 64 * 128 + k * k16_advance<kSwizzle>();
             const unsigned bk = b + k * k16_advance<kSwizzle>();
-            wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak), descriptor<kSwizzle>(bk), 1);
+            if constexpr (kHalf) {   // box k/2, 64-row block i, the k-step's 32 bytes of a row
+              const unsigned ak = a + (k / 2) * SUB_BYTES + i * 64 * 64 + (k % 2) * 32;
+              wgmma<BN, T>(acc[i], descriptor64(ak), descriptor<kSwizzle>(bk), 1);
+            } else {
+              const unsigned ak = a + i * 64 * 128 + k * k16_advance<kSwizzle>();
+              wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak), descriptor<kSwizzle>(bk), 1);
+            }
           }
+        }
         wgmma_commit();
 #pragma unroll
         for (int i = 0; i < MI; ++i) pin(acc[i]);
@@ -749,8 +781,10 @@ __global__ void __launch_bounds__(384, 1)
 // kPingPong: each consumer warpgroup takes whole tiles, the two in turn, so that one's epilogue
 // runs while the other's wgmmas do (the ring is filled in work-item order, so their main loops
 // alternate).
+// kHalf: C/G a multiple of 32, not of 64: x's boxes are 32 channels (64-byte swizzle), two a
+// slice.
 template <typename T, int BM, int BN, int STAGES, bool kPersistent, bool kResident = false,
-          bool kPingPong = false>
+          bool kPingPong = false, bool kHalf = false>
 __global__ void __launch_bounds__(384, 1)
     im2win_wgmma_tma(const T* __restrict__ src, const T* __restrict__ w,
                      const T* __restrict__ bias, T* __restrict__ y,
@@ -758,20 +792,21 @@ __global__ void __launch_bounds__(384, 1)
                      const __grid_constant__ TensorMap x_map,
                      const __grid_constant__ TensorMap w_map) {
   wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true, 1,
-             false, kResident, kPingPong>(src, w, bias, y, taps, geo, g0, &x_map, &w_map);
+             false, kResident, kPingPong, kHalf>(src, w, bias, y, taps, geo, g0, &x_map,
+                                                 &w_map);
 }
 
 // Split-K (SPLITS of 2, 4 or 8) of the TMA form: FP32 partial sums into `partial`
 // (SPLITS x N*P*Q x K), which split_reduce then adds into y.
-template <typename T, int BM, int BN, int STAGES, int SPLITS>
+template <typename T, int BM, int BN, int STAGES, int SPLITS, bool kHalf = false>
 __global__ void __launch_bounds__(384, 1)
     im2win_wgmma_tma_split(const T* __restrict__ src, const T* __restrict__ w,
                            const T* __restrict__ bias, T* __restrict__ y,
                            float* __restrict__ partial, Geometry geo, int g0,
                            const __grid_constant__ TensorMap x_map,
                            const __grid_constant__ TensorMap w_map) {
-  wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, true, true, SPLITS>(
-      src, w, bias, y, nullptr, geo, g0, &x_map, &w_map, partial);
+  wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, true, true, SPLITS, false,
+             false, false, kHalf>(src, w, bias, y, nullptr, geo, g0, &x_map, &w_map, partial);
 }
 
 // y[i] = sum over the splits, in order, of partial[split][i], plus bias[i % K]: y (N*P*Q, K).

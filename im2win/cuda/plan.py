@@ -850,19 +850,37 @@ def tma_plan(prob: Problem, tile: WgmmaTile, options: Options, x_strides, src_al
 def tma_args(prob: Problem, tile: WgmmaTile, x_strides, src_aligned: bool,
              w_aligned: bool) -> TmaArgs | None:
     """The TMA plan of a fused NHWC wgmma launch, or None where it is not taken: 16-byte
-    aligned operands and C/G a multiple of 64, so that each slice is 64 channels of one tap
-    (no box crosses into the next tap or group, and no slice is part padding: a C/G of 96
-    would pad a third of its slices), and what im2col_args checks."""
+    aligned operands and C/G a multiple of a box's channels (tma_box_channels), so that no
+    box crosses into the next tap or group and no slice is part padding, and what
+    im2col_args checks."""
     from im2win.cuda.tma import im2col_args
-    channels = slice_elements(prob)
-    if not (prob.layout == "NHWC" and src_aligned and w_aligned and prob.Cg % channels == 0):
+    channels = tma_box_channels(prob)
+    if not (prob.layout == "NHWC" and src_aligned and w_aligned and channels):
         return None
     try:
         x = im2col_args(prob, x_strides, channels, tile.BM)
     except ValueError:
         return None
+    # The filter's box is one whole slice (a 128-byte row) with either box width of x.
     return TmaArgs(x, (prob.reduction, prob.K), prob.reduction * prob.dtype.itemsize,
-                   (channels, tile.BN))
+                   (slice_elements(prob), tile.BN))
+
+
+def tma_box_channels(prob: Problem) -> int:
+    """Channels of one TMA box of x (0: none fits): a whole 128-byte shared row (64 of
+    float16 or bfloat16, 32 of float32) where C/G is a multiple of it; for 16-bit types with
+    C/G a multiple of 32 only (cv4's 32, cv5's 96), boxes of 32 channels in 64-byte rows, two
+    a slice (im2win_wgmma.cu's kHalf)."""
+    row = slice_elements(prob)
+    if prob.Cg % row == 0:
+        return row
+    return 32 if prob.dtype.itemsize == 2 and prob.Cg % 32 == 0 else 0
+
+
+def tma_slices(prob: Problem) -> int:
+    """Slices of 64 reduction elements (16-bit types) of a TMA launch: each tap's channels in
+    boxes, two boxes of 32 a slice where they are 32 wide (the last slice may hold one)."""
+    return -(-prob.R * prob.S * prob.Cg // WGMMA_BK)
 
 
 def slice_elements(prob: Problem) -> int:
@@ -892,11 +910,6 @@ RESIDENT_MIN_STAGES = 4
 def resident_allowed(options: Options) -> bool:
     """Whether the options let a TMA plan keep its filter resident (and the ring it needs)."""
     return options.resident_filter and options.persistent and options.double_buffer
-
-
-def tma_slices(prob: Problem) -> int:
-    """Slices of WGMMA_BK reduction elements of a TMA launch: each tap's channels in blocks."""
-    return prob.R * prob.S * -(-prob.Cg // WGMMA_BK)
 
 
 def tma_tiles(prob: Problem, tile: WgmmaTile) -> int:
@@ -931,14 +944,14 @@ def tf32_refusal(prob: Problem, algorithm: str, options: Options, x_strides, x_a
         return "it copies by TMA (Options(tma=True, conflict_free=True))"
     tile = WGMMA_TILES[choose_tf32_tile(prob.Kg, prob.N * prob.P * prob.Q, "tf32")]
     if tma_args(prob, tile, x_strides, x_aligned, w_aligned) is None:
-        channels = slice_elements(prob)
-        if prob.layout == "NHWC" and prob.Cg % channels == 0 and x_aligned and w_aligned:
+        channels = tma_box_channels(prob)
+        if prob.layout == "NHWC" and channels and x_aligned and w_aligned:
             from im2win.cuda.tma import im2col_args
             try:                        # what im2col_args refused (a stride, corner, offset)
                 im2col_args(prob, x_strides, channels, tile.BM)
             except ValueError as err:
                 return f"it copies by TMA, and {err}"
-        return (f"it copies by TMA: NHWC, C/groups a multiple of {channels}, x and w "
+        return (f"it copies by TMA: NHWC, C/groups a multiple of {slice_elements(prob)}, x and w "
                 f"16-byte aligned (got layout {prob.layout}, C/groups={prob.Cg})")
     return None
 
@@ -1000,7 +1013,13 @@ def split_workspace(prob: Problem, splits: int) -> int:
 def wgmma_split_kernel_name(prob: Problem, tile: WgmmaTile, options: Options, splits: int) -> str:
     T = CUDA_TYPES[prob.dtype.name][0]
     stages = wgmma_stages(tile, options)
-    return f"im2win_wgmma_tma_split<{T}, {tile.BM}, {tile.BN}, {stages}, {splits}>"
+    return f"im2win_wgmma_tma_split<{T}, {tile.BM}, {tile.BN}, {stages}, {splits}, " \
+           f"{_cpp(half_boxes(prob))}>"
+
+
+def half_boxes(prob: Problem) -> bool:
+    """Whether a TMA launch copies x in boxes of 32 channels, two a slice (kHalf)."""
+    return tma_box_channels(prob) == 32
 
 
 def ping_pong(prob: Problem, tile: WgmmaTile, options: Options) -> bool:
@@ -1027,13 +1046,13 @@ def wgmma_tma_kernel_name(prob: Problem, tile: WgmmaTile, options: Options,
     """The TMA kernel of a plan (`resident`: its filter slices kept in shared memory)."""
     return tma_kernel_name(CUDA_TYPES[prob.dtype.name][0], tile,
                            wgmma_stages(tile, options, resident=resident), options.persistent,
-                           bool(resident), ping_pong(prob, tile, options))
+                           bool(resident), ping_pong(prob, tile, options), half_boxes(prob))
 
 
 def tma_kernel_name(T: str, tile: WgmmaTile, stages: int, persistent: bool, resident: bool,
-                    pingpong: bool) -> str:
+                    pingpong: bool, half: bool) -> str:
     return f"im2win_wgmma_tma<{T}, {tile.BM}, {tile.BN}, {stages}, {_cpp(persistent)}, " \
-           f"{_cpp(resident)}, {_cpp(pingpong)}>"
+           f"{_cpp(resident)}, {_cpp(pingpong)}, {_cpp(half)}>"
 
 
 def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Options,
@@ -1151,17 +1170,19 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                     T = CUDA_TYPES[prob.dtype.name][0]
                     resident = resident_allowed(options)
                     pingpongs = {False, ping_pong_allowed(tile, options)}
-                    for pingpong in pingpongs:     # and every ring a resident filter leaves
+                    # and every ring a resident filter leaves, both box widths
+                    for pingpong, half in itertools.product(pingpongs, (False, True)):
                         out.add((family.file, tma_kernel_name(T, tile, wgmma_stages(
-                            tile, options), options.persistent, False, pingpong)))
+                            tile, options), options.persistent, False, pingpong, half)))
                         for stages in range(RESIDENT_MIN_STAGES,
                                             tile.STAGES + 1 if resident else 0):
                             out.add((family.file, tma_kernel_name(T, tile, stages, True, True,
-                                                                  pingpong)))
+                                                                  pingpong, half)))
                     if options.split_k and options.persistent and options.double_buffer:
-                        for splits in SPLITS:
-                            out.add((family.file,
-                                     wgmma_split_kernel_name(prob, tile, options, splits)))
+                        for splits, half in itertools.product(SPLITS, ("false", "true")):
+                            out.add((family.file, f"im2win_wgmma_tma_split<{T}, {tile.BM}, "
+                                     f"{tile.BN}, {wgmma_stages(tile, options)}, {splits}, "
+                                     f"{half}>"))
         if hopper and fused and prob.layout == "NHWC":
             out.add((WGMMA.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>"))
     return out

@@ -73,20 +73,23 @@ def tap_coordinates(prob: Problem, pixel: int, r: int, s: int, c0: int):
     return ((c0, q * prob.sw - prob.pl, p * prob.sh - prob.pt, n), (s * prob.dw, r * prob.dh))
 
 
-def _driver_enums(dtype_name: str, swizzle_128b: bool):
+def _driver_enums(dtype_name: str, swizzle_bytes: int):
+    """The driver module, the element type's enum and the swizzle of `swizzle_bytes` (128,
+    64, or 0 for none)."""
     from cuda.bindings import driver
     types = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
              "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
              "float32": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
-    swizzle = (driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128b else
-               driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE)
-    return driver, types[dtype_name], swizzle
+    swizzles = {128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+                0: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE}
+    return driver, types[dtype_name], swizzles[swizzle_bytes]
 
 
 def encode_tiled(a, dims, row_stride: int, box, swizzle_128b: bool = True):
     """The CUtensorMap of the 2-D CuPy array `a` ((dims[1], dims[0]) elements, rows
     `row_stride` bytes apart), boxes of box[0] x box[1] elements, zeros past its edges."""
-    driver, dtype, swizzle = _driver_enums(a.dtype.name, swizzle_128b)
+    driver, dtype, swizzle = _driver_enums(a.dtype.name, 128 if swizzle_128b else 0)
     u32, u64 = driver.cuuint32_t, driver.cuuint64_t   # the bindings take no plain ints here
     result, tensor_map = driver.cuTensorMapEncodeTiled(
         dtype, u32(2), a.data.ptr, [u64(d) for d in dims], [u64(row_stride)],
@@ -100,10 +103,14 @@ def encode_tiled(a, dims, row_stride: int, box, swizzle_128b: bool = True):
     return tensor_map
 
 
-def encode_im2col(x, args: Im2colArgs, swizzle_128b: bool):
+def encode_im2col(x, args: Im2colArgs, swizzle: bool):
     """The CUtensorMap (cuda.bindings) of CuPy array x with `args`; keep it alive while a
-    launch reads it (its `getPtr()` is the kernel parameter's address)."""
-    driver, dtype, swizzle = _driver_enums(x.dtype.name, swizzle_128b)
+    launch reads it (its `getPtr()` is the kernel parameter's address). `swizzle`: the
+    shared-memory rows swizzled across their width (a box's channels: 128 or 64 bytes)."""
+    row = args.channels * x.dtype.itemsize
+    if swizzle and row not in (128, 64):
+        raise ValueError(f"a swizzled im2col box has rows of 128 or 64 bytes, got {row}")
+    driver, dtype, swizzle = _driver_enums(x.dtype.name, row if swizzle else 0)
     u32, u64 = driver.cuuint32_t, driver.cuuint64_t   # the bindings take no plain ints here
     result, tensor_map = driver.cuTensorMapEncodeIm2col(
         dtype, u32(4), x.data.ptr, [u64(d) for d in args.dims], [u64(s) for s in args.strides],
