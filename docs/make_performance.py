@@ -326,9 +326,9 @@ bounds tests; on the H200 it changed cv1, cv3 and cv7 by less than 5% either way
 (ml_dtypes arrays, which CuPy 14 takes) now runs on this kernel's `.bf16` form and on the Hopper
 kernel. On compute capability 9.0 the planner takes the wgmma kernel (`im2win_wgmma.cu`) where
 it measured faster than this one: with TMA copies wherever C/G is a multiple of 64 (cv6, cv8 to
-cv12), with cp.async copies in NHWC where C/G is a multiple of 8 and there are enough tiles
-(cv4, cv5); the float16 and bfloat16 NHWC tables above include it; [hopper.md](hopper.md) has
-its measurements.
+cv12) or of 32 (cv4, cv5: boxes of 32 channels, two a slice), with cp.async copies in NHWC
+where C/G is another multiple of 8 and there are enough tiles; the float16 and bfloat16 NHWC
+tables above include it; [hopper.md](hopper.md) has its measurements.
 
 Next steps for FP32 (not done): split-K or smaller tiles with more blocks for the small-image layers
 (cv6, cv10 to cv12 launch few blocks); fewer registers per thread (occupancy); 16-byte B loads

@@ -17,7 +17,7 @@ cupy = pytest.importorskip("cupy") if im2win.cuda.is_available() else None
 
 LAYOUTS = ["NCHW", "NHWC"]
 # The first two share a kernel instantiation (other padding and dilation: other tables), the
-# third does not.
+# third does not (but in float64, which has one).
 CASES = [((2, 16, 13, 11), (24, 16, 3, 3), dict(padding=1)),
          ((2, 16, 13, 11), (24, 16, 3, 3), dict(padding=2, dilation=2)),
          ((3, 5, 9, 10), (7, 5, 2, 3), dict(stride=(2, 1)))]
@@ -39,7 +39,9 @@ def test_captured_graph_replays_the_eager_results_bit_for_bit(rng, layout, dtype
     probs = [make_problem(*arrays, **kw) for arrays, kw in calls]
     kernels = [cuda._plan(prob, arrays[0], arrays[1], algorithm, None, None).kernel
                for prob, (arrays, _) in zip(probs, calls)]
-    assert kernels[0] == kernels[1] != kernels[2]
+    # float64 has one instantiation a layout and mode (its vector flags are fixed): there the
+    # third problem is planned and its table uploaded inside the capture, but not compiled.
+    assert kernels[0] == kernels[1] and (kernels[1] != kernels[2]) == (dtype != np.float64)
     if algorithm == "im2win":                          # one image at a time: chunked launches
         calls[0][1]["workspace_limit"] = window_bytes(probs[0], 1) + \
             probs[0].K * probs[0].reduction * probs[0].dtype.itemsize

@@ -305,14 +305,20 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
     cv12 = problem((128, 7, 7, 512), (512, 3, 3, 512), np.float16, layout="NHWC", padding=1)
     cv9 = problem((128, 56, 56, 64), (64, 3, 3, 64), np.float16, layout="NHWC", padding=1)
     big8 = problem((128, 112, 112, 64), (128, 3, 3, 64), np.float16, layout="NHWC", padding=1)
+    cv6 = problem((128, 12, 12, 256), (512, 3, 3, 256), np.float16, layout="NHWC")
+    cv11 = problem((128, 14, 14, 256), (256, 3, 3, 256), np.float16, layout="NHWC")
     chosen = {name: plan_for(p, arch=90) for name, p in
-              (("cv8", cv8), ("cv12", cv12), ("cv9", cv9), ("big8", big8))}
+              (("cv8", cv8), ("cv12", cv12), ("cv9", cv9), ("big8", big8), ("cv5", cv5),
+               ("cv6", cv6), ("cv11", cv11))}
+    # 256x128 past 128 filters where it makes 192 tiles or more: cv5 400, cv6 200, cv11 144.
     assert {n: (pl.tile.name, pl.tma is not None) for n, pl in chosen.items()} == {
         "cv8": ("wg128x128", True), "cv12": ("wg128x128", True), "cv9": ("wg256x64", True),
-        "big8": ("wg128x128", True)}
+        "big8": ("wg128x128", True), "cv5": ("wg256x128", True), "cv6": ("wg256x128", True),
+        "cv11": ("wg128x128", True)}
     # ... the filter resident where one filter tile holds it and the ring stays 4 deep.
     assert {n: pl.resident for n, pl in chosen.items()} == {"cv8": 9, "cv12": 0, "cv9": 9,
-                                                            "big8": 9}
+                                                            "big8": 9, "cv5": 0, "cv6": 0,
+                                                            "cv11": 0}
     assert plan_for(cv12, arch=90, options=Options(tma=False)).file == "im2win_mma"  # 98 tiles
     cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2,
                   padding=3)

@@ -406,7 +406,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         src_aligned = x_aligned or not fused
         tma_tile, tma = None, None      # TMA takes the wgmma kernel with a tile of its own
         if options.hopper and arch == HOPPER and tile is None and fused:
-            tma_tile = choose_wgmma_tma_tile(prob.Kg)
+            tma_tile = choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.G)
             tma = tma_plan(prob, WGMMA_TILES[tma_tile], options, x_strides, src_aligned,
                            w_aligned)
         hopper = options.hopper and arch == HOPPER and (

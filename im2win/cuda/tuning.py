@@ -340,11 +340,23 @@ def choose_tf32_tile(Kg: int, pixels: int, precision: str) -> str:
     return tile if precision != "3xtf32" or tile in THREE_TF32_TILES else "wg128x128"
 
 
-def choose_wgmma_tma_tile(Kg: int) -> str:
+# 256x128 TMA tiles take a problem of more than 128 filters a group where they make at least
+# this many tiles (about 1.5 waves on an H200's 132 SMs).
+WIDE_TMA_TILES = 192
+
+
+def choose_wgmma_tma_tile(Kg: int, pixels: int, groups: int = 1) -> str:
     """Pick the Hopper tile for 16-bit types where TMA copies the operands (the producer is
-    one thread). Read off TMA tile sweeps of the NHWC float16 benchmark layers on the H200
-    (batch 128; docs/hopper.md steps 4 and 8): 256x64 for 64 filters (cv9: 291 TFLOPS with
-    the filter resident and ping-pong consumers, against 203 for 128x128), 128x128 otherwise
-    (cv8: 472 against 354 for 256x128, which has no ring deep enough beside a resident filter
-    and no ping-pong; cv10, cv11, cv12: 345, 324, 305 against 309, 275, 267)."""
-    return "wg256x64" if Kg <= 64 else "wg128x128"
+    one thread), for K/G filters a group and N*P*Q pixels. Read off TMA tile sweeps of the
+    NHWC float16 benchmark layers on the H200 (batch 128; docs/hopper.md steps 4, 8 and 9):
+    - 256x64 for 64 filters (cv9: 291 TFLOPS with the filter resident and ping-pong
+      consumers, against 203 for 128x128; cv4: 400 against 161);
+    - 256x128 for more than 128 filters where its tiles make WIDE_TMA_TILES or more (cv5,
+      200 x 2 tiles: 396 against 340; cv6, 50 x 4: 381 against 349);
+    - 128x128 otherwise: 128 filters, which one tile holds resident (cv8: 472 against 354 for
+      256x128; cv10: 345 against 309), and fewer wide tiles than that (cv11, 72 x 2: 324
+      against 275; cv12, 13 x 4: 305 against 267)."""
+    if Kg <= 64:
+        return "wg256x64"
+    wide = -(-pixels // 256) * -(-Kg // 128) * groups
+    return "wg256x128" if Kg > 128 and wide >= WIDE_TMA_TILES else "wg128x128"
