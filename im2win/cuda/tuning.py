@@ -163,9 +163,8 @@ class Options:
             kernel).
         tma: the wgmma kernel's copies by the Tensor Memory Accelerator, one thread per
             stage: x through its im2col descriptor, w as a tiled matrix (NHWC fused windows,
-            16-byte aligned operands, C/G a multiple of 64, or of 32 in boxes of 32 channels for
-            16-bit types; off: the producer warpgroup's
-            cp.async copies).
+            16-byte aligned operands, C/G a multiple of 64, or for 16-bit types of 32 in boxes
+            of 32 channels; off: the producer warpgroup's cp.async copies).
         resident_filter: where TMA copies and a launch has one filter tile (K/G filters at
             most the tile's, one group), the whole filter tile is loaded into shared memory
             once per block and every work item reads it there, so the ring holds window tiles
