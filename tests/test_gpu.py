@@ -215,23 +215,6 @@ TMA_CASES = [  # NHWC, C/G a multiple of 64: the wgmma kernel's TMA copies (Opti
 ]
 
 
-@pytest.mark.parametrize("tile", list(WGMMA_TILES))
-@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
-def test_tma_copies_match_reference(rng, tile, dtype):
-    skip_unless_hopper(tile)
-    from im2win.cuda import plan as cuda_plan
-    for x_shape, w_shape, kwargs in TMA_CASES:
-        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
-        prob = make_problem(*to_layout("NHWC", x.astype(np.float16), w.astype(np.float16)),
-                            layout="NHWC", **kwargs)
-        assert cuda_plan.tma_args(prob, WGMMA_TILES[tile],
-                                  (prob.H * prob.W * prob.C, 1, prob.W * prob.C, prob.C),
-                                  True, True) is not None
-        run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused")
-        run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused",
-            options=Options(tma=False))
-
-
 HALF_BOX_CASES = [  # NHWC, C/G a multiple of 32, not of 64: TMA boxes of 32 channels, two a slice
     ((2, 32, 13, 11), (70, 32, 3, 3), dict(padding=1)),                  # 9 units: a lone last
     ((3, 96, 10, 9), (96, 96, 3, 2), dict(stride=2, dilation=(1, 2),
@@ -243,17 +226,22 @@ HALF_BOX_CASES = [  # NHWC, C/G a multiple of 32, not of 64: TMA boxes of 32 cha
 
 @pytest.mark.parametrize("tile", list(WGMMA_TILES))
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
-def test_half_boxes_match_reference(rng, tile, dtype):
+@pytest.mark.parametrize("half", [False, True])
+def test_tma_copies_match_reference(rng, tile, dtype, half):
+    """TMA boxes of 64 channels, or (half) of 32, two a slice: against the reference, and
+    with Options(tma=False) the cp.async producer on the same problems."""
     skip_unless_hopper(tile)
     from im2win.cuda import plan as cuda_plan
-    for x_shape, w_shape, kwargs in HALF_BOX_CASES:
+    for x_shape, w_shape, kwargs in HALF_BOX_CASES if half else TMA_CASES:
         x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
         prob = make_problem(*to_layout("NHWC", x.astype(np.float16), w.astype(np.float16)),
                             layout="NHWC", **kwargs)
-        assert cuda_plan.half_boxes(prob) and cuda_plan.tma_args(
+        assert cuda_plan.half_boxes(prob) == half and cuda_plan.tma_args(
             prob, WGMMA_TILES[tile], (prob.H * prob.W * prob.C, 1, prob.W * prob.C, prob.C),
             True, True) is not None
         run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused")
+        run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused",
+            options=Options(tma=False))
 
 
 # More tiles than SPLIT_ITEMS and one filter tile: the planner keeps the filter resident and
@@ -314,7 +302,8 @@ def test_tensor_core_output_at_any_alignment(rng, layout):
         im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b.astype(np.float16)),
                       layout=layout, padding=1, out=out)
         assert_close(cupy.asnumpy(out), ref, np.float16, prob.reduction)
-        assert bool(cupy.isnan(base[:offset]).all()) and bool(cupy.isnan(base[offset + out.size:]).all())
+        assert bool(cupy.isnan(base[:offset]).all())
+        assert bool(cupy.isnan(base[offset + out.size:]).all())
 
 
 def test_long_reductions_with_and_without_the_table(rng):
