@@ -1011,10 +1011,13 @@ def split_workspace(prob: Problem, splits: int) -> int:
 
 
 def wgmma_split_kernel_name(prob: Problem, tile: WgmmaTile, options: Options, splits: int) -> str:
-    T = CUDA_TYPES[prob.dtype.name][0]
-    stages = wgmma_stages(tile, options)
+    return split_kernel_name(CUDA_TYPES[prob.dtype.name][0], tile, wgmma_stages(tile, options),
+                             splits, half_boxes(prob))
+
+
+def split_kernel_name(T: str, tile: WgmmaTile, stages: int, splits: int, half: bool) -> str:
     return f"im2win_wgmma_tma_split<{T}, {tile.BM}, {tile.BN}, {stages}, {splits}, " \
-           f"{_cpp(half_boxes(prob))}>"
+           f"{_cpp(half)}>"
 
 
 def half_boxes(prob: Problem) -> bool:
@@ -1179,10 +1182,9 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                             out.add((family.file, tma_kernel_name(T, tile, stages, True, True,
                                                                   pingpong, half)))
                     if options.split_k and options.persistent and options.double_buffer:
-                        for splits, half in itertools.product(SPLITS, ("false", "true")):
-                            out.add((family.file, f"im2win_wgmma_tma_split<{T}, {tile.BM}, "
-                                     f"{tile.BN}, {wgmma_stages(tile, options)}, {splits}, "
-                                     f"{half}>"))
+                        for splits, half in itertools.product(SPLITS, (False, True)):
+                            out.add((family.file, split_kernel_name(
+                                T, tile, wgmma_stages(tile, options), splits, half)))
         if hopper and fused and prob.layout == "NHWC":
             out.add((WGMMA.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>"))
     return out
