@@ -64,13 +64,18 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             "im2win_nhwc": a float16, bfloat16 or float32 NCHW problem run on its NHWC twin
             (x, w and y copied through channels-last workspace); "auto" takes it on Hopper
             where the twin runs the wgmma kernel, and for float32 where it runs im2win_ffma.cu
-            and the copies are small against the work (plan.TWIN_BYTES_PER_FLOP). On the CPU:
+            and the copies are small against the work (plan.TWIN_BYTES_PER_FLOP).
+            "im2win_columns": a float16, bfloat16 or float32 stem (one group, S*C at most 64)
+            run as an R x 1 problem over x's window columns (x2[n, h, q, s*C + c] = x[n, h,
+            q*sw + s*dw - pl, c] in workspace, the S*C values of a filter row one run of
+            channels); "auto" takes it for C not a multiple of 8 where that problem runs the
+            wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32). On the CPU:
             "auto" or "im2win" (the window path) or "im2col_gemm".
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
             processed in chunks of whole images to respect it), and the most the channels-last
-            copies of "im2win_nhwc" may take ("auto" runs the NCHW kernel past it); None: no
-            limit.
+            copies of "im2win_nhwc" and the window columns of "im2win_columns" may take
+            ("auto" runs the general kernels past it); None: no limit.
         precision: float32 inputs only: None or "float32" (IEEE FP32 fused multiply-adds, the
             default), "3xtf32" (Tensor Cores, each operand split into two TF32 parts and
             three products accumulated in FP32: FP32-accurate) or "tf32" (one TF32 product:

@@ -605,6 +605,37 @@ def test_nchw_through_its_nhwc_twin_matches_reference(rng, dtype, x_shape, w_sha
         run(x, w, bias, "NCHW", kwargs, dtype=dtype, algorithm=algorithm)
 
 
+NCHW_EPILOGUE_CASES = [  # NCHW problems whose wgmma kernel writes the NCHW y (one work item
+    # a tile): on the NHWC twin, and a stem over its window columns (x NCHW-shaped, w)
+    ((9, 64, 34, 34), (100, 64, 3, 3), dict(padding=1), "im2win_nhwc"),  # TMA, resident, K tail
+    ((9, 128, 34, 34), (130, 64, 3, 3), dict(groups=2, padding=1), "im2win_nhwc"),  # groups
+    ((25, 32, 30, 31), (64, 32, 3, 3), dict(padding=1), "im2win_nhwc"),  # boxes of 32, 256x64
+    ((33, 24, 40, 41), (40, 24, 3, 3), dict(padding=1), "im2win_nhwc"),  # cp.async, odd P*Q
+    ((33, 3, 80, 81), (40, 3, 5, 5), dict(padding=2), "im2win_columns"),  # 754 tiles of 256
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs, algorithm", NCHW_EPILOGUE_CASES)
+def test_nchw_problems_write_the_nchw_y_from_the_epilogue(rng, dtype, x_shape, w_shape, kwargs,
+                                                          algorithm):
+    """Options.nchw_epilogue: against the reference, and bit for bit the result of the
+    kernel writing a channels-last y that layout.cu transposes (the same sums, other
+    addresses)."""
+    from im2win import cuda
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    if cuda.compute_capability(cupy.cuda.runtime.getDevice()) == 90:
+        prob = make_problem(x.astype(np.float16), w.astype(np.float16), **kwargs)
+        arrays = cupy.asarray(x.astype(np.float16)), cupy.asarray(w.astype(np.float16))
+        plan = cuda._plan(prob, *arrays, "auto", None, None)
+        assert plan.algorithm == algorithm and plan.inner.geometry.y_nchw == 1
+    for bias in (b, None):
+        y = run(x, w, bias, "NCHW", kwargs, dtype=dtype, algorithm=algorithm)
+        transposed = run(x, w, bias, "NCHW", kwargs, dtype=dtype, algorithm=algorithm,
+                         options=Options(nchw_epilogue=False))
+        cupy.testing.assert_array_equal(y, transposed)
+
+
 def test_nchw_through_its_nhwc_twin_reads_views_and_writes_views(rng):
     """x a view (every other column, a channel slice), w not contiguous, out a strided view."""
     x, w, b = random_arrays(rng, (2, 80, 9, 22), (64, 64, 3, 3), 64)
@@ -621,6 +652,57 @@ def test_nchw_through_its_nhwc_twin_reads_views_and_writes_views(rng):
                            .astype(np.float64))
     assert_close(cupy.asnumpy(out), ref, np.float16, 64 * 9)
     assert cupy.isnan(big[:, :, :, 1::2]).all()                   # nothing outside out written
+
+
+COLUMN_CASES = [  # stems: one group of 1 to 6 channels, S*C at most 64 (x NCHW-shaped, w)
+    ((3, 3, 13, 17), (7, 3, 5, 5), dict(padding=2)),                        # a K tail
+    ((2, 3, 23, 23), (131, 3, 5, 5), dict(stride=4)),                       # 131 filters
+    ((2, 1, 19, 30), (16, 1, 7, 7), dict(stride=2, padding=3)),             # C = 1
+    ((2, 5, 11, 12), (24, 5, 3, 4), dict(dilation=(1, 2), padding=((2, 0), (1, 3)))),  # S even
+    ((1, 2, 9, 40), (70, 2, 2, 11), dict(stride=(1, 3), padding=(0, 5))),   # S*C = 22
+    ((2, 3, 20, 21), (17, 3, 7, 7), dict(stride=2, padding=3)),             # window edges
+    ((3, 6, 8, 9), (10, 6, 3, 3), dict(padding="same")),                    # C = 6
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", COLUMN_CASES)
+def test_stems_over_their_window_columns_match_reference(rng, layout, dtype, x_shape, w_shape,
+                                                         kwargs):
+    """algorithm='im2win_columns' (forced: the R x 1 problem's plan on any GPU), with and
+    without bias, and 'auto'."""
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    for algorithm, bias in (("im2win_columns", b), ("im2win_columns", None), ("auto", b)):
+        run(x, w, bias, layout, kwargs, dtype=dtype, algorithm=algorithm)
+
+
+def test_stems_over_their_window_columns_read_views_and_write_views(rng):
+    """x a view (every other column, negative strides along H), w not contiguous, out a
+    strided view, both layouts; and what "auto" plans for cv3 on Hopper."""
+    from im2win import cuda
+    x, w, b = random_arrays(rng, (2, 3, 13, 40), (20, 3, 5, 5), 20)
+    for layout in LAYOUTS:
+        xl, wl = to_layout(layout, x.astype(np.float16), w.astype(np.float16))
+        xs = cupy.asarray(xl)[:, ::-1, :, ::2] if layout == "NHWC" else \
+            cupy.asarray(xl)[:, :, ::-1, ::2]
+        ws = cupy.asarray(np.ascontiguousarray(np.swapaxes(wl, 0, 1)))
+        ws = cupy.swapaxes(ws, 0, 1)                                   # not C-order
+        prob = make_problem(xs, ws, layout=layout, padding=2)
+        big = cupy.full(prob.y_shape[:-1] + (2 * prob.y_shape[-1],), np.nan, cupy.float16)
+        out = big[..., ::2]
+        y = im2win.conv2d(xs, ws, cupy.asarray(b.astype(np.float16)), out=out, layout=layout,
+                          padding=2, algorithm="im2win_columns")
+        assert y is out
+        ref = reference.conv2d(cupy.asnumpy(xs).astype(np.float64),
+                               cupy.asnumpy(ws).astype(np.float64),
+                               b.astype(np.float16).astype(np.float64), layout=layout, padding=2)
+        assert_close(cupy.asnumpy(out), ref, np.float16, 3 * 25)
+        assert cupy.isnan(big[..., 1::2]).all()                   # nothing outside out written
+    if cuda.compute_capability(cupy.cuda.runtime.getDevice()) == 90:
+        cv3 = cupy.zeros((128, 227, 227, 3), cupy.float16), cupy.zeros((64, 7, 7, 3), cupy.float16)
+        prob = make_problem(*cv3, layout="NHWC", stride=2)
+        assert cuda._plan(prob, *cv3, "auto", None, None).algorithm == "im2win_columns"
 
 
 SPLIT_CASES = [  # NHWC problems with few tiles: split-K (TMA copies: C/G a multiple of 64 or 32)

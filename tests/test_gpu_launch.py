@@ -3,6 +3,7 @@ Skipped without a visible GPU."""
 
 import threading
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -158,23 +159,28 @@ def test_remembered_calls_are_bounded(monkeypatch, rng):
         cupy.testing.assert_array_equal(y, expected)
 
 
-def test_captured_nchw_through_nhwc_replays_the_eager_results_bit_for_bit(rng):
-    """The layout copies' workspace (the graph's own memory) and, on Hopper, the TMA
-    descriptors of it that the capture baked into the kernel's parameters."""
-    cases = [((2, 64, 9, 11), (70, 64, 3, 3), dict(padding=1)),
-             ((1, 16, 7, 8), (24, 16, 3, 3), dict(stride=2))]
+@pytest.mark.parametrize("algorithm, cases", [
+    ("im2win_nhwc", [((2, 64, 9, 11), (70, 64, 3, 3), dict(padding=1)),
+                     ((1, 16, 7, 8), (24, 16, 3, 3), dict(stride=2))]),
+    ("im2win_columns", [((2, 3, 19, 21), (70, 3, 7, 7), dict(padding=3, stride=2)),
+                        ((1, 5, 9, 8), (24, 5, 3, 3), dict(padding=1))])])
+def test_captured_copies_around_a_kernel_replay_the_eager_results_bit_for_bit(rng, algorithm,
+                                                                              cases):
+    """The copies' workspace (the graph's own memory: the NHWC twin's layout copies, a stem's
+    window columns) and, on Hopper, the TMA descriptors of it that the capture baked into the
+    kernel's parameters."""
     calls = [device_case(rng, case, np.float16, "NCHW") for case in cases]
-    eager = [im2win.conv2d(*arrays, algorithm="im2win_nhwc", **kw) for arrays, kw in calls]
+    eager = [im2win.conv2d(*arrays, algorithm=algorithm, **kw) for arrays, kw in calls]
     outs = [cupy.full_like(y, np.nan) for y in eager]
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
         for (arrays, kw), out in zip(calls, outs):
-            im2win.conv2d(*arrays, algorithm="im2win_nhwc", out=out, **kw)
+            im2win.conv2d(*arrays, algorithm=algorithm, out=out, **kw)
         graph = stream.end_capture()
     for _ in range(2):
         (x2, w2, b2), kw2 = device_case(rng, cases[0], np.float16, "NCHW")
-        im2win.conv2d(x2 * 2, w2, b2, algorithm="im2win_nhwc", **kw2)   # other buffers
+        im2win.conv2d(x2 * 2, w2, b2, algorithm=algorithm, **kw2)       # other buffers
         bystanders = [cupy.full(1 << 16, 7, np.float16) for _ in range(16)]
         for out in outs:
             out.fill(np.nan)
@@ -183,6 +189,32 @@ def test_captured_nchw_through_nhwc_replays_the_eager_results_bit_for_bit(rng):
         for out, y in zip(outs, eager):
             cupy.testing.assert_array_equal(out, y)
         assert all(bool((a == 7).all()) for a in bystanders)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32])
+@pytest.mark.parametrize("batch, rows, cols, pad, offset", [
+    (3, 64, 136, 0, 0),          # 2-byte types: 16-byte words on both sides
+    (2, 40, 200, 8, 0),          # src rows padded (sr = cols + 8), tiles' tails
+    (2, 40, 200, 8, 1),          # src one element off a 16-byte boundary: element by element
+    (2, 36, 49, 0, 0),           # rows and columns not whole words (cv12's x: 49 pixels)
+    (1, 8, 8, 0, 0)])
+def test_layout_transposes_move_every_element(rng, dtype, batch, rows, cols, pad, offset):
+    """Executable._transpose (layout.cu's transpose_words where both sides' rows are whole
+    16-byte words, else transpose_batched): dst[b, c, r] = src[b, r, c], nothing else
+    written. Compared bit for bit through unsigned views (bfloat16 has no CuPy ufuncs)."""
+    from im2win.cuda import launch
+    x, w = cupy.zeros((2, 16, 8, 8), dtype), cupy.zeros((16, 16, 3, 3), dtype)
+    prob = make_problem(x, w, padding=1)
+    exe = launch.executable(prob, cuda._plan(prob, x, w, "im2win_nhwc", None, None))
+    bits = {2: np.uint16, 4: np.uint32}[np.dtype(dtype).itemsize]
+    sr, sb, size = cols + pad, rows * (cols + pad), batch * rows * cols
+    flat = cupy.asarray(rng.integers(0, 1 << 15, batch * sb + 16).astype(bits)).view(dtype)
+    src = flat[offset:offset + batch * sb].reshape(batch, rows, sr)[:, :, :cols]
+    big = cupy.full(size + 16, 7, bits)
+    dst = big[8:8 + size].view(dtype).reshape(batch, cols, rows)
+    exe._transpose(src, dst, batch, rows, cols, sb, sr, 1)
+    cupy.testing.assert_array_equal(dst.view(bits), src.view(bits).transpose(0, 2, 1))
+    assert bool((big[:8] == 7).all()) and bool((big[8 + size:] == 7).all())
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])

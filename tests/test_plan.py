@@ -226,7 +226,9 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     assert plan_for(cv8, arch=80).file == "im2win_mma"
     assert plan_for(cv8).file == "im2win_mma"                            # device unknown
     assert plan_for(cv8, arch=90, options=Options(hopper=False)).file == "im2win_mma"
-    assert plan_for(cv1, arch=90).file == "im2win_mma"                   # C = 3: gathers
+    fused = plan_for(cv1, arch=90, algorithm="im2win_fused")
+    assert fused.file == "im2win_mma"                                   # C = 3: gathers
+    assert plan_for(cv1, arch=90).algorithm == "im2win_columns"        # "auto": see below
     assert plan_for(cv1, arch=90, tile="wg256x96").file == "im2win_wgmma"  # forced
     plan = plan_for(cv8, arch=90)
     # cv8: one filter tile of 128 (9 slices of 64 channels) stays in shared memory beside a
@@ -366,16 +368,28 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
     plan = plan_for(cv8, arch=90)
     assert plan.algorithm == "im2win_nhwc" and plan.kernel is None and plan.file is None
     assert plan.inner.file == "im2win_wgmma" and plan.inner.tma is not None
-    assert plan.inner == plan_for(dataclasses.replace(cv8, layout="NHWC"), arch=90)
-    assert plan.workspace_bytes == nhwc_workspace(cv8) == \
-        (8 * 64 * 56 * 56 + 128 * 64 * 9 + 8 * 56 * 56 * 128) * 2
+    # The twin's kernel writes the NCHW y from its epilogue: x and w are the only copies.
+    twin = plan_for(dataclasses.replace(cv8, layout="NHWC"), arch=90)
+    assert twin.geometry.y_nchw == 0 and plan.inner.geometry.y_nchw == 1
+    assert plan.inner == dataclasses.replace(twin, geometry=twin.geometry._replace(y_nchw=1))
+    assert plan.workspace_bytes == nhwc_workspace(cv8, y=False) == \
+        (8 * 64 * 56 * 56 + 128 * 64 * 9) * 2
+    assert nhwc_workspace(cv8) == nhwc_workspace(cv8, y=False) + 8 * 56 * 56 * 128 * 2
+    # ... but into a channels-last y with the switch off, on mma.sync, or split.
+    off = plan_for(cv8, arch=90, options=Options(nchw_epilogue=False))
+    assert off.inner.geometry == twin.geometry and off.workspace_bytes == nhwc_workspace(cv8)
+    assert plan_for(cv8, arch=80, algorithm="im2win_nhwc").inner.geometry.y_nchw == 0
+    few = problem((2, 768, 7, 7), (160, 768, 1, 1), np.float16)            # 1x1, few tiles
+    split = plan_for(few, arch=90)
+    assert split.algorithm == "im2win_nhwc" and split.inner.splits > 1
+    assert split.inner.geometry.y_nchw == 0
     assert plan_for(cv8, arch=80).algorithm == "im2win_fused"               # not Hopper
     assert plan_for(cv8, arch=90, options=Options(hopper=False)).algorithm == "im2win_fused"
     assert plan_for(cv8, arch=90, workspace_limit=plan.workspace_bytes - 1).algorithm == \
         "im2win_fused"
     assert plan_for(cv8, arch=80, algorithm="im2win_nhwc").inner.file == "im2win_mma"
     stem = problem((8, 3, 64, 64), (32, 3, 7, 7), np.float16, stride=2)      # the twin gathers
-    assert plan_for(stem, arch=90).algorithm == "im2win_fused"
+    assert plan_for(stem, arch=90).algorithm == "im2win_fused"  # its columns: 27 tiles (mma)
     bf16 = problem((8, 64, 28, 28), (128, 64, 3, 3), ml_dtypes.bfloat16, padding=1)
     assert plan_for(bf16, arch=90).algorithm == "im2win_nhwc"
     for bad, match in ((problem((2, 8, 9, 9), (8, 8, 3, 3), np.float64), "float32 NCHW"),
@@ -396,6 +410,118 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
         plan_for(half, algorithm="im2win_nhwc", workspace_limit=10)
     compiled = {expr for _, expr in specializations()}
     assert "transpose_batched<half_t>" in compiled and plan.inner.kernel in compiled
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout):
+    from im2win.cuda.plan import columns_stage, columns_workspace
+    layers = {}
+    for name in ("cv1", "cv3", "cv7"):
+        x_shape, w_shape = LAYERS[name].shapes(128, layout)
+        layers[name] = problem(x_shape, w_shape, np.float16, layout=layout,
+                               **LAYERS[name].kwargs)
+    nchw = layout == "NCHW"
+    for name, prob in layers.items():
+        plan = plan_for(prob, arch=90)
+        inner = plan_for(columns_stage(prob), arch=90, algorithm="im2win_fused")
+        assert plan.algorithm == "im2win_columns" and plan.kernel is None
+        # NCHW: the kernel's epilogue writes the NCHW y (no channels-last y to transpose).
+        assert plan.inner == dataclasses.replace(
+            inner, geometry=inner.geometry._replace(y_nchw=int(nchw)))
+        assert plan.inner.file == "im2win_wgmma" and inner.splits == 1
+        assert plan.workspace_bytes == columns_workspace(prob, y=False) + inner.workspace_bytes
+        off = plan_for(prob, arch=90, options=Options(nchw_epilogue=False))
+        assert off.inner.geometry == inner.geometry
+        assert off.workspace_bytes == columns_workspace(prob) + inner.workspace_bytes
+    # The R x 1 problem: S*C channels padded to 8, Q columns, stride 1 across, window order.
+    cv3 = columns_stage(layers["cv3"])
+    assert (cv3.layout, cv3.C, cv3.W, cv3.S, cv3.sw, cv3.dw, cv3.pl, cv3.pr) == \
+        ("NHWC", 24, 111, 1, 1, 1, 0, 0, ) and cv3.reduction == 7 * 24
+    assert (cv3.P, cv3.Q, cv3.R, cv3.sh) == (111, 111, 7, 2)
+    y_copy = 128 * 111 * 111 * 64 if layout == "NCHW" else 0               # y channels-last
+    assert columns_workspace(layers["cv3"]) == (128 * 227 * 111 * 24 + 64 * 7 * 24 + y_copy) * 2
+    assert columns_stage(layers["cv1"]).C == 40 and columns_stage(layers["cv7"]).C == 16
+    cv3 = layers["cv3"]
+    # "auto" takes it on Hopper only, with the switches on, within the workspace limit.
+    assert plan_for(cv3, arch=80).algorithm == "im2win_fused"
+    assert plan_for(cv3).algorithm == "im2win_fused"                        # device unknown
+    for switch in ("window_columns", "hopper"):
+        assert plan_for(cv3, arch=90, options=Options(**{switch: False})).algorithm == \
+            "im2win_fused"
+    limit = columns_workspace(cv3) + plan_for(cv3, arch=90).inner.workspace_bytes   # with y
+    assert plan_for(cv3, arch=90, workspace_limit=limit).algorithm == "im2win_columns"
+    assert plan_for(cv3, arch=90, workspace_limit=limit - 1).algorithm == "im2win_fused"
+    # C a multiple of 8 keeps the general kernels; forced, any GPU takes it.
+    eight = problem((2, 9, 9, 8), (16, 3, 3, 8), np.float16, layout="NHWC")
+    assert plan_for(eight, arch=90).algorithm == "im2win_fused"
+    assert plan_for(cv3, arch=80, algorithm="im2win_columns").inner.file == "im2win_mma"
+    assert plan_for(cv3, arch=90, algorithm="im2win_columns",
+                    tile="wg128x128").inner.tile.name == "wg128x128"
+    refused = [(problem((2, 4, 9, 9), (8, 2, 3, 3), np.float16, groups=2), "one group"),
+               (problem((2, 3, 9, 9), (8, 3, 3, 1), np.float16), "more than one filter"),
+               (problem((2, 5, 9, 20), (8, 5, 3, 13), np.float16), "S\\*C=65"),
+               (problem((2, 3, 9, 1400), (8, 3, 3, 3), np.float16), "W\\*C=4200"),
+               (problem((2, 3, 9, 9), (8, 3, 3, 3), np.float64), "not float64"),
+               (cv3, "workspace_limit=10")]
+    for prob, match in refused:
+        limit = 10 if prob is cv3 else None
+        assert plan_for(prob, arch=90, workspace_limit=limit).algorithm != "im2win_columns"
+        with pytest.raises(ValueError, match="algorithm='im2win_columns' cannot run this "
+                                             "problem: .*" + match):
+            plan_for(prob, arch=90, algorithm="im2win_columns", workspace_limit=limit)
+    # float32 stems: the R x 1 problem on im2win_ffma.cu, on any GPU, where the copies are at
+    # most TWIN_BYTES_PER_FLOP bytes a FLOP (NCHW cv7's channels-last y is 1.6 GB: not there).
+    from im2win.cuda.plan import TWIN_BYTES_PER_FLOP
+    singles = {}
+    for name in ("cv3", "cv7"):
+        x_shape, w_shape = LAYERS[name].shapes(128, layout)
+        singles[name] = problem(x_shape, w_shape, np.float32, layout=layout,
+                                **LAYERS[name].kwargs)
+    for arch in (None, 80, 90):
+        plan = plan_for(singles["cv3"], arch=arch)
+        assert (plan.algorithm == "im2win_columns") == (layout == "NHWC")
+        if layout == "NHWC":
+            assert plan.inner.file == "im2win_ffma" and plan.inner.geometry.y_nchw == 0
+    assert (columns_workspace(singles["cv7"]) <= TWIN_BYTES_PER_FLOP * singles["cv7"].flops) \
+        == (layout == "NHWC") == (plan_for(singles["cv7"]).algorithm == "im2win_columns")
+    for switch in ("window_columns", "ffma"):
+        assert plan_for(singles["cv7"], options=Options(**{switch: False})).algorithm == \
+            "im2win_fused"
+    compiled = {expr for _, expr in specializations()}
+    assert {f"window_columns<{t}>" for t in ("half_t", "bf16_t", "float")} <= compiled
+    assert {plan_for(p, arch=90).inner.kernel for p in layers.values()} <= compiled
+    assert plan_for(singles["cv7"] if layout == "NHWC" else singles["cv3"],
+                    algorithm="im2win_columns").inner.kernel in compiled
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_window_columns_turn_a_stem_into_an_r_by_1_convolution(seed):
+    """What "im2win_columns" computes: with x2[n, h, q, s*C + c] = xp[n, h, q*sw + s*dw, c]
+    (xp: x padded across; zeros past S*C) and w2[k, r, 0, s*C + c] = w[k, r, s, c], the R x 1
+    convolution of x2 (stride 1 and no padding across, columns_stage) is the stem's."""
+    from im2win.cuda.plan import columns_stage
+    rng = np.random.default_rng(seed)
+    C, S, R = int(rng.integers(1, 6)), int(rng.integers(2, 8)), int(rng.integers(1, 4))
+    sh, sw, dh, dw = (int(v) for v in rng.integers(1, 4, 4))
+    pt, pb, pl, pr = (int(v) for v in rng.integers(0, 4, 4))
+    x = rng.standard_normal((2, int(rng.integers(R * dh, R * dh + 6)),
+                             int(rng.integers(S * dw, S * dw + 8)), C))
+    w = rng.standard_normal((3, R, S, C))
+    kwargs = dict(stride=(sh, sw), dilation=(dh, dw), padding=((pt, pb), (pl, pr)))
+    prob = make_problem(x, w, layout="NHWC", **kwargs)
+    inner = columns_stage(prob)
+    xp = np.pad(x, ((0, 0), (0, 0), (pl, pr + S * dw), (0, 0)))
+    x2 = np.zeros((2, prob.H, prob.Q, inner.C))
+    for s in range(S):
+        x2[..., s * C:(s + 1) * C] = xp[:, :, s * dw:s * dw + (prob.Q - 1) * sw + 1:sw]
+    w2 = np.zeros((3, R, 1, inner.C))
+    w2[:, :, 0, :S * C] = w.reshape(3, R, S * C)
+    got = reference.conv2d(x2, w2, layout="NHWC", stride=(sh, 1), dilation=(dh, 1),
+                           padding=((pt, pb), (0, 0)))
+    np.testing.assert_allclose(got, reference.conv2d(x, w, layout="NHWC", **kwargs),
+                               atol=1e-12)
+    assert (inner.P, inner.Q, inner.reduction) == (prob.P, prob.Q, R * inner.C)
+    assert inner.C % 8 == 0 and inner.C - 8 < S * C <= inner.C
 
 
 def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel():

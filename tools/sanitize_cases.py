@@ -6,13 +6,13 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
-filter and ping-pong consumers, split-K, float32 as tf32 and
+filter and ping-pong consumers, split-K, a stem over its window columns, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernel's forms (each register window and the general one, a channel multiplier,
 tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``ffma``,
 the float32 NHWC CUDA-core kernels (im2win_ffma.cu's every tile and switch, wgrad_ffma.cu's
-every tile, both x loads and split counts, and backward data's window gradients of many
-channels). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
+every tile, both x loads and split counts, backward data's window gradients of many
+channels, and a float32 stem over its window columns). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
 
 import itertools
@@ -135,6 +135,10 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
         x_nchw = x.transpose(0, 3, 1, 2).copy()
         im2win.conv2d(x_nchw, w.transpose(0, 3, 1, 2).copy(), b, stride=(2, 1), padding=1,
                       algorithm="im2win_nhwc")
+        # ... with x's copy in 16-byte words (C = 64, H*W = 128: layout.cu's transpose_words).
+        im2win.conv2d(cupy.asarray(rng.uniform(-1, 1, (2, 64, 8, 16)).astype(dtype)),
+                      cupy.asarray(rng.uniform(-1, 1, (24, 64, 3, 3)).astype(dtype)), padding=1,
+                      algorithm="im2win_nhwc")
         # Boxes of 32 channels (C/G 32 and 96), a lone last unit, groups; every tile.
         for xs_shape, ws_shape, kw in (((2, 9, 11, 96), (70, 3, 3, 96), dict(padding=1)),
                                        ((2, 7, 7, 64), (130, 1, 1, 32), dict(groups=2))):
@@ -143,6 +147,20 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
             prob = checked_problem(xh, wh, None, layout="NHWC", **kw)[0]
             for tile in WGMMA_TILES:
                 cuda.conv2d(prob, xh, wh, None, algorithm="im2win_fused", tile=tile)
+        # A stem over its window columns (layout.cu's window_columns, then the R x 1 problem),
+        # both layouts (NCHW: y transposed), as "auto" plans it on Hopper and forced.
+        xc, wc = (rng.uniform(-1, 1, s).astype(dtype) for s in ((2, 3, 20, 21), (17, 3, 7, 7)))
+        for layout in ("NCHW", "NHWC"):
+            if layout == "NHWC":
+                xc, wc = xc.transpose(0, 2, 3, 1).copy(), wc.transpose(0, 2, 3, 1).copy()
+            for algorithm in ("im2win_columns", "auto"):
+                im2win.conv2d(cupy.asarray(xc), cupy.asarray(wc), layout=layout, stride=2,
+                              padding=3, algorithm=algorithm)
+        # An NCHW twin whose kernel writes the NCHW y from its epilogue (one work item a
+        # tile: 288 tiles), the filter resident, a K tail.
+        im2win.conv2d(cupy.asarray(rng.uniform(-1, 1, (9, 64, 34, 34)).astype(dtype)),
+                      cupy.asarray(rng.uniform(-1, 1, (100, 64, 3, 3)).astype(dtype)),
+                      padding=1, algorithm="im2win_nhwc")
         # ... and as planned: split 4 (cv5 at batch 4), ping-pong, the filter resident.
         for xs_shape, ws_shape, kw in (((4, 24, 24, 96), (256, 5, 5, 96), {}),
                                        ((4, 40, 40, 32), (64, 7, 7, 32), dict(stride=2)),
@@ -209,6 +227,13 @@ if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA):
             if prob.Cg % FFMA_TILES[tile].BK == 0:
                 cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile,
                             options=Options.ablations()[name])
+    # A float32 stem over its window columns (layout.cu's window_columns<float>), both layouts.
+    xc, wc = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((2, 3, 20, 21), (17, 3, 7, 7)))
+    for layout in ("NCHW", "NHWC"):
+        if layout == "NHWC":
+            xc, wc = xc.transpose(0, 2, 3, 1).copy(), wc.transpose(0, 2, 3, 1).copy()
+        im2win.conv2d(cupy.asarray(xc), cupy.asarray(wc), layout=layout, stride=2, padding=3,
+                      algorithm="im2win_columns")
     for x_shape, w_shape, kwargs in [((3, 13, 11, 16), (36, 3, 3, 16), dict(padding=1)),
                                      ((2, 23, 21, 3), (20, 11, 11, 3), dict(stride=4))]:
         x = cupy.asarray(rng.uniform(-1, 1, x_shape).astype(np.float32))

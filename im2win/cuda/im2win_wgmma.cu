@@ -281,25 +281,27 @@ __device__ __forceinline__ uint4 pack8(const unsigned short (&e)[8]) {
                     e[4] | (unsigned)e[5] << 16, e[6] | (unsigned)e[7] << 16);
 }
 
-// y[i0] = v0 if ok0 and y[i0 + 1] = v1 if ok1: one 4-byte store when both go and it is aligned.
+// y[i0] = v0 if ok0 and y[i0 + step] = v1 if ok1: one 4-byte store (8-byte for float) when
+// the two are adjacent (step 1), both go and it is aligned.
 template <typename T>
-__device__ __forceinline__ void store_adjacent(T* y, i64 i0, bool ok0, bool ok1, float v0,
-                                               float v1) {
+__device__ __forceinline__ void store_adjacent(T* y, i64 i0, i64 step, bool ok0, bool ok1,
+                                               float v0, float v1) {
+  const bool pair = step == 1 && ok0 && ok1;
   if constexpr (sizeof(T) == 4) {                  // float: one 8-byte store where aligned
-    if (ok0 && ok1 && reinterpret_cast<u64>(y + i0) % 8 == 0) {
+    if (pair && reinterpret_cast<u64>(y + i0) % 8 == 0) {
       *reinterpret_cast<float2*>(y + i0) = make_float2(v0, v1);
       return;
     }
     if (ok0) y[i0] = from_acc<T>(v0);
-    if (ok1) y[i0 + 1] = from_acc<T>(v1);
+    if (ok1) y[i0 + step] = from_acc<T>(v1);
   } else {
     const T h0 = from_acc<T>(v0), h1 = from_acc<T>(v1);
-    if (ok0 && ok1 && reinterpret_cast<u64>(y + i0) % 4 == 0) {
+    if (pair && reinterpret_cast<u64>(y + i0) % 4 == 0) {
       *reinterpret_cast<unsigned*>(y + i0) = h0.bits | (unsigned)h1.bits << 16;
       return;
     }
     if (ok0) y[i0] = h0;
-    if (ok1) y[i0 + 1] = h1;
+    if (ok1) y[i0 + step] = h1;
   }
 }
 
@@ -726,14 +728,22 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     }
 
     // Epilogue: accumulator (i, 4*j + e) is pixel at.m0 + row_base + 64*i (+8 for e >= 2) and
-    // filter at.n0 + col_base + 8*j (+1 for odd e). y is overwritten, never added to.
+    // filter at.n0 + col_base + 8*j (+1 for odd e). y is overwritten, never added to. y is
+    // (n, p, q, k) for NHWC x, or (n, k, p, q) for NCHW x and where geo.y_nchw says so (the
+    // NHWC twin of an NCHW problem; never with SPLITS > 1): a warp's store then writes 8
+    // neighbouring pixels of each of 4 filters, 16 bytes apiece, as NHWC's writes 16 bytes of
+    // each of 8 pixels. One store path for both (a filter's next element `step` away): two
+    // paths compiled into every kernel took the wgmma file's compile up by a quarter.
+    const bool nchw_y = !kNHWC || geo.y_nchw;
+    const i64 step = nchw_y ? geo.PQ : 1;            // a filter's next in y: y[base + k*step]
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const i64 pix = at.m0 + row_base + 64 * i + 8 * h;
         if (pix >= geo.npix) continue;
-        const i64 n = kNHWC ? 0 : pix / geo.PQ, pq = kNHWC ? 0 : pix - n * geo.PQ;
+        const i64 n = nchw_y ? pix / geo.PQ : 0;
+        const i64 base = nchw_y ? n * geo.K * geo.PQ + (pix - n * geo.PQ) : pix * geo.K;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
           const int m = at.n0 + col_base + 8 * j;          // filters m, m + 1 of group at.g
@@ -754,13 +764,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
             if (ok0) v0 = add(v0, to_acc(bias[k], 0.f));
             if (ok1) v1 = add(v1, to_acc(bias[k + 1], 0.f));
           }
-          if (kNHWC) {
-            store_adjacent(y, pix * geo.K + k, ok0, ok1, v0, v1);
-          } else {
-            const i64 at0 = (n * geo.K + k) * geo.PQ + pq;
-            if (ok0) y[at0] = from_acc<T>(v0);
-            if (ok1) y[at0 + geo.PQ] = from_acc<T>(v1);
-          }
+          store_adjacent(y, base + k * step, step, ok0, ok1, v0, v1);
         }
       }
   }
@@ -1027,7 +1031,7 @@ __global__ void __launch_bounds__(384, 1)
         if (geo.splits > 1)               // an even index: 8-byte aligned float pairs
           *reinterpret_cast<float2*>(partial + split * total + at) = make_float2(v0, v1);
         else
-          store_adjacent(dw, at, true, true, v0, v1);
+          store_adjacent(dw, at, 1, true, true, v0, v1);
       }
     }
   }

@@ -26,8 +26,9 @@ import cupy
 import numpy as np
 
 from im2win import baselines
-from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan, nhwc_twin,
-                              source)
+from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan,
+                              columns_stage, nhwc_twin, source)
+from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into
 from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
@@ -295,11 +296,19 @@ class Executable:
             self.tma = TmaMaps(lambda x, w: (
                 tma.encode_im2col(x, args.x, True),
                 tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box)))
-        self.inner = self.transpose = None
+        self.inner = self.transpose = self.transpose_words = self.columns = None
+        T = CUDA_TYPES[prob.dtype.name][0]
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)
-            T = CUDA_TYPES[prob.dtype.name][0]
             self.transpose = kernel("layout", f"transpose_batched<{T}>")
+        if plan.algorithm == "im2win_columns":   # the R x 1 problem's, held likewise
+            self.inner = executable(columns_stage(prob), plan.inner)
+            self.columns = kernel("layout", f"window_columns<{T}>")
+            self.column_blocks = COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
+            if prob.layout == "NCHW":
+                self.transpose = kernel("layout", f"transpose_batched<{T}>")
+        if self.transpose is not None and prob.dtype.itemsize == 2:
+            self.transpose_words = kernel("layout", f"transpose_words<{T}>")
         self.reduce = None
         if plan.splits > 1:
             self.reduce = kernel(plan.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>")
@@ -308,24 +317,60 @@ class Executable:
 
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
         """The NCHW problem on its NHWC twin: x and w copied channels-last into scratch, the
-        twin's kernel into a channels-last y, and that copied into y (contiguous NCHW)."""
+        twin's kernel into a channels-last y, and that copied into y (contiguous NCHW); or,
+        where the twin's plan says so (Geometry.y_nchw), the kernel into y itself."""
         prob = self.prob
-        N, C, K, P, Q = prob.N, prob.C, prob.K, prob.P, prob.Q
+        N, C, K = prob.N, prob.C, prob.K
         HW, RS = prob.H * prob.W, prob.R * prob.S
         xn, xc, xh, xw = element_strides(x, "NCHW")
         x_t = scratch.empty((N, prob.H, prob.W, C), prob.dtype)
         self._transpose(x, x_t, N, C, HW, xn, xc, xw if prob.W > 1 else xh)
         w_t = scratch.empty((K, prob.R, prob.S, prob.Cg), prob.dtype)
         self._transpose(w, w_t, K, prob.Cg, RS, prob.Cg * RS, RS, 1)
-        y_t = scratch.empty((N, P, Q, K), prob.dtype)
-        self.inner(x_t, w_t, bias, y_t, scratch)
-        self._transpose(y_t, y, N, P * Q, K, P * Q * K, K, 1)
+        return self._inner_into(x_t, w_t, bias, y, scratch)
+
+    def through_columns(self, x, w, bias, y, scratch: Scratch):
+        """The stem on x's window columns: x2[n, h, q, s*C + c] = x[n, h, q*sw + s*dw - pl, c]
+        and w2[k, r, 0, s*C + c] = w[k, r, s, c] (layout.cu's window_columns, zeros past S*C
+        and outside x) into scratch, then the R x 1 problem's kernel into y (NHWC, or NCHW
+        where its plan says so: Geometry.y_nchw), or into a channels-last y transposed into y
+        (NCHW)."""
+        prob = self.prob
+        N, K, Q, C2 = prob.N, prob.K, prob.Q, self.inner.prob.C
+        order = (0, 2, 3, 1) if prob.layout == "NCHW" else (0, 1, 2, 3)   # (n, h, w, c) views
+        x2 = scratch.empty((N, prob.H, Q, C2), prob.dtype)
+        columns_into(self.columns, x.transpose(order), x2, prob.H, prob.W, prob.C, prob.S,
+                     prob.sw, prob.dw, prob.pl, self.column_blocks)
+        w2 = scratch.empty((K, prob.R, 1, C2), prob.dtype)      # w's: one output column
+        columns_into(self.columns, w.transpose(order), w2, prob.R, prob.S, prob.C, prob.S, 1, 1,
+                     0, self.column_blocks)
+        return self._inner_into(x2, w2, bias, y, scratch)
+
+    def _inner_into(self, x, w, bias, y, scratch: Scratch):
+        """The inner plan's kernel on x and w (NHWC) into y itself where it writes y's layout
+        (an NHWC y, or Geometry.y_nchw), else into a channels-last y transposed into the NCHW
+        y (layout.cu)."""
+        prob = self.prob
+        if prob.layout == "NHWC" or self.plan.inner.geometry.y_nchw:
+            self.inner(x, w, bias, y, scratch)
+            return y
+        N, K, PQ = prob.N, prob.K, prob.P * prob.Q
+        y_t = scratch.empty((N, prob.P, prob.Q, K), prob.dtype)
+        self.inner(x, w, bias, y_t, scratch)
+        self._transpose(y_t, y, N, PQ, K, PQ * K, K, 1)
         return y
 
     def _transpose(self, src, dst, batch, rows, cols, sb, sr, sc):
         """dst (contiguous (batch, cols, rows)) = each of src's batch (rows x cols) matrices,
-        elements at b*sb + r*sr + c*sc, transposed (layout.cu)."""
+        elements at b*sb + r*sr + c*sc, transposed (layout.cu): in 16-byte words where both
+        sides' rows are whole words (transpose_words), else element by element."""
         tiles = -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
+        if self.transpose_words is not None and sc == 1 and rows % 8 == 0 and \
+                cols % 8 == 0 and sr % 8 == 0 and sb % 8 == 0 and \
+                src.data.ptr % 16 == 0 and dst.data.ptr % 16 == 0:
+            self.transpose_words((tiles, min(batch, 65535), 1), (256, 1, 1),
+                                 (src, dst, *map(np.int64, (batch, rows, cols, sb, sr))))
+            return
         self.transpose((tiles, min(batch, 65535), 1), (32, 8, 1),
                        (src, dst, *map(np.int64, (batch, rows, cols, sb, sr, sc))))
 
@@ -364,6 +409,8 @@ class Executable:
             return self.gemm(x, w, bias, y)
         if plan.algorithm == "im2win_nhwc":
             return self.through_nhwc(x, w, bias, y, scratch)
+        if plan.algorithm == "im2win_columns":
+            return self.through_columns(x, w, bias, y, scratch)
         if plan.algorithm in ("im2win_fused", "depthwise"):
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
             pointers, _, params, _, maps_at = self._argument_buffers()

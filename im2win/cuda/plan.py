@@ -65,6 +65,7 @@ class Geometry(NamedTuple):
     S: int
     dh: int
     dw: int
+    y_nchw: int = 0   # 1: the wgmma kernel writes y (n, k, p, q) from NHWC x (nhwc_plan)
 
 
 GEOMETRY_64BIT = 9      # the first 9 fields are 64-bit (i64), the rest 32-bit (int)
@@ -78,8 +79,9 @@ class Plan:
     Attributes:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm",
             "depthwise" (depthwise.cu: groups = C, one input channel per filter), "gemm"
-            (a 1x1 convolution as one cuBLAS GEMM on x and w in place) or "im2win_nhwc" (an
-            NCHW problem run on its NHWC twin between layout copies, layout.cu).
+            (a 1x1 convolution as one cuBLAS GEMM on x and w in place), "im2win_nhwc" (an
+            NCHW problem run on its NHWC twin between layout copies, layout.cu) or
+            "im2win_columns" (a stem run as an R x 1 problem over x's window columns).
         tile: the im2win kernels' tile (None for the others).
         options: the optimisation switches in force.
         file: the kernel's .cu file ("im2win_conv" on CUDA cores, "im2win_ffma" for
@@ -97,7 +99,8 @@ class Plan:
         tma: the wgmma kernel's TMA descriptors' arguments (TmaArgs) when it copies both
             operands by TMA (Options.tma), else None.
         inner: "im2win_nhwc": the plan of the problem's NHWC twin, which runs between the
-            layout copies; None for the others.
+            layout copies; "im2win_columns": the plan of its R x 1 problem (columns_stage);
+            None for the others.
         splits: split-K (TMA plans only): the reduction ranges per tile, each a work item
             writing FP32 partial sums (workspace_bytes) that split_reduce adds into y; 1: none.
         precision: float32 problems: "float32" (FP32 fused multiply-adds), "tf32" or
@@ -369,8 +372,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None:
             algorithm = "gemm"
         else:
-            twin = None if tile is not None else \
-                nhwc_auto_plan(prob, x_strides, options, workspace_limit, arch)
+            twin = None if tile is not None else (
+                columns_auto_plan(prob, options, workspace_limit, arch) or
+                nhwc_auto_plan(prob, x_strides, options, workspace_limit, arch))
             if twin is not None:
                 return twin
             algorithm = "im2win_fused"
@@ -378,6 +382,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         return depthwise_plan(prob, options, x_strides, x_aligned)
     if algorithm == "im2win_nhwc":
         return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch)
+    if algorithm == "im2win_columns":
+        return columns_plan(prob, options, workspace_limit, tile, arch)
     if algorithm == "gemm":
         return gemm_plan(prob, options, x_strides)
     if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
@@ -717,10 +723,10 @@ def nhwc_twin(prob: Problem) -> tuple[Problem, tuple[int, int, int, int]]:
 TWIN_BYTES_PER_FLOP = 0.02
 
 
-def nhwc_workspace(prob: Problem) -> int:
-    """Bytes of the channels-last copies of x, w and y that "im2win_nhwc" allocates."""
+def nhwc_workspace(prob: Problem, y: bool = True) -> int:
+    """Bytes of the channels-last copies of x, w and (`y`) y that "im2win_nhwc" allocates."""
     elements = prob.N * prob.H * prob.W * prob.C + prob.K * prob.reduction + \
-        prob.N * prob.P * prob.Q * prob.K
+        (prob.N * prob.P * prob.Q * prob.K if y else 0)
     return elements * prob.dtype.itemsize
 
 
@@ -767,18 +773,121 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
               tile: str | None, arch: int | None) -> Plan:
     """The plan that runs the NCHW `prob` on its NHWC twin: layout.cu copies x and w
     channels-last into workspace, the twin's fused plan (`inner`, any kernel it picks) writes
-    a channels-last y, and layout.cu copies that into y."""
+    a channels-last y, and layout.cu copies that into y. Where the twin runs the wgmma kernel
+    in one work item a tile (Options.nchw_epilogue), its epilogue writes the NCHW y itself
+    (Geometry.y_nchw): no y copy, no transpose."""
     refusal = nhwc_refusal(prob, x_strides, workspace_limit)
     if refusal:
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
     twin, strides = nhwc_twin(prob)
-    copies = nhwc_workspace(prob)
     inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
                       options=options, tile=tile, arch=arch,
                       workspace_limit=None if workspace_limit is None else
-                      workspace_limit - copies)
+                      workspace_limit - nhwc_workspace(prob))
+    direct = nchw_epilogue(inner, options)
     return Plan("im2win_nhwc", inner.tile, options, None, None, max(prob.N, 1), None, b"",
-                copies + inner.workspace_bytes, inner=inner)
+                nhwc_workspace(prob, y=direct is None) + inner.workspace_bytes,
+                inner=direct or inner)
+
+
+def nchw_epilogue(inner: Plan, options: Options) -> Plan | None:
+    """`inner`, the NHWC plan inside an NCHW problem's, with its epilogue writing the NCHW y
+    (Geometry.y_nchw) where it can: the wgmma kernel in one work item a tile (split-K's
+    partial sums are summed into an NHWC y), Options.nchw_epilogue; else None. The workspace
+    limit is still checked against the copies with y (nhwc_refusal, columns_refusal), a
+    bound."""
+    if options.nchw_epilogue and inner.file == WGMMA.file and inner.splits == 1:
+        return dataclasses.replace(inner, geometry=inner.geometry._replace(y_nchw=1))
+    return None
+
+
+def columns_stage(prob: Problem) -> Problem:
+    """The problem over x's window columns (layout.cu's window_columns): an R x 1 filter, S*C
+    channels padded to a multiple of 8 (C2), Q columns at stride 1, no padding across. Its
+    reduction runs (r, s, c) in window order, with zeros past S*C in each filter row."""
+    C2 = -(-prob.S * prob.C // 8) * 8
+    return dataclasses.replace(prob, layout="NHWC", C=C2, W=prob.Q, S=1, sw=1, dw=1, pl=0,
+                               pr=0)
+
+
+def columns_workspace(prob: Problem, y: bool = True) -> int:
+    """Bytes that "im2win_columns" allocates: x's and w's window columns (N*H*Q*C2 and
+    K*R*C2 elements) and, for NCHW unless the kernel writes it (`y`), the channels-last y it
+    transposes into y."""
+    C2 = columns_stage(prob).C
+    elements = prob.N * prob.H * prob.Q * C2 + prob.K * prob.R * C2 + \
+        (prob.N * prob.P * prob.Q * prob.K if prob.layout == "NCHW" and y else 0)
+    return elements * prob.dtype.itemsize
+
+
+def columns_refusal(prob: Problem, workspace_limit: int | None) -> str | None:
+    """Why "im2win_columns" cannot run `prob` (None: it can): float16, bfloat16 or float32 (at
+    FP32 precision: "tf32" and "3xtf32" plan elsewhere), one group,
+    more than one filter column, a filter row's S*C values within one 64-channel box and x's
+    row within a block of layout.cu's window_columns (W*C at most WINDOW_ROW), the copies
+    within `workspace_limit`."""
+    from im2win.cuda.wgrad import WINDOW_ROW
+    if prob.dtype.name not in TENSOR_CORE_DTYPES + ("float32",):
+        return f"it takes float16, bfloat16 and float32, not {prob.dtype.name}"
+    if prob.G != 1 or prob.S == 1:
+        return f"it takes one group and more than one filter column (got G={prob.G}, " \
+               f"S={prob.S})"
+    if prob.S * prob.C > 64 or prob.W * prob.C > WINDOW_ROW:
+        return (f"a filter row's S*C values must fit 64 channels and x's row W*C must fit "
+                f"{WINDOW_ROW} (got S*C={prob.S * prob.C}, W*C={prob.W * prob.C})")
+    if workspace_limit is not None and columns_workspace(prob) > workspace_limit:
+        return (f"its window columns take {columns_workspace(prob)} bytes, more than "
+                f"workspace_limit={workspace_limit}")
+    return None
+
+
+def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
+                 tile: str | None, arch: int | None) -> Plan:
+    """The plan that runs the stem `prob` over x's window columns: layout.cu's window_columns
+    copies x[n, h, q*sw + s*dw - pl, c] to x2[n, h, q, s*C + c] and w[k, r, s, c] to
+    w2[k, r, 0, s*C + c] (zeros past S*C and outside x), the R x 1 problem's fused plan
+    (`inner`, any kernel it picks) convolves them into y (NCHW: into a channels-last y that
+    layout.cu transposes into y, or where nchw_epilogue can, into y itself). The window along
+    each filter row becomes one run of
+    channels, as im2win lays a window's columns out: cv3's reduction of 7 x 7 taps of 3
+    channels is 7 rows of 24 channels (168 in place of 392 padded to 8 channels a tap)."""
+    refusal = columns_refusal(prob, workspace_limit)
+    if refusal:
+        raise ValueError(f"algorithm='im2win_columns' cannot run this problem: {refusal}")
+    inner_prob = columns_stage(prob)
+    copies = columns_workspace(prob)
+    H, W, C = inner_prob.H, inner_prob.W, inner_prob.C           # x2: contiguous NHWC
+    inner = make_plan(inner_prob, x_strides=(H * W * C, 1, W * C, C), w_aligned=True,
+                      algorithm="im2win_fused", options=options, tile=tile, arch=arch,
+                      workspace_limit=None if workspace_limit is None else
+                      workspace_limit - copies)
+    direct = nchw_epilogue(inner, options) if prob.layout == "NCHW" else None
+    return Plan("im2win_columns", inner.tile, options, None, None, max(prob.N, 1), None, b"",
+                columns_workspace(prob, y=direct is None) + inner.workspace_bytes,
+                inner=direct or inner)
+
+
+def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
+                      arch: int | None) -> Plan | None:
+    """The "im2win_columns" plan where "auto" takes it (Options.window_columns), else None:
+    for C/G not a multiple of 8 (the general kernels gather such windows element by element:
+    mma.sync's C = 3 path ran cv3 at 45 TFLOPS on the H200, im2win_conv.cu's float32 at 18-20
+    on cv1 to cv3), where the copies fit the workspace limit and the R x 1 problem runs the
+    wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32, any GPU, where the
+    copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP, the NHWC twin's estimate: cv1 0.015
+    in NCHW, cv7 0.094, whose channels-last y of 1.6 GB would be transposed)."""
+    if not options.window_columns or prob.C % 8 == 0 or \
+            columns_refusal(prob, workspace_limit) is not None:
+        return None
+    if prob.dtype.name == "float32":
+        if not options.ffma or columns_workspace(prob) > TWIN_BYTES_PER_FLOP * prob.flops:
+            return None
+        plan = columns_plan(prob, options, workspace_limit, None, arch)
+        return plan if plan.inner.file == "im2win_ffma" else None
+    if arch != HOPPER or not options.hopper:
+        return None
+    plan = columns_plan(prob, options, workspace_limit, None, arch)
+    return plan if plan.inner.file == "im2win_wgmma" else None
 
 
 def check_grid(prob: Problem, tile) -> None:
@@ -1129,7 +1238,11 @@ def specializations() -> list[tuple[str, str]]:
                                                                 group)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
+            if prob.dtype.itemsize == 2:
+                out.add(("layout", f"transpose_words<{T}>"))
             out.add(("layout", f"gather5<{T}>"))
+            if dtype != "float64":                 # "im2win_columns" (wgrad's: 16-bit)
+                out.add(("layout", f"window_columns<{T}>"))
             for fused in (False, True):
                 if dtype in TENSOR_CORE_DTYPES:
                     out |= tensor_core_specializations(prob, fused)

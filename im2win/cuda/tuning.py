@@ -173,6 +173,13 @@ class Options:
             consumer warpgroup (128x128, 256x64), each consumer takes whole tiles, the two in
             turn, so that one's epilogue overlaps the other's wgmmas (off: both share each
             tile, half its rows each; wgmma kernel).
+        window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
+            64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
+            the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
+            (off: the general kernels, which gather C = 3 element by element).
+        nchw_epilogue: an NCHW problem run on an NHWC one ("im2win_nhwc", "im2win_columns")
+            that takes the wgmma kernel in one work item a tile writes the NCHW y from the
+            kernel's epilogue (off: into a channels-last y that layout.cu transposes into y).
         split_k: where TMA copies and a problem has fewer tiles than about one per SM, the
             reduction split into 2, 4 or 8 ranges run as separate work items, their FP32
             partial sums added in a fixed order by a second kernel (off: one work item per
@@ -208,6 +215,8 @@ class Options:
     ffma: bool = True
     resident_filter: bool = True
     ping_pong: bool = True
+    window_columns: bool = True
+    nchw_epilogue: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -234,11 +243,12 @@ CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
-                   "split_k", "resident_filter", "ping_pong")
+                   "split_k", "resident_filter", "ping_pong", "window_columns",
+                   "nchw_epilogue")
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "gemm",
-              "im2win_nhwc")
+              "im2win_nhwc", "im2win_columns")
 
 
 

@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from im2win.cuda.plan import columns_stage
 from im2win.problem import Problem
 
 HOPPER = 90
@@ -121,14 +122,6 @@ WINDOW_ROW = 4096             # layout.cu's WINDOW_ROW: elements of x's row a bl
 COLUMN_BLOCKS = 4             # window_columns' blocks an SM (two row buffers, 16 KB, each)
 
 
-def columns_stage(prob: Problem):
-    """The problem over x's window columns (`window_columns`): an R x 1 filter, S*C channels
-    padded to a multiple of 8 (C2), Q columns at stride 1, no padding across."""
-    C2 = -(-prob.S * prob.C // 8) * 8
-    return dataclasses.replace(prob, layout="NHWC", C=C2, W=prob.Q, S=1, sw=1, dw=1, pl=0,
-                               pr=0)
-
-
 def columns_pay(prob: Problem, possible: bool = False) -> bool:
     """Whether one group with C not a multiple of 8 goes through window columns rather than C
     padded to 8: where S*C fits one box (64), x's row fits a block (WINDOW_ROW) and the
@@ -156,15 +149,22 @@ def window_columns(prob: Problem, x):
     from im2win.cuda.launch import kernel, sm_count
     inner = columns_stage(prob)
     x2 = cupy.empty((prob.N, prob.H, prob.Q, inner.C), prob.dtype)
-    strides = tuple(s // x.itemsize for s in x.strides)           # n, h, w, c
-    rows = prob.N * prob.H
-    function = kernel("layout", f"window_columns<{CUDA_TYPES[prob.dtype.name]}>")
-    blocks = min(rows, COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice()))
-    function((blocks,), (256,),
-             (x, x2, np.int64(rows), *map(np.int32, (prob.H, prob.W, prob.Q, inner.C, prob.C,
-                                                      prob.S, prob.sw, prob.dw, prob.pl)),
-              *map(np.int64, strides)))
+    columns_into(kernel("layout", f"window_columns<{CUDA_TYPES[prob.dtype.name]}>"), x, x2,
+                 prob.H, prob.W, prob.C, prob.S, prob.sw, prob.dw, prob.pl,
+                 COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice()))
     return x2, inner
+
+
+def columns_into(function, src, dst, H: int, W: int, C: int, S: int, sw: int, dw: int,
+                 pl: int, blocks: int) -> None:
+    """Launch layout.cu's window_columns (`function`) on the current stream: dst (contiguous
+    (rows / H, H, Q, C2)) = the window columns of src, an (n, h, w, c) view of any strides
+    (W columns of C channels): S columns dw apart side by side for each of the Q output
+    columns, sw apart from -pl; at most `blocks` blocks."""
+    rows, Q, C2 = dst.shape[0] * H, dst.shape[2], dst.shape[3]
+    function((min(rows, blocks),), (256,),
+             (src, dst, np.int64(rows), *map(np.int32, (H, W, Q, C2, C, S, sw, dw, pl)),
+              *(np.int64(s // src.itemsize) for s in src.strides)))
 
 
 @dataclasses.dataclass(frozen=True)
