@@ -684,7 +684,7 @@ def test_stems_over_their_window_columns_read_views_and_write_views(rng):
     x, w, b = random_arrays(rng, (2, 3, 13, 40), (20, 3, 5, 5), 20)
     for layout in LAYOUTS:
         xl, wl = to_layout(layout, x.astype(np.float16), w.astype(np.float16))
-        xs = cupy.asarray(xl)[:, ::-1, :, ::2] if layout == "NHWC" else \
+        xs = cupy.asarray(xl)[:, ::-1, ::2, :] if layout == "NHWC" else \
             cupy.asarray(xl)[:, :, ::-1, ::2]
         ws = cupy.asarray(np.ascontiguousarray(np.swapaxes(wl, 0, 1)))
         ws = cupy.swapaxes(ws, 0, 1)                                   # not C-order

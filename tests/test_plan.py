@@ -469,11 +469,12 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
         with pytest.raises(ValueError, match="algorithm='im2win_columns' cannot run this "
                                              "problem: .*" + match):
             plan_for(prob, arch=90, algorithm="im2win_columns", workspace_limit=limit)
-    # float32 stems: the R x 1 problem on im2win_ffma.cu, on any GPU, where the copies are at
-    # most TWIN_BYTES_PER_FLOP bytes a FLOP (NCHW cv7's channels-last y is 1.6 GB: not there).
+    # float32 stems: the R x 1 problem on im2win_ffma.cu, on any GPU, in NHWC where the
+    # copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP; never in NCHW (its channels-last y
+    # and transpose: cv1 passes the bytes test there but ran slower on the H200).
     from im2win.cuda.plan import TWIN_BYTES_PER_FLOP
     singles = {}
-    for name in ("cv3", "cv7"):
+    for name in ("cv1", "cv3", "cv7"):
         x_shape, w_shape = LAYERS[name].shapes(128, layout)
         singles[name] = problem(x_shape, w_shape, np.float32, layout=layout,
                                 **LAYERS[name].kwargs)
@@ -484,6 +485,8 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
             assert plan.inner.file == "im2win_ffma" and plan.inner.geometry.y_nchw == 0
     assert (columns_workspace(singles["cv7"]) <= TWIN_BYTES_PER_FLOP * singles["cv7"].flops) \
         == (layout == "NHWC") == (plan_for(singles["cv7"]).algorithm == "im2win_columns")
+    assert columns_workspace(singles["cv1"]) <= TWIN_BYTES_PER_FLOP * singles["cv1"].flops
+    assert (plan_for(singles["cv1"]).algorithm == "im2win_columns") == (layout == "NHWC")
     for switch in ("window_columns", "ffma"):
         assert plan_for(singles["cv7"], options=Options(**{switch: False})).algorithm == \
             "im2win_fused"

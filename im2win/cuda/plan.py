@@ -873,14 +873,18 @@ def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | No
     for C/G not a multiple of 8 (the general kernels gather such windows element by element:
     mma.sync's C = 3 path ran cv3 at 45 TFLOPS on the H200, im2win_conv.cu's float32 at 18-20
     on cv1 to cv3), where the copies fit the workspace limit and the R x 1 problem runs the
-    wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32, any GPU, where the
-    copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP, the NHWC twin's estimate: cv1 0.015
-    in NCHW, cv7 0.094, whose channels-last y of 1.6 GB would be transposed)."""
+    wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32, NHWC, any GPU, where
+    the copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP, the NHWC twin's estimate). Not
+    float32 NCHW: im2win_ffma.cu writes a channels-last y that is then transposed, and on the
+    H200 (batch 128, GPU time) cv1 went from 1.32 to 1.46 ms and cv2 from 1.36 to 1.51 that
+    way, while NHWC gained on all four stems (cv1 1.42 -> 1.24, cv3 1.50 -> 1.07, cv7 2.45
+    -> 1.56)."""
     if not options.window_columns or prob.C % 8 == 0 or \
             columns_refusal(prob, workspace_limit) is not None:
         return None
     if prob.dtype.name == "float32":
-        if not options.ffma or columns_workspace(prob) > TWIN_BYTES_PER_FLOP * prob.flops:
+        if prob.layout != "NHWC" or not options.ffma or \
+                columns_workspace(prob) > TWIN_BYTES_PER_FLOP * prob.flops:
             return None
         plan = columns_plan(prob, options, workspace_limit, None, arch)
         return plan if plan.inner.file == "im2win_ffma" else None
