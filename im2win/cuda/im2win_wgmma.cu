@@ -305,6 +305,36 @@ __device__ __forceinline__ void store_adjacent(T* y, i64 i0, i64 step, bool ok0,
   }
 }
 
+// u[q] of quad thread m becomes u[m] of quad thread q (t = lane % 4): a 4 x 4 transpose of
+// 32-bit words across the four threads of a quad, in two exchanges (distance 1, then 2) of
+// two words each. Every lane of the warp takes part.
+__device__ __forceinline__ void quad_transpose(unsigned (&u)[4], int lane) {
+  const bool odd = lane & 1, high = lane & 2;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {        // words 2k, 2k + 1: keep the one of our parity
+    const unsigned got = __shfl_xor_sync(0xffffffffu, odd ? u[2 * k] : u[2 * k + 1], 1);
+    if (odd) u[2 * k] = got; else u[2 * k + 1] = got;
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {        // words e, 2 + e: keep the pair of our half
+    const unsigned got = __shfl_xor_sync(0xffffffffu, high ? u[e] : u[2 + e], 2);
+    if (high) u[e] = got; else u[2 + e] = got;
+  }
+}
+
+// The 8 16-bit elements packed in u (element c: bits 16*(c%2) of u[c/2]) into y[i0 + c*step]
+// for c < count: one 16-byte store where they are adjacent (step 1), all 8 go and it is aligned.
+template <typename T>
+__device__ __forceinline__ void store8(T* y, i64 i0, i64 step, int count, const unsigned (&u)[4]) {
+  if (step == 1 && count >= 8 && reinterpret_cast<u64>(y + i0) % 16 == 0) {
+    *reinterpret_cast<uint4*>(y + i0) = make_uint4(u[0], u[1], u[2], u[3]);
+    return;
+  }
+#pragma unroll
+  for (int c = 0; c < 8; ++c)
+    if (c < count) y[i0 + c * step].bits = (unsigned short)(u[c / 2] >> (16 * (c % 2)));
+}
+
 // Dynamic shared memory of one block (plan.py's WgmmaTile.smem_bytes says the same): 1 KB of
 // alignment slack, the ring, its 2 * STAGES mbarriers and 32 bytes for three more (the resident
 // filter's, ping-pong's two), and 16 bytes per pixel row; with a resident filter of `slices`
@@ -730,10 +760,16 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     // Epilogue: accumulator (i, 4*j + e) is pixel at.m0 + row_base + 64*i (+8 for e >= 2) and
     // filter at.n0 + col_base + 8*j (+1 for odd e). y is overwritten, never added to. y is
     // (n, p, q, k) for NHWC x, or (n, k, p, q) for NCHW x and where geo.y_nchw says so (the
-    // NHWC twin of an NCHW problem; never with SPLITS > 1): a warp's store then writes 8
-    // neighbouring pixels of each of 4 filters, 16 bytes apiece, as NHWC's writes 16 bytes of
-    // each of 8 pixels. One store path for both (a filter's next element `step` away): two
-    // paths compiled into every kernel took the wgmma file's compile up by a quarter.
+    // NHWC twin of an NCHW problem; never with SPLITS > 1). One store path for both (a
+    // filter's next element `step` away): two paths compiled into every kernel took the wgmma
+    // file's compile up by a quarter.
+    // 16-bit y: the four threads of a quad hold filters 2t, 2t + 1 of each 8 (t = lane % 4);
+    // a 4 x 4 transpose of their packed pairs across the quad (store8_quad) gives thread t the
+    // 8 consecutive filters 8t..8t+7 of each 32, so in NHWC a warp's store writes 64 whole
+    // bytes of each of 8 pixels (16 bytes a thread): every 32-byte sector written whole by one
+    // store, where the pairs wrote each in two 16-byte halves (cv7 under ncu: 49.6 M sectors
+    // into L2 for 25.7 M of y, L2-bound at 83%). In NCHW each thread stores its 8 filters
+    // element by element, 8 neighbouring pixels of a filter 16 bytes apart, as before.
     const bool nchw_y = !kNHWC || geo.y_nchw;
     const i64 step = nchw_y ? geo.PQ : 1;            // a filter's next in y: y[base + k*step]
 #pragma unroll
@@ -741,9 +777,32 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const i64 pix = at.m0 + row_base + 64 * i + 8 * h;
-        if (pix >= geo.npix) continue;
+        const bool row_ok = pix < geo.npix;
         const i64 n = nchw_y ? pix / geo.PQ : 0;
         const i64 base = nchw_y ? n * geo.K * geo.PQ + (pix - n * geo.PQ) : pix * geo.K;
+        if constexpr (SPLITS == 1 && sizeof(T) == 2) {
+#pragma unroll
+          for (int jj = 0; jj < BN / 32; ++jj) {
+            unsigned u[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int j = 4 * jj + q;
+              const int m = at.n0 + col_base + 8 * j;      // filters m, m + 1 of group at.g
+              float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
+              if (bias) {
+                const int k = at.g * geo.Kg + m;
+                if (m < geo.Kg) v0 = add(v0, to_acc(bias[k], 0.f));
+                if (m + 1 < geo.Kg) v1 = add(v1, to_acc(bias[k + 1], 0.f));
+              }
+              u[q] = from_acc<T>(v0).bits | (unsigned)from_acc<T>(v1).bits << 16;
+            }
+            quad_transpose(u, lane);
+            const int m = at.n0 + 32 * jj + 4 * col_base;  // thread's 8 filters: m .. m + 7
+            if (row_ok) store8(y, base + (i64)(at.g * geo.Kg + m) * step, step, geo.Kg - m, u);
+          }
+          continue;
+        }
+        if (!row_ok) continue;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
           const int m = at.n0 + col_base + 8 * j;          // filters m, m + 1 of group at.g
