@@ -34,11 +34,13 @@ def variants(kernels: str) -> dict:
 
 
 def runs_on_wgmma(prob, x) -> bool:
-    """Whether the planner takes the wgmma kernel for this problem on this device."""
+    """Whether the planner takes the wgmma kernel for this problem on this device (itself, or
+    as the inner plan of an NHWC twin or of a stem's window columns)."""
     from im2win import cuda
     from im2win.cuda import launch, plan
-    return plan.make_plan(prob, x_strides=launch.element_strides(x, prob.layout), w_aligned=True,
-                          arch=cuda.compute_capability(x.data.device_id)).file == "im2win_wgmma"
+    chosen = plan.make_plan(prob, x_strides=launch.element_strides(x, prob.layout),
+                            w_aligned=True, arch=cuda.compute_capability(x.data.device_id))
+    return (chosen.inner or chosen).file == "im2win_wgmma"
 
 
 def slowdowns(rows: list[dict]) -> list[dict]:
