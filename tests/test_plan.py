@@ -239,9 +239,12 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     plain = plan_for(cv8, arch=90, options=Options(resident_filter=False, ping_pong=False))
     assert plain.resident == 0 and plain.smem == plain.tile.smem_bytes() <= 227 * 1024
     assert plain.kernel == "im2win_wgmma_tma<half_t, 128, 128, 6, true, false, false, false>"
-    # 256 filters: two filter tiles, so nothing stays resident.
+    # 256 filters: two filter tiles, so nothing stays resident; 288 tiles, under
+    # PING_PONG_TILES: the consumers share each tile.
     cv11 = problem((128, 14, 14, 256), (256, 3, 3, 256), np.float16, layout="NHWC")
     assert plan_for(cv11, arch=90).resident == 0
+    assert plan_for(cv11, arch=90).kernel == \
+        "im2win_wgmma_tma<half_t, 128, 128, 6, true, false, false, false>"
     plan = plan_for(cv8, arch=90, options=Options(tma=False))
     assert plan.persistent and plan.smem == plan.tile.smem_bytes() <= 227 * 1024
     assert plan.geometry.redp % 64 == 0 and len(plan.taps) % (64 * 8) == 0

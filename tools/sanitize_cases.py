@@ -169,7 +169,10 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
                           cupy.asarray(rng.uniform(-1, 1, ws_shape).astype(dtype)),
                           layout="NHWC", **kw)
         # More tiles than SPLIT_ITEMS with one filter tile: the filter resident, the consumers
-        # in turn (ping-pong), 128x128 (a filter tail) and 256x64; each switch off alone.
+        # in turn (ping-pong: PING_PONG_TILES lowered to what these small cases reach),
+        # 128x128 (a filter tail) and 256x64; each switch off alone.
+        from im2win.cuda import plan as cuda_plan
+        cuda_plan.PING_PONG_TILES = cuda_plan.SPLIT_ITEMS
         for shape, k in (((17, 34, 34, 64), 100), ((33, 34, 34, 64), 64)):
             xr = cupy.asarray(rng.uniform(-1, 1, shape).astype(dtype))
             wr = cupy.asarray(rng.uniform(-1, 1, (k, 3, 3, 64)).astype(dtype))

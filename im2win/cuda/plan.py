@@ -1138,14 +1138,19 @@ def half_boxes(prob: Problem) -> bool:
     return tma_box_channels(prob) == 32
 
 
+PING_PONG_TILES = 4096   # ping-pong from this many tiles a launch (about 31 an SM of an H200)
+
+
 def ping_pong(prob: Problem, tile: WgmmaTile, options: Options) -> bool:
     """Whether a TMA launch of `tile` (no split-K) runs its consumers in turn, each on whole
     tiles: Options.ping_pong, the persistent grid, a tile whose accumulators fit one consumer
-    (BM/64 * BN <= 256: 128x128 and 256x64), and more tiles than SPLIT_ITEMS (about one per
-    SM), since a block with one tile would leave a consumer idle. H200, float16 NHWC, batch
-    128 (docs/hopper.md step 8): 128x128 on cv8 472 TFLOPS against 425 without, cv10 345 / 319,
-    cv12 305 / 281, cv11 324 / 320; 256x64 on cv9 291 / 265."""
-    return ping_pong_allowed(tile, options) and tma_tiles(prob, tile) > SPLIT_ITEMS
+    (BM/64 * BN <= 256: 128x128 and 256x64), and at least PING_PONG_TILES tiles. Read off
+    tools/wgmma_dev.py on the H200 (float16 NHWC, batch 128, TFLOPS with / without, two runs
+    agreeing within 2%) once the epilogue stored whole sectors (docs/hopper.md step 10): cv9
+    (1458 tiles of 256x64) 316 / 335, cv10 (676 of 128x128) 385 / 407, cv11 (288) 354 / 388,
+    cv8 (12100) 497-502 / 488-506; the ablation had cv4 (5941 of 256x64) 2% faster with it.
+    Before that epilogue (step 8) it paid from about one tile an SM: cv10 345 / 319."""
+    return ping_pong_allowed(tile, options) and tma_tiles(prob, tile) >= PING_PONG_TILES
 
 
 def ping_pong_allowed(tile: WgmmaTile, options: Options) -> bool:
