@@ -352,9 +352,12 @@ def profile_section(paths):
 
 
 ABLATION_NOTES = """Each optimisation of the im2win kernel switched off alone (`im2win.cuda.Options`,
-`Options.ablations(tensor_cores=False | True)`): the time of the variant divided by the time of the full kernel, on the
-same inputs (slowdown > 1: the optimisation helps). float32 runs the CUDA-core kernel, float16 the
-Tensor-Core kernel; each variant's result was checked against the full kernel's.
+`Options.ablations(tensor_cores=False | True)`, and for "float16-wgmma" `Options.ablations(hopper=True)`):
+the time of the variant divided by the time of the full kernel, on the same inputs (slowdown > 1:
+the optimisation helps). float32 runs the CUDA-core kernel, float16 the mma.sync Tensor-Core
+kernel, float16-wgmma the Hopper kernel (NCHW through its NHWC twin, the stems through their
+window columns, as "auto" plans them); each variant's result was checked against the full
+kernel's.
 """
 
 
@@ -363,7 +366,8 @@ def ablation_section(record, chart=None):
     machine = record["machine"]
     rows = [r for r in record["rows"] if r["variant"] != "full"]
     layers = list(dict.fromkeys(r["layer"] for r in rows))
-    lines = ["## Ablation: each optimisation switched off alone", "", ABLATION_NOTES,
+    kernels = ", ".join(dict.fromkeys(r["dtype"] for r in rows))
+    lines = [f"## Ablation ({kernels}): each optimisation switched off alone", "", ABLATION_NOTES,
              f"`{record['command']}` on {record['date'][:10]}, batch {record['batch']}: "
              f"{machine_line(machine)}.", ""]
     if chart:
@@ -741,9 +745,9 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
         page.append(profile_section(profiles))
     for path in sorted(data.glob("gpu-tile-sweep-*.json")):
         page.append(sweep_section(json.loads(path.read_text())) + "\n")
-    ablation = load(data / "ablation.json")
-    if ablation:
-        chart = img / "ablation.png"
+    for path in sorted(data.glob("ablation*.json")):      # one record per run of ablation.py
+        ablation = load(path)
+        chart = img / f"{path.stem}.png"
         ablation_chart(ablation, chart)
         page.append(ablation_section(ablation, link(chart, out)) + "\n")
     suites = sorted((data / "suite").glob("suite-*.json"))

@@ -22,7 +22,8 @@
 //   consumers (warpgroups 1, 2): each owns BM/2 pixel rows x BN filters of the tile as MI = BM/128
 //     wgmma m64nBNk16 accumulators; waits on `full`, issues the slice's 4*MI wgmmas, and frees
 //     the previous stage (its `empty` mbarrier) once those have retired (wgmma.wait_group 1).
-//     The epilogue (bias, conversion, stores straight from registers) of one tile overlaps
+//     The epilogue (bias, conversion, stores straight from registers: 16 bytes a thread for
+//     16-bit NHWC y, after a transpose across each quad) of one tile overlaps
 //     the producer's copies for the next.
 // Tiles (pixel tile, filter tile, group) are dealt round-robin to a grid of at most one block
 // per SM (kPersistent; off: one block per tile), filter tiles fastest, so blocks running together
@@ -764,7 +765,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     // filter's next element `step` away): two paths compiled into every kernel took the wgmma
     // file's compile up by a quarter.
     // 16-bit y: the four threads of a quad hold filters 2t, 2t + 1 of each 8 (t = lane % 4);
-    // a 4 x 4 transpose of their packed pairs across the quad (store8_quad) gives thread t the
+    // a 4 x 4 transpose of their packed pairs across the quad (quad_transpose) gives thread t the
     // 8 consecutive filters 8t..8t+7 of each 32, so in NHWC a warp's store writes 64 whole
     // bytes of each of 8 pixels (16 bytes a thread): every 32-byte sector written whole by one
     // store, where the pairs wrote each in two 16-byte halves (cv7 under ncu: 49.6 M sectors
