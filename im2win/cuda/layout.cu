@@ -114,7 +114,9 @@ __global__ void __launch_bounds__(256)
 // (n, h) loop over the grid (a few blocks per SM), each row's W*C elements into shared memory
 // (read along x's unit stride: channels for NHWC, columns for a view of NCHW), then x2's row
 // of Q*C2 elements written in order, 16 bytes a store (8 elements of 2 bytes, 4 of float32):
-// C2 is a multiple of 8, so a store's elements lie in one output column. The next row's loads are issued into registers before
+// C2 is a multiple of 8, so a store's elements lie in one output column; with dw = 1 (every
+// benchmark stem) a column's S*C values are one run of the row, one bounds test an element,
+// where dilated columns track (column, channel). The next row's loads are issued into registers before
 // the current row is written (two row buffers), so that a block's reads and writes overlap.
 // 32-bit arithmetic inside a row, 64-bit row offsets. ROW: the most elements of a row a block
 // holds (W*C <= ROW; wgrad checks), ROW / 256 of them a thread.
@@ -172,14 +174,22 @@ __global__ void __launch_bounds__(256)
     uint4* dst = reinterpret_cast<uint4*>(x2 + nh * Q * C2);
     for (int i = threadIdx.x; i < words; i += blockDim.x) {
       const int q = i / (C2 / VEC);
-      int j = (i - q * (C2 / VEC)) * VEC, c = j % C, col = q * sw + j / C * dw - pl;
+      int j = (i - q * (C2 / VEC)) * VEC;
       alignas(16) T v[VEC];
+      if (dw == 1) {     // a column's S*C values are one run of the row, from (q*sw - pl)*C
+        const int e = (q * sw - pl) * C + j;
 #pragma unroll
-      for (int k = 0; k < VEC; ++k, ++j) {
-        v[k] = j < SC && col >= 0 && col < W ? current[col * C + c] : T{};   // +0 for any T
-        if (++c == C) {
-          c = 0;
-          col += dw;
+        for (int k = 0; k < VEC; ++k)
+          v[k] = j + k < SC && (unsigned)(e + k) < (unsigned)WC ? current[e + k] : T{};
+      } else {
+        int c = j % C, col = q * sw + j / C * dw - pl;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k, ++j) {
+          v[k] = j < SC && col >= 0 && col < W ? current[col * C + c] : T{};   // +0 for any T
+          if (++c == C) {
+            c = 0;
+            col += dw;
+          }
         }
       }
       dst[i] = *reinterpret_cast<const uint4*>(v);
