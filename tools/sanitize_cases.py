@@ -148,7 +148,8 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
             for tile in WGMMA_TILES:
                 cuda.conv2d(prob, xh, wh, None, algorithm="im2win_fused", tile=tile)
         # A stem over its window columns (layout.cu's window_columns, then the R x 1 problem),
-        # both layouts (NCHW: y transposed), as "auto" plans it on Hopper and forced.
+        # both layouts (NCHW: y from the kernel's epilogue), as "auto" plans it on Hopper and
+        # forced.
         xc, wc = (rng.uniform(-1, 1, s).astype(dtype) for s in ((2, 3, 20, 21), (17, 3, 7, 7)))
         for layout in ("NCHW", "NHWC"):
             if layout == "NHWC":

@@ -773,6 +773,12 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     // element by element, 8 neighbouring pixels of a filter 16 bytes apart, as before.
     const bool nchw_y = !kNHWC || geo.y_nchw;
     const i64 step = nchw_y ? geo.PQ : 1;            // a filter's next in y: y[base + k*step]
+    auto add_bias = [&](float& v0, float& v1, int m) {   // filters m, m + 1 of group at.g
+      if (!bias) return;
+      const int k = at.g * geo.Kg + m;
+      if (m < geo.Kg) v0 = add(v0, to_acc(bias[k], 0.f));
+      if (m + 1 < geo.Kg) v1 = add(v1, to_acc(bias[k + 1], 0.f));
+    };
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -790,11 +796,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
               const int j = 4 * jj + q;
               const int m = at.n0 + col_base + 8 * j;      // filters m, m + 1 of group at.g
               float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
-              if (bias) {
-                const int k = at.g * geo.Kg + m;
-                if (m < geo.Kg) v0 = add(v0, to_acc(bias[k], 0.f));
-                if (m + 1 < geo.Kg) v1 = add(v1, to_acc(bias[k + 1], 0.f));
-              }
+              add_bias(v0, v1, m);
               u[q] = from_acc<T>(v0).bits | (unsigned)from_acc<T>(v1).bits << 16;
             }
             quad_transpose(u, lane);
@@ -820,10 +822,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
             }
             continue;
           }
-          if (bias) {
-            if (ok0) v0 = add(v0, to_acc(bias[k], 0.f));
-            if (ok1) v1 = add(v1, to_acc(bias[k + 1], 0.f));
-          }
+          add_bias(v0, v1, m);
           store_adjacent(y, base + k * step, step, ok0, ok1, v0, v1);
         }
       }

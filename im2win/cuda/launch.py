@@ -311,7 +311,7 @@ class Executable:
             self.transpose_words = kernel("layout", f"transpose_words<{T}>")
         self.reduce = None
         if plan.splits > 1:
-            self.reduce = kernel(plan.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>")
+            self.reduce = kernel(plan.file, f"split_reduce<{T}>")
         self.gemm = GemmCall(prob, plan) if plan.algorithm == "gemm" else None
         self.local = threading.local()
 

@@ -116,8 +116,9 @@ __global__ void __launch_bounds__(256)
 // of Q*C2 elements written in order, 16 bytes a store (8 elements of 2 bytes, 4 of float32):
 // C2 is a multiple of 8, so a store's elements lie in one output column; with dw = 1 (every
 // benchmark stem) a column's S*C values are one run of the row, one bounds test an element,
-// where dilated columns track (column, channel). The next row's loads are issued into registers before
-// the current row is written (two row buffers), so that a block's reads and writes overlap.
+// where dilated columns track (column, channel). The next row's loads are issued into
+// registers before the current row is written (two row buffers), so that a block's reads and
+// writes overlap.
 // 32-bit arithmetic inside a row, 64-bit row offsets. ROW: the most elements of a row a block
 // holds (W*C <= ROW; wgrad checks), ROW / 256 of them a thread.
 constexpr int WINDOW_ROW = 4096;

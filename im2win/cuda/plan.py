@@ -784,21 +784,23 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
                       options=options, tile=tile, arch=arch,
                       workspace_limit=None if workspace_limit is None else
                       workspace_limit - nhwc_workspace(prob))
-    direct = nchw_epilogue(inner, options)
-    return Plan("im2win_nhwc", inner.tile, options, None, None, max(prob.N, 1), None, b"",
-                nhwc_workspace(prob, y=direct is None) + inner.workspace_bytes,
-                inner=direct or inner)
+    return around(prob, "im2win_nhwc", inner, options, nhwc_workspace)
 
 
-def nchw_epilogue(inner: Plan, options: Options) -> Plan | None:
-    """`inner`, the NHWC plan inside an NCHW problem's, with its epilogue writing the NCHW y
-    (Geometry.y_nchw) where it can: the wgmma kernel in one work item a tile (split-K's
-    partial sums are summed into an NHWC y), Options.nchw_epilogue; else None. The workspace
-    limit is still checked against the copies with y (nhwc_refusal, columns_refusal), a
-    bound."""
-    if options.nchw_epilogue and inner.file == WGMMA.file and inner.splits == 1:
-        return dataclasses.replace(inner, geometry=inner.geometry._replace(y_nchw=1))
-    return None
+def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
+           copies: Callable[..., int]) -> Plan:
+    """The plan of `algorithm` (copies around an NHWC problem's plan `inner`): for an NCHW
+    `prob`, `inner` with its epilogue writing the NCHW y (Geometry.y_nchw) where it can (the
+    wgmma kernel in one work item a tile: split-K's partial sums are summed into an NHWC y;
+    Options.nchw_epilogue); workspace: `copies(prob, y=...)` bytes, with the channels-last y
+    or without, and the inner plan's. The workspace limit is still checked against the
+    copies with y (nhwc_refusal, columns_refusal), a bound."""
+    direct = prob.layout == "NCHW" and options.nchw_epilogue and inner.file == WGMMA.file \
+        and inner.splits == 1
+    if direct:
+        inner = dataclasses.replace(inner, geometry=inner.geometry._replace(y_nchw=1))
+    return Plan(algorithm, inner.tile, options, None, None, max(prob.N, 1), None, b"",
+                copies(prob, y=not direct) + inner.workspace_bytes, inner=inner)
 
 
 def columns_stage(prob: Problem) -> Problem:
@@ -822,10 +824,10 @@ def columns_workspace(prob: Problem, y: bool = True) -> int:
 
 def columns_refusal(prob: Problem, workspace_limit: int | None) -> str | None:
     """Why "im2win_columns" cannot run `prob` (None: it can): float16, bfloat16 or float32 (at
-    FP32 precision: "tf32" and "3xtf32" plan elsewhere), one group,
-    more than one filter column, a filter row's S*C values within one 64-channel box and x's
-    row within a block of layout.cu's window_columns (W*C at most WINDOW_ROW), the copies
-    within `workspace_limit`."""
+    FP32 precision: "tf32" and "3xtf32" plan elsewhere), one group, more than one filter
+    column, a filter row's S*C values within one 64-channel box and x's row within a block of
+    layout.cu's window_columns (W*C at most WINDOW_ROW), the copies within
+    `workspace_limit`."""
     from im2win.cuda.wgrad import WINDOW_ROW
     if prob.dtype.name not in TENSOR_CORE_DTYPES + ("float32",):
         return f"it takes float16, bfloat16 and float32, not {prob.dtype.name}"
@@ -847,10 +849,10 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
     copies x[n, h, q*sw + s*dw - pl, c] to x2[n, h, q, s*C + c] and w[k, r, s, c] to
     w2[k, r, 0, s*C + c] (zeros past S*C and outside x), the R x 1 problem's fused plan
     (`inner`, any kernel it picks) convolves them into y (NCHW: into a channels-last y that
-    layout.cu transposes into y, or where nchw_epilogue can, into y itself). The window along
-    each filter row becomes one run of
-    channels, as im2win lays a window's columns out: cv3's reduction of 7 x 7 taps of 3
-    channels is 7 rows of 24 channels (168 in place of 392 padded to 8 channels a tap)."""
+    layout.cu transposes into y, or where `around` lets the epilogue, into y itself). The
+    window along each filter row becomes one run of channels, as im2win lays a window's
+    columns out: cv3's reduction of 7 x 7 taps of 3 channels is 7 rows of 24 channels (168
+    in place of 392 padded to 8 channels a tap)."""
     refusal = columns_refusal(prob, workspace_limit)
     if refusal:
         raise ValueError(f"algorithm='im2win_columns' cannot run this problem: {refusal}")
@@ -861,10 +863,7 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
                       algorithm="im2win_fused", options=options, tile=tile, arch=arch,
                       workspace_limit=None if workspace_limit is None else
                       workspace_limit - copies)
-    direct = nchw_epilogue(inner, options) if prob.layout == "NCHW" else None
-    return Plan("im2win_columns", inner.tile, options, None, None, max(prob.N, 1), None, b"",
-                columns_workspace(prob, y=direct is None) + inner.workspace_bytes,
-                inner=direct or inner)
+    return around(prob, "im2win_columns", inner, options, columns_workspace)
 
 
 def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
