@@ -392,7 +392,8 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
         "im2win_fused"
     assert plan_for(cv8, arch=80, algorithm="im2win_nhwc").inner.file == "im2win_mma"
     stem = problem((8, 3, 64, 64), (32, 3, 7, 7), np.float16, stride=2)      # the twin gathers
-    assert plan_for(stem, arch=90).algorithm == "im2win_fused"  # its columns: 27 tiles (mma)
+    assert plan_for(stem, arch=90).algorithm == "im2win_columns"   # columns of 32: TMA boxes
+    assert plan_for(stem, arch=90).inner.tma is not None
     bf16 = problem((8, 64, 28, 28), (128, 64, 3, 3), ml_dtypes.bfloat16, padding=1)
     assert plan_for(bf16, arch=90).algorithm == "im2win_nhwc"
     for bad, match in ((problem((2, 8, 9, 9), (8, 8, 3, 3), np.float64), "float32 NCHW"),
@@ -436,14 +437,19 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
         off = plan_for(prob, arch=90, options=Options(nchw_epilogue=False))
         assert off.inner.geometry == inner.geometry
         assert off.workspace_bytes == columns_workspace(prob) + inner.workspace_bytes
-    # The R x 1 problem: S*C channels padded to 8, Q columns, stride 1 across, window order.
+    # The R x 1 problem: S*C channels padded to 8, or to 32 where that adds at most a third
+    # (cv3: 21 -> 32, not 24; its x2 then takes TMA boxes of 32 channels), Q columns, stride 1
+    # across, window order.
     cv3 = columns_stage(layers["cv3"])
     assert (cv3.layout, cv3.C, cv3.W, cv3.S, cv3.sw, cv3.dw, cv3.pl, cv3.pr) == \
-        ("NHWC", 24, 111, 1, 1, 1, 0, 0, ) and cv3.reduction == 7 * 24
+        ("NHWC", 32, 111, 1, 1, 1, 0, 0, ) and cv3.reduction == 7 * 32
     assert (cv3.P, cv3.Q, cv3.R, cv3.sh) == (111, 111, 7, 2)
+    assert plan_for(layers["cv3"], arch=90).inner.tma.x.channels == 32
     y_copy = 128 * 111 * 111 * 64 if layout == "NCHW" else 0               # y channels-last
-    assert columns_workspace(layers["cv3"]) == (128 * 227 * 111 * 24 + 64 * 7 * 24 + y_copy) * 2
+    assert columns_workspace(layers["cv3"]) == (128 * 227 * 111 * 32 + 64 * 7 * 32 + y_copy) * 2
     assert columns_stage(layers["cv1"]).C == 40 and columns_stage(layers["cv7"]).C == 16
+    single = dataclasses.replace(layers["cv3"], dtype=np.dtype(np.float32))
+    assert columns_stage(single).C == columns_stage(layers["cv3"], wide=False).C == 24
     cv3 = layers["cv3"]
     # "auto" takes it on Hopper only, with the switches on, within the workspace limit.
     assert plan_for(cv3, arch=80).algorithm == "im2win_fused"

@@ -803,11 +803,18 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
                 copies(prob, y=not direct) + inner.workspace_bytes, inner=inner)
 
 
-def columns_stage(prob: Problem) -> Problem:
+def columns_stage(prob: Problem, wide: bool = True) -> Problem:
     """The problem over x's window columns (layout.cu's window_columns): an R x 1 filter, S*C
-    channels padded to a multiple of 8 (C2), Q columns at stride 1, no padding across. Its
-    reduction runs (r, s, c) in window order, with zeros past S*C in each filter row."""
+    channels padded to C2, Q columns at stride 1, no padding across. Its reduction runs
+    (r, s, c) in window order, with zeros past S*C in each filter row. C2 is a multiple of 8
+    or, for 16-bit types where `wide` (the forward's plans; backward filter's Runner keeps
+    multiples of 8), of 32 where that adds at most a third: the R x 1 problem then takes TMA
+    boxes of 32 channels. H200, float16 NHWC, batch 128, GPU ms (multiples of 8 / of 32 / of
+    64, one process each, docs/hopper.md step 11): cv3 (S*C = 21) 0.382 / 0.319 / 0.395,
+    cv1 (33) 0.257 / 0.261 / 0.259, cv7 (9) 0.608 / 0.717 / 0.864."""
     C2 = -(-prob.S * prob.C // 8) * 8
+    if wide and prob.dtype.itemsize == 2 and -(-prob.S * prob.C // 32) * 32 * 3 <= C2 * 4:
+        C2 = -(-prob.S * prob.C // 32) * 32
     return dataclasses.replace(prob, layout="NHWC", C=C2, W=prob.Q, S=1, sw=1, dw=1, pl=0,
                                pr=0)
 
@@ -851,8 +858,8 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
     (`inner`, any kernel it picks) convolves them into y (NCHW: into a channels-last y that
     layout.cu transposes into y, or where `around` lets the epilogue, into y itself). The
     window along each filter row becomes one run of channels, as im2win lays a window's
-    columns out: cv3's reduction of 7 x 7 taps of 3 channels is 7 rows of 24 channels (168
-    in place of 392 padded to 8 channels a tap)."""
+    columns out: cv3's reduction of 7 x 7 taps of 3 channels is 7 rows of 32 channels (224
+    in place of 392 padded to 8 channels a tap; columns_stage says why 32, not 24)."""
     refusal = columns_refusal(prob, workspace_limit)
     if refusal:
         raise ValueError(f"algorithm='im2win_columns' cannot run this problem: {refusal}")

@@ -135,7 +135,7 @@ def columns_pay(prob: Problem, possible: bool = False) -> bool:
     if possible:
         return True
     padded = dataclasses.replace(prob, layout="NHWC", C=-(-prob.C // 8) * 8)
-    return 2 * boxes(columns_stage(prob)) <= boxes(padded)
+    return 2 * boxes(columns_stage(prob, wide=False)) <= boxes(padded)
 
 
 def window_columns(prob: Problem, x):
@@ -147,7 +147,7 @@ def window_columns(prob: Problem, x):
     fine)."""
     import cupy
     from im2win.cuda.launch import kernel, sm_count
-    inner = columns_stage(prob)
+    inner = columns_stage(prob, wide=False)
     x2 = cupy.empty((prob.N, prob.H, prob.Q, inner.C), prob.dtype)
     columns_into(kernel("layout", f"window_columns<{CUDA_TYPES[prob.dtype.name]}>"), x, x2,
                  prob.H, prob.W, prob.C, prob.S, prob.sw, prob.dw, prob.pl,
@@ -350,7 +350,7 @@ def columns_direct(prob: Problem):
     the padded channels dropped); None where the kernel would refuse x2."""
     import cupy
     from im2win.cuda.launch import kernel
-    inner = columns_stage(prob)
+    inner = columns_stage(prob, wide=False)
     x2_strides = (prob.H * prob.Q * inner.C, 1, prob.Q * inner.C, inner.C)      # NCHW-lettered
     if refusal(inner, x2_strides, 0, 0, HOPPER) is not None:
         return None
