@@ -812,9 +812,9 @@ def columns_stage(prob: Problem, wide: bool = True) -> Problem:
     boxes of 32 channels. H200, float16 NHWC, batch 128, GPU ms (multiples of 8 / of 32 / of
     64, one process each, docs/hopper.md step 11): cv3 (S*C = 21) 0.382 / 0.319 / 0.395,
     cv1 (33) 0.257 / 0.261 / 0.259, cv7 (9) 0.608 / 0.717 / 0.864."""
-    C2 = -(-prob.S * prob.C // 8) * 8
-    if wide and prob.dtype.itemsize == 2 and -(-prob.S * prob.C // 32) * 32 * 3 <= C2 * 4:
-        C2 = -(-prob.S * prob.C // 32) * 32
+    C2, C32 = (-(-prob.S * prob.C // m) * m for m in (8, 32))
+    if wide and prob.dtype.itemsize == 2 and 3 * C32 <= 4 * C2:
+        C2 = C32
     return dataclasses.replace(prob, layout="NHWC", C=C2, W=prob.Q, S=1, sw=1, dw=1, pl=0,
                                pr=0)
 
