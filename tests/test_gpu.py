@@ -767,6 +767,29 @@ def test_float32_on_tensor_cores_keeps_its_accuracy(rng, x_shape, w_shape, kwarg
     assert errors["tf32"] > errors["3xtf32"], errors        # TF32 alone is less accurate
 
 
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_float32_on_tensor_cores_runs_nchw_on_its_nhwc_twin(rng, precision):
+    """NCHW at a Tensor-Core precision (channels-last copies, the twin's epilogue writing the
+    NCHW y): the NHWC call's bits, transposed, and within the precision's bound of the float64
+    reference; a stride, padding, a filter tail, a bias, a sliced (non-contiguous) x."""
+    if not hopper():
+        pytest.skip("float32 on Tensor Cores runs on the Hopper kernel")
+    x_all, w, b = random_arrays(rng, (4, 64, 11, 9), (70, 64, 3, 3), 70, np.float32)
+    x = x_all[::2]                                               # every other image: a view
+    kwargs = dict(stride=(2, 1), padding=1)
+    out = cupy.full((2, 70, 6, 9), np.nan, np.float32)
+    y = im2win.conv2d(cupy.asarray(x_all)[::2], cupy.asarray(w), cupy.asarray(b), out=out,
+                      precision=precision, **kwargs)
+    assert y is out
+    xs, ws = (np.ascontiguousarray(a) for a in to_layout("NHWC", x, w))
+    y_nhwc = im2win.conv2d(cupy.asarray(xs), cupy.asarray(ws), cupy.asarray(b), layout="NHWC",
+                           precision=precision, **kwargs)
+    assert np.array_equal(cupy.asnumpy(y), cupy.asnumpy(y_nhwc).transpose(0, 3, 1, 2))
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                           **kwargs)
+    assert relative_error(cupy.asnumpy(y), ref) <= allowed_error(np.float32, 64 * 9, precision)
+
+
 def test_float32_on_tensor_cores_refuses_what_it_cannot_run(rng):
     x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 9, 48)).astype(np.float32))
     w = cupy.asarray(rng.uniform(-1, 1, (8, 3, 3, 48)).astype(np.float32))

@@ -569,7 +569,7 @@ def test_tma_problems_with_few_tiles_split_the_reduction():
     compiled = {expr for _, expr in specializations()}
     assert plan.kernel in compiled and "split_reduce<half_t>" in compiled
 def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused():
-    from im2win.cuda.plan import tf32_specializations
+    from im2win.cuda.plan import nhwc_workspace, tf32_specializations
     prob = problem((8, 28, 28, 64), (128, 3, 3, 64), layout="NHWC", padding=1)
     for precision, three in (("tf32", "false"), ("3xtf32", "true")):
         plan = plan_for(prob, arch=90, precision=precision)
@@ -581,12 +581,25 @@ def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused(
             tf32_specializations()
     three = plan_for(prob, arch=90, precision="3xtf32")
     assert three.smem == three.tile.smem_bytes(three.tile.three_stages(), three=True)
+    # "3xtf32" reads the filter split once a call (tf32_split): 2K rows, in its workspace.
+    assert three.tma.w_dims == (prob.reduction, 2 * prob.K) and \
+        three.workspace_bytes == 2 * prob.K * prob.reduction * 4
+    assert plan_for(prob, arch=90, precision="tf32").workspace_bytes == 0
     assert plan_for(prob, arch=90).file == "im2win_ffma"                # float32: CUDA cores
+    # NCHW runs on its NHWC twin (channels-last copies), the twin's epilogue writing NCHW y.
+    nchw = problem((8, 64, 28, 28), (128, 64, 3, 3), padding=1)
+    for precision in ("tf32", "3xtf32"):
+        plan = plan_for(nchw, arch=90, precision=precision)
+        assert plan.algorithm == "im2win_nhwc" and plan.inner.precision == precision
+        assert plan.inner.kernel == plan_for(prob, arch=90, precision=precision).kernel
+        assert plan.inner.geometry.y_nchw == 1 and \
+            plan.workspace_bytes == nhwc_workspace(nchw, y=False) + plan.inner.workspace_bytes
+        assert plan_for(nchw, arch=90, precision=precision, algorithm="im2win_nhwc") == plan
     refused = [(prob, dict(arch=80), "compute capability 9.0"),
                (prob, dict(arch=90, algorithm="im2win"), "fused kernel"),
                (prob, dict(arch=90, options=Options(tma=False)), "TMA"),
-               (problem((8, 64, 28, 28), (128, 64, 3, 3), padding=1), dict(arch=90),
-                "NHWC, C/groups a multiple of 32"),
+               (nchw, dict(arch=90, algorithm="im2win_fused"), "NHWC, C/groups a multiple of 32"),
+               (nchw, dict(arch=90, workspace_limit=1000), "NCHW runs on its NHWC twin"),
                (problem((8, 28, 28, 48), (128, 3, 3, 48), layout="NHWC"), dict(arch=90),
                 "C/groups=48"),
                (problem((2, 40, 40, 64), (8, 3, 3, 64), layout="NHWC", stride=9),

@@ -2,14 +2,15 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16|wgmma|tma|depthwise]``: with ``float16``, every tile
+``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|ffma]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
 filter and ping-pong consumers, split-K, a stem over its window columns, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernel's forms (each register window and the general one, a channel multiplier,
-tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``ffma``,
+tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``tf32``,
+float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
 the float32 NHWC CUDA-core kernels (im2win_ffma.cu's every tile and switch, wgrad_ffma.cu's
 every tile, both x loads and split counts, backward data's window gradients of many
 channels, and a float32 stem over its window columns). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
@@ -45,6 +46,7 @@ ONLY_WGMMA = sys.argv[1:] == ["wgmma"]
 ONLY_DEPTHWISE = sys.argv[1:] == ["depthwise"]
 ONLY_TMA = sys.argv[1:] == ["tma"]
 ONLY_FFMA = sys.argv[1:] == ["ffma"]
+ONLY_TF32 = sys.argv[1:] == ["tf32"]
 # Grouped convolutions the depthwise kernel takes in NHWC (K = C, C/G of 2, 4, 8): x, w, kwargs.
 SMALL_GROUP_CASES = [((2, 32, 9, 10), (32, 4, 3, 3), dict(groups=8, padding=1)),
                      ((2, 16, 7, 9), (16, 2, 3, 3), dict(groups=8, stride=2, padding=1)),
@@ -74,7 +76,7 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
 
 
 for layout in ("NCHW", "NHWC"):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32:
         break
     for (x_shape, w_shape, kwargs), dtype in itertools.product(
             DEPTHWISE_CASES, (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)):
@@ -86,7 +88,7 @@ for layout in ("NCHW", "NHWC"):
                       groups=x_shape[1], algorithm="depthwise", **kwargs)
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32:
         break
     if dtype == np.float32 and w_shape[1] == 8:
         continue                                  # 8 channels are more than a float32 vector
@@ -95,7 +97,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
                   cupy.asarray(w.transpose(0, 2, 3, 1).copy()), layout="NHWC",
                   algorithm="depthwise", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_DEPTHWISE or ONLY_TMA or ONLY_FFMA:
+    if ONLY_DEPTHWISE or ONLY_TMA or ONLY_FFMA or ONLY_TF32:
         break
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
@@ -122,8 +124,30 @@ for layout in ("NCHW", "NHWC"):
         every_switch(x, w, b, layout, kwargs, tensor_cores=False)
         im2win.conv2d(x.astype(cupy.float64), w.astype(cupy.float64), b.astype(cupy.float64),
                       layout=layout, **kwargs)
+
+
+def float32_on_tensor_cores():
+    """float32 on the wgmma kernel: "tf32" and "3xtf32" (its split filter), every tile, a K
+    tail, groups whose filter tiles run into the next group's rows, NCHW on the NHWC twin."""
+    x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)).astype(np.float32))
+    w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)).astype(np.float32))
+    b = cupy.asarray(rng.uniform(-1, 1, 70).astype(np.float32))
+    prob = checked_problem(x, w, b, layout="NHWC", stride=(2, 1), padding=1)[0]
+    grouped = checked_problem(x, w[:, :, :, :32], b, layout="NHWC", groups=2)[0]   # Kg = 35
+    for tile, precision in itertools.product(WGMMA_TILES, ("tf32", "3xtf32")):
+        if precision == "3xtf32" and tile not in THREE_TF32_TILES:
+            continue
+        cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile, precision=precision)
+        cuda.conv2d(grouped, x, cupy.ascontiguousarray(w[:, :, :, :32]), b,
+                    algorithm="im2win_fused", tile=tile, precision=precision)
+    for precision in ("tf32", "3xtf32"):          # NCHW on its NHWC twin
+        im2win.conv2d(cupy.ascontiguousarray(x.transpose(0, 3, 1, 2)),
+                      cupy.ascontiguousarray(w.transpose(0, 3, 1, 2)), b, padding=1,
+                      precision=precision)
+
+
 # The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64 or 32), every tile, both 16-bit types.
-if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
+if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA or ONLY_TF32):
     for dtype in (np.float16, ml_dtypes.bfloat16):
         x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 128)).astype(dtype))
         w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 128)).astype(dtype))
@@ -207,19 +231,13 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA):
         im2win.conv2d_backward_filter(cupy.ascontiguousarray(x3.transpose(0, 3, 1, 2)),
                                       cupy.ascontiguousarray(dy3.transpose(0, 3, 1, 2)),
                                       (16, 3, 5, 5), stride=2)
-    # float32 on the same kernel: "tf32" and "3xtf32" (its split stages), every tile.
-    x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)).astype(np.float32))
-    w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)).astype(np.float32))
-    b = cupy.asarray(rng.uniform(-1, 1, 70).astype(np.float32))
-    prob = checked_problem(x, w, b, layout="NHWC", stride=(2, 1), padding=1)[0]
-    for tile, precision in itertools.product(WGMMA_TILES, ("tf32", "3xtf32")):
-        if precision == "3xtf32" and tile not in THREE_TF32_TILES:
-            continue
-        cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile, precision=precision)
+    float32_on_tensor_cores()
+elif HOPPER and ONLY_TF32:
+    float32_on_tensor_cores()
 # float32 NHWC on CUDA cores: im2win_ffma.cu (every tile and switch; tails of pixels and
 # filters, padding, stride, groups), wgrad_ffma.cu (every tile, float4 and scalar x loads,
 # one split and several), and window gradients of many channels (backward data, cv12's form).
-if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA):
+if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA or ONLY_TF32):
     from im2win.cuda import launch, wgrad_ffma
     from im2win.cuda.tuning import FFMA_TILES
     from im2win.problem import make_backward_filter_problem
@@ -269,6 +287,10 @@ for (x_shape, w_shape, kwargs), dtype in zip(CASES, (np.float16, np.float32) * 2
 x = cupy.asarray(rng.uniform(-1, 1, (2, 16, 13, 12)), np.float32)
 calls.append(((x, cupy.asarray(rng.uniform(-1, 1, (16, 1, 3, 3)), np.float32)),
               dict(groups=16, padding=1)))                    # the depthwise kernel
+if HOPPER:        # "3xtf32": its filter split into the call's workspace, then the kernel
+    x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)), np.float32)
+    calls.append(((x, cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)), np.float32)),
+                  dict(layout="NHWC", padding=1, precision="3xtf32")))
 outs = [im2win.conv2d(*arrays, **kwargs) for arrays, kwargs in calls]
 with stream:
     stream.begin_capture()

@@ -60,10 +60,13 @@
 // with the three terms of each k-step in turn, accumulated in place over the whole
 // reduction, 3xTF32 had 6x the error of FP32 fused multiply-adds (H200, 2026-12-01: 3.8e-6
 // against 6.0e-7, max-norm relative, a 3x3 of 64 channels). The two sets of accumulators fit
-// the registers of the 128x128 and 256x64 tiles only. The producer warpgroup's warps 1-3,
-// idle under TMA, rewrite each landed stage as its big parts and write the small parts beside
-// it (a second half of the stage), and the consumers wait for that (`parts`) instead of for
-// the copies (`full`).
+// the registers of the 128x128 and 256x64 tiles only. The filter comes split (tf32_split,
+// once a call: its big parts in rows 0..K-1 of the map, its small parts in rows K..2K-1),
+// and a stage holds the window tile, then the filter tile's big parts, then its small parts.
+// Each consumer splits its own rows of the window tile in registers: ldmatrix gives each
+// thread wgmma's A fragment of a k-step (rows g and g + 8, columns t and t + 4), whose big
+// and small parts feed the register-A form of wgmma. So no stage is rewritten in shared
+// memory, and x's parts are read from it once instead of once a term.
 //
 // Shared-memory rows are 128 bytes: with kSwizzle the 16-byte chunk c of row r sits at chunk
 // c ^ (r % 8) (wgmma's 128-byte swizzle: the 8 chunks a group of 8 producer threads writes
@@ -344,9 +347,9 @@ __host__ __device__ constexpr int smem_bytes(int BM, int BN, int STAGES, int sli
   return 1024 + STAGES * (BM + (slices ? 0 : BN)) * 128 + slices * BN * 128 + 16 * STAGES + 32 +
          16 * BM;
 }
-// ... and with "3xtf32"'s split: each stage twice as large, a third mbarrier per stage.
+// ... and with "3xtf32"'s split: each stage holds the filter tile twice (big, small parts).
 __host__ __device__ constexpr int smem_bytes_three(int BM, int BN, int STAGES) {
-  return 1024 + STAGES * (BM + BN) * 256 + 24 * STAGES + 32 + 16 * BM;
+  return 1024 + STAGES * (BM + 2 * BN) * 128 + 16 * STAGES + 32 + 16 * BM;
 }
 
 // v rounded to TF32 (to nearest, ties away from zero), as a float whose low 13 bits are zero.
@@ -357,6 +360,41 @@ __device__ __forceinline__ float rna_tf32(float v) {
 }
 
 constexpr int INT_MIN_ = -2147483647 - 1;
+
+// Four 8 x 16-byte matrices of shared memory, lane l giving row l % 8 of matrix l / 8: the
+// thread's 4-byte word l % 4 of row l / 4 of each (ldmatrix .b16, read as 32-bit words).
+__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&v)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr));
+}
+
+// wgmma m64nNk8 .tf32 with A from registers (each thread's fragment a[4]: rows g and g + 8,
+// columns t and t + 4 of its warp's 16 rows, g = lane / 4, t = lane % 4) and B from shared
+// memory; FP32 accumulators d[N/2] (+= A * B; scale_d = 0 overwrites).
+#define WG_MMA_TF32_RS(N, REGS, OUTS, A, B, S)                                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                             \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, " A      \
+               ", %" B ", p, 1, 1;\n}\n"                                                     \
+               : OUTS                                                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], u64 desc_b,
+                                         int scale_d) {
+  static_assert(N == 64 || N == 128, "the 3xTF32 tiles' N");
+  if constexpr (N == 64)
+    WG_MMA_TF32_RS(64, WG_REGS_32, WG_OUT_32, "{%32, %33, %34, %35}", "36", "37");
+  else
+    WG_MMA_TF32_RS(128, WG_REGS_64, WG_OUT_64, "{%64, %65, %66, %67}", "68", "69");
+}
+#undef WG_MMA_TF32_RS
+
+// Keeps registers that an in-flight wgmma reads (its A fragment) from being reused before
+// wgmma.wait_group.
+template <int N> __device__ __forceinline__ void pin_regs(unsigned (&v)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(v[i])::"memory");
+}
 
 __device__ __forceinline__ void producer_sync() {   // the producer warpgroup's own barrier
   asm volatile("bar.sync 1, 128;\n" ::: "memory");
@@ -419,13 +457,15 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   constexpr int MI = kPingPong ? BM / 64 : BM / 128;
   constexpr int A_BYTES = BM * 128, W_BYTES = BN * 128;   // one slice of each operand
   constexpr int SUB_BYTES = BM * 64;      // kHalf: one 32-channel box of the tile's pixels
-  constexpr int RAW_BYTES = A_BYTES + (kResident ? 0 : W_BYTES);  // what a stage's copies fill
-  constexpr int STAGE_BYTES = RAW_BYTES * (kThree ? 2 : 1);       // + the small parts
+  // What a stage's copies fill: the window tile, the filter tile (kThree: its big and small
+  // parts), no filter with kResident.
+  constexpr int STAGE_BYTES = A_BYTES + (kResident ? 0 : W_BYTES * (kThree ? 2 : 1));
   constexpr int ROWS_X = BM / 16, ROWS_W = BN / 16;  // rows per producer thread
   // Registers per thread: the block starts with 168 (__launch_bounds__(384, 1)); setmaxnreg
   // moves them between warpgroups within that pool (asking for more than it holds hangs).
   constexpr int POOL = 168 * 3;
-  constexpr int PRODUCER_REGS = 96;
+  // kThree: the producer is one TMA thread, and the consumers hold x's split fragments too.
+  constexpr int PRODUCER_REGS = kThree ? 40 : 96;
   constexpr int CONSUMER_REGS = ((POOL - PRODUCER_REGS) / 2) & ~7;
   static_assert(BM == 128 || BM == 256, "two consumer warpgroups of 64 or 128 pixel rows");
   static_assert(MI * BN <= 256, "at most 128 accumulators per consumer thread");
@@ -454,8 +494,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   const unsigned ring = (smem_addr(dynamic_smem) + 1023) & ~1023u;  // swizzle atoms: 1 KB
   const unsigned resident = ring + STAGES * STAGE_BYTES;
   const unsigned full = resident + (kResident ? slices * W_BYTES : 0), empty = full + 8 * STAGES;
-  const unsigned parts = empty + 8 * STAGES;         // kThree: a stage's parts are written
-  const unsigned w_full = parts + (kThree ? 8 * STAGES : 0);   // kResident: the filter landed
+  const unsigned w_full = empty + 8 * STAGES;        // kResident: the filter landed
   // kPingPong: done[c] completes a phase each time consumer c has waited for the last slice of
   // one of its work items (its main loop has no more stages to claim).
   const unsigned done = w_full + 8;
@@ -467,7 +506,6 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, kTma ? 1 : 128);
       mbar_init(empty + 8 * s, kPingPong ? 4 : 8);   // the warps that read the stage
-      if (kThree) mbar_init(parts + 8 * s, 96);
     }
     if (kResident) mbar_init(w_full, 1);
     if (kPingPong) {
@@ -484,34 +522,6 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   if (tid < 128) {  // ------------------------------------------------------------ producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
     if constexpr (kTma) {   // one thread issues both copies of every stage
-      if (kThree && tid >= 32) {   // warps 1-3: each landed stage into big and small parts
-        unsigned it = 0;
-        for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
-          const int split = (int)(item % SPLITS), j1 = min(slices, (split + 1) * per);
-          for (int slice = split * per; slice < j1; ++slice, ++it) {
-            const int stage = it % STAGES;
-            mbar_wait(full + 8 * stage, (it / STAGES) & 1);
-            const unsigned base = ring + stage * STAGE_BYTES;
-            for (int i = tid - 32; i < RAW_BYTES / 16; i += 96) {
-              const uint4 v = ld_shared16(base + 16 * i);
-              unsigned big[4], small[4];
-              const unsigned in[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const float f = __uint_as_float(in[e]), b = rna_tf32(f);
-                big[e] = __float_as_uint(b);
-                small[e] = __float_as_uint(rna_tf32(__fmaf_ieee_rn(b, -1.f, f)));   // f - b, IEEE
-              }
-              st_shared16(base + 16 * i, make_uint4(big[0], big[1], big[2], big[3]));
-              st_shared16(base + RAW_BYTES + 16 * i,
-                          make_uint4(small[0], small[1], small[2], small[3]));
-            }
-            fence_async_shared();          // the Tensor Cores read what these stores wrote
-            mbar_arrive(parts + 8 * stage);
-          }
-        }
-        return;
-      }
       if (tid != 0) return;
       if (kResident) {     // the filter tile, once: rows g0*Kg.., every slice's BK columns
         mbar_expect_bytes(w_full, slices * W_BYTES);
@@ -535,7 +545,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
           const unsigned a = ring + stage * STAGE_BYTES, bar = full + 8 * stage;
           if constexpr (kHalf) {   // units 2j and 2j + 1, each its own 64-byte-row box
             const int per_tap = geo.Cg / 32;
-            mbar_expect_bytes(bar, RAW_BYTES);
+            mbar_expect_bytes(bar, STAGE_BYTES);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {   // past the last unit: channels past x's, zeros
               const int u = 2 * j + h, tap = u / per_tap, ur = tap / geo.S, us = tap - ur * geo.S;
@@ -546,10 +556,14 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
             if (!kResident) tma_tile2d(a + A_BYTES, w_map, j * BK, k_base, bar);
             continue;
           }
-          mbar_expect_bytes(bar, RAW_BYTES);
+          mbar_expect_bytes(bar, STAGE_BYTES);
           tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh, bar);
-          if (!kResident)
-            tma_tile2d(a + A_BYTES, w_map, (r * geo.S + s) * geo.Cg + cb * BK, k_base, bar);
+          const int t = (r * geo.S + s) * geo.Cg + cb * BK;
+          if (!kResident) tma_tile2d(a + A_BYTES, w_map, t, k_base, bar);
+          // kThree: the small parts, K rows further down the split filter. (A last tile's big
+          // rows past K read small parts, and its small rows past 2K zeros: filters past K are
+          // computed and not stored.)
+          if (kThree) tma_tile2d(a + A_BYTES + W_BYTES, w_map, t, geo.K + k_base, bar);
         }
       }
       return;
@@ -684,7 +698,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     const int j1 = min(slices, (split + 1) * per);
     for (int slice = split * per; slice < j1; ++slice, ++it) {
       const int stage = it % STAGES;
-      mbar_wait((kThree ? parts : full) + 8 * stage, (it / STAGES) & 1);
+      mbar_wait(full + 8 * stage, (it / STAGES) & 1);
       // kHalf: the window tile is two boxes of 64-byte rows, this consumer's rows in each.
       const unsigned a = ring + stage * STAGE_BYTES + rows_at * (kHalf ? 64 : 128);
       const unsigned b = kResident ? resident + slice * W_BYTES
@@ -693,22 +707,46 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
       for (int i = 0; i < MI; ++i) pin(acc[i]);
       wgmma_fence();
       if constexpr (kThree) {   // the slice's sum in `part`: the cross terms, then big * big
+        // This thread's A fragments of its rows (warp * 16 + lane's ldmatrix row, matrix
+        // lane / 8: rows + 8 for odd matrices, the k-step's second chunk for the last two),
+        // split into big and small parts.
+        unsigned xb[MI][K_STEPS][4], xs[MI][K_STEPS][4];
+        const int lrow = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int k = 0; k < K_STEPS; ++k) {
+            unsigned v[4];
+            ldmatrix_x4(a + chunk_offset<true>(i * 64 + lrow, 2 * k + (lane >> 4)), v);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float f = __uint_as_float(v[e]), big = rna_tf32(f);
+              xb[i][k][e] = __float_as_uint(big);
+              xs[i][k][e] = __float_as_uint(rna_tf32(__fmaf_ieee_rn(big, -1.f, f)));  // f - big
+            }
+          }
 #pragma unroll
         for (int i = 0; i < MI; ++i) pin(part[i]);
+        wgmma_fence();                   // the fragments' registers are written
 #pragma unroll
         for (int term = 0; term < 3; ++term)     // big*small, small*big, big*big
 #pragma unroll
           for (int k = 0; k < K_STEPS; ++k)
 #pragma unroll
             for (int i = 0; i < MI; ++i) {
-              const unsigned ak = a + i * 64 * 128 + k * k16_advance<kSwizzle>();
-              const unsigned bk = b + k * k16_advance<kSwizzle>();
-              wgmma<BN, T>(part[i], descriptor<kSwizzle>(ak + (term == 1 ? RAW_BYTES : 0)),
-                           descriptor<kSwizzle>(bk + (term == 0 ? RAW_BYTES : 0)),
-                           term + k > 0);              // the slice's first product overwrites
+              const unsigned bk = b + k * k16_advance<kSwizzle>() + (term == 0 ? W_BYTES : 0);
+              wgmma_rs<BN>(part[i], term == 1 ? xs[i][k] : xb[i][k], descriptor<kSwizzle>(bk),
+                           term + k > 0);      // the slice's first product overwrites
             }
         wgmma_commit();
         wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int k = 0; k < K_STEPS; ++k) {
+            pin_regs(xb[i][k]);              // read by the wgmmas until the wait
+            pin_regs(xs[i][k]);
+          }
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
           pin(part[i]);
@@ -882,6 +920,16 @@ __global__ void split_reduce(const float* __restrict__ partial, const T* __restr
     for (int s = 0; s < splits; ++s) v = add(v, partial[s * total + i]);
     if (bias) v = add(v, to_acc(bias[i % K], 0.f));
     y[i] = from_acc<T>(v);
+  }
+}
+
+// "3xtf32"'s filter, split once a call: split[i] = big = rna_tf32(w[i]) and split[n + i] = the
+// small part, rna_tf32(w[i] - big) (the kernel's filter map reads it as 2K rows).
+__global__ void tf32_split(const float* __restrict__ w, float* __restrict__ split, i64 n) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    const float f = w[i], big = rna_tf32(f);
+    split[i] = big;
+    split[n + i] = rna_tf32(__fmaf_ieee_rn(big, -1.f, f));
   }
 }
 

@@ -312,6 +312,7 @@ class Executable:
         self.reduce = None
         if plan.splits > 1:
             self.reduce = kernel(plan.file, f"split_reduce<{T}>")
+        self.split = kernel(plan.file, "tf32_split") if plan.precision == "3xtf32" else None
         self.gemm = GemmCall(prob, plan) if plan.algorithm == "gemm" else None
         self.local = threading.local()
 
@@ -414,6 +415,11 @@ class Executable:
         if plan.algorithm in ("im2win_fused", "depthwise"):
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
             pointers, _, params, _, maps_at = self._argument_buffers()
+            if self.split is not None:          # "3xtf32": the filter's big and small parts
+                split = scratch.empty((2 * w.size,), np.float32)
+                self.split((min(-(-w.size // 256), 8 * 65535), 1, 1), (256, 1, 1),
+                           (w, split, np.int64(w.size)))
+                w = split
             pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
             if self.tma is not None:
                 ctypes.memmove(maps_at, self.tma.bytes_for(x, w), 256)

@@ -361,6 +361,12 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
 
     per_image = window_bytes(prob, 1)
     if precision != "float32":
+        if prob.layout == "NCHW" and algorithm in ("auto", "im2win_nhwc"):
+            refusal = nhwc_refusal(prob, x_strides, workspace_limit)
+            if refusal:
+                raise ValueError(f"precision={precision!r} cannot run this problem: NCHW runs "
+                                 f"on its NHWC twin, and {refusal}")
+            return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch, precision)
         return tf32_plan(prob, algorithm, options, tile, x_strides, x_aligned, w_aligned, arch,
                          precision)
     if algorithm == "auto":
@@ -770,18 +776,19 @@ def nhwc_auto_plan(prob: Problem, x_strides, options: Options, workspace_limit: 
 
 
 def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
-              tile: str | None, arch: int | None) -> Plan:
+              tile: str | None, arch: int | None, precision: str = "float32") -> Plan:
     """The plan that runs the NCHW `prob` on its NHWC twin: layout.cu copies x and w
-    channels-last into workspace, the twin's fused plan (`inner`, any kernel it picks) writes
-    a channels-last y, and layout.cu copies that into y. Where the twin runs the wgmma kernel
-    in one work item a tile (Options.nchw_epilogue), its epilogue writes the NCHW y itself
-    (Geometry.y_nchw): no y copy, no transpose."""
+    channels-last into workspace, the twin's fused plan (`inner`, any kernel it picks; at
+    `precision`: "tf32" and "3xtf32" run NCHW this way only) writes a channels-last y, and
+    layout.cu copies that into y. Where the twin runs the wgmma kernel in one work item a tile
+    (Options.nchw_epilogue), its epilogue writes the NCHW y itself (Geometry.y_nchw): no y
+    copy, no transpose."""
     refusal = nhwc_refusal(prob, x_strides, workspace_limit)
     if refusal:
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
     twin, strides = nhwc_twin(prob)
     inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
-                      options=options, tile=tile, arch=arch,
+                      options=options, tile=tile, arch=arch, precision=precision,
                       workspace_limit=None if workspace_limit is None else
                       workspace_limit - nhwc_workspace(prob))
     return around(prob, "im2win_nhwc", inner, options, nhwc_workspace)
@@ -1054,11 +1061,13 @@ def tf32_refusal(prob: Problem, algorithm: str, options: Options, x_strides, x_a
                  w_aligned: bool, arch: int | None) -> str | None:
     """Why float32 on Tensor Cores (precision "tf32" or "3xtf32") cannot run `prob` (None: it
     can): it runs on the Hopper kernel with TMA copies, so compute capability 9.0, NHWC, fused
-    windows, C/groups a multiple of 32, x and w 16-byte aligned."""
+    windows, C/groups a multiple of 32, x and w 16-byte aligned (an NCHW problem runs on its
+    NHWC twin: make_plan)."""
     if arch != HOPPER or not options.hopper:
         return "it runs on the Hopper kernel (compute capability 9.0, Options(hopper=True))"
     if algorithm not in ("auto", "im2win_fused"):
-        return f"it runs the fused kernel (algorithm 'auto' or 'im2win_fused'), not {algorithm!r}"
+        return (f"it runs the fused kernel (algorithm 'auto' or 'im2win_fused'; NCHW through "
+                f"its NHWC twin: 'auto' or 'im2win_nhwc'), not {algorithm!r}")
     if not (options.tma and options.conflict_free):
         return "it copies by TMA (Options(tma=True, conflict_free=True))"
     tile = WGMMA_TILES[choose_tf32_tile(prob.Kg, prob.N * prob.P * prob.Q, "tf32")]
@@ -1090,9 +1099,13 @@ def tf32_plan(prob: Problem, algorithm: str, options: Options, tile: str | None,
     chosen = WGMMA_TILES[tile or choose_tf32_tile(prob.Kg, prob.N * prob.P * prob.Q, precision)]
     geo = geometry(prob, True, max(prob.N, 1), x_strides)
     geo = geo._replace(redp=-(-prob.reduction // slice_elements(prob)) * slice_elements(prob))
+    args, workspace = tma_args(prob, chosen, x_strides, x_aligned, w_aligned), 0
+    if precision == "3xtf32":   # the filter split once a call (tf32_split): 2K rows
+        args = args._replace(w_dims=(prob.reduction, 2 * prob.K))
+        workspace = 2 * prob.K * prob.reduction * prob.dtype.itemsize
     return Plan("im2win_fused", chosen, options, "im2win_wgmma",
                 wgmma_tf32_kernel_name(chosen, options, precision), max(prob.N, 1), geo, b"",
-                0, tma_args(prob, chosen, x_strides, x_aligned, w_aligned), precision=precision)
+                workspace, args, precision=precision)
 
 
 def wgmma_tf32_kernel_name(tile: WgmmaTile, options: Options, precision: str) -> str:
@@ -1329,6 +1342,7 @@ def tf32_specializations() -> set:
                     if precision == "tf32" or name in THREE_TF32_TILES:
                         out.add(("im2win_wgmma", wgmma_tf32_kernel_name(tile, options,
                                                                         precision)))
+    out.add(("im2win_wgmma", "tf32_split"))
     return out
 
 

@@ -102,12 +102,12 @@ class WgmmaTile:
     def smem_bytes(self, stages: int | None = None, three: bool = False,
                    resident: int = 0) -> int:
         """Dynamic shared memory of a block (im2win_wgmma.cu's smem_bytes; with `three`,
-        "3xtf32"'s smem_bytes_three: stages twice as large, a third mbarrier each; with
+        "3xtf32"'s smem_bytes_three: each stage holds the filter tile twice; with
         `resident` slices of the filter kept in shared memory, stages of the window tile
         only and the filter tile after them)."""
         stages = self.STAGES if stages is None else stages
         if three:
-            return self.fixed_bytes() + stages * ((self.BM + self.BN) * 256 + 24)
+            return self.fixed_bytes() + stages * ((self.BM + 2 * self.BN) * 128 + 16)
         ring = stages * ((self.BM + (0 if resident else self.BN)) * 128 + 16)
         return self.fixed_bytes() + ring + resident * self.BN * 128
 
@@ -118,7 +118,7 @@ class WgmmaTile:
 
     def three_stages(self) -> int:
         """The deepest ring of "3xtf32" that fits 227 KB (at most STAGES)."""
-        fit = (HOPPER_SMEM - self.fixed_bytes()) // ((self.BM + self.BN) * 256 + 24)
+        fit = (HOPPER_SMEM - self.fixed_bytes()) // ((self.BM + 2 * self.BN) * 128 + 16)
         return min(self.STAGES, fit)
 
     def resident_stages(self, slices: int) -> int:
