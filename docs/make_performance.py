@@ -184,23 +184,32 @@ def float16_targets(record, rows, data=DOCS / "data"):
 
 PRECISION_NOTES = """### float32 on Tensor Cores: `precision="3xtf32"` and `"tf32"`
 
-`python -m im2win --compare --dtype float32 --layout NHWC --precision P`: im2win at precision P
-(the Hopper kernel with TMA copies, `.tf32` wgmma; it refuses C/groups not a multiple of 32,
-so the C = 3 layers show "-"), this project's FP32 path (CUDA cores, IEEE fused multiply-adds),
-and cuDNN FP32 with TF32 off. Errors are max|y - ref| / max|ref| against the float64 reference
-on the same float32 inputs (first and last image). "3xtf32" sums big*small + small*big +
-big*big of each operand's TF32 split, each 32-deep slice from zero, added in FP32; "tf32" is one
-TF32 product (10 fraction bits, truncated operands: lower precision, as PyTorch's default).
+`python -m im2win --compare --dtype float32 --layout L --precision P`: im2win at precision P
+(the Hopper kernel with TMA copies, `.tf32` wgmma; NCHW on its NHWC twin, the C = 3 layers
+over window columns padded to 32 channels; a layer it refuses shows "-"), this project's FP32
+path (CUDA cores, IEEE fused multiply-adds), and cuDNN FP32 with TF32 off. Errors are
+max|y - ref| / max|ref| against the float64 reference on the same float32 inputs (first and
+last image). "3xtf32" sums big*small + small*big + big*big of each operand's TF32 split, each
+32-deep slice from zero, added in FP32; "tf32" is one TF32 product (10 fraction bits,
+truncated operands: lower precision, as PyTorch's default).
 """
 
 
 def precision_section(records):
-    """3xtf32 and tf32 against the FP32 path and cuDNN FP32: speed and error per layer."""
+    """3xtf32 and tf32 against the FP32 path and cuDNN FP32: speed and error per layer, a
+    table per layout."""
+    layouts = sorted({r["layout"] for r in records}, key=lambda name: name != "NHWC")
+    return "\n\n".join([PRECISION_NOTES.rstrip()] + [
+        precision_table(layout, [r for r in records if r["layout"] == layout])
+        for layout in layouts])
+
+
+def precision_table(layout, records):
     by = {r["command"].split("--precision ")[1].split()[0]: by_layer(r) for r in records}
     three, one = by.get("3xtf32", {}), by.get("tf32", {})
     base = three or one
-    lines = [PRECISION_NOTES] + [f"`{r['command'].split(' --json')[0]}` on {r['date'][:10]}."
-                                 for r in records] + [
+    lines = [f"#### {layout}", ""] + [f"`{r['command'].split(' --json')[0]}` on {r['date'][:10]}."
+                                      for r in records] + [
         "", "| layer | 3xtf32 TFLOPS | tf32 TFLOPS | FP32 path TFLOPS | cuDNN FP32 TFLOPS | "
         "3xtf32 vs cuDNN | error: 3xtf32 | tf32 | FP32 path | cuDNN FP32 |",
         "|---|---|---|---|---|---|---|---|---|---|"]
@@ -732,7 +741,7 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
         page.append(gpu_section(record, data) + "\n")
         page.append(f"![TFLOPS per layer]({link(tflops, out)})\n"
                     f"![extra memory per layer]({link(memory, out)})\n")
-    precisions = sorted(data.glob("gpu-float32-NHWC-*tf32.json"))
+    precisions = sorted(data.glob("gpu-float32-N*-*tf32.json"))
     if precisions:
         page.append(precision_section([json.loads(p.read_text()) for p in precisions]) + "\n")
     gradients = sorted(data.glob("gpu-*-backward_*.json"))

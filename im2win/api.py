@@ -81,9 +81,10 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             three products accumulated in FP32: FP32-accurate) or "tf32" (one TF32 product:
             lower precision, what PyTorch's convolutions give by default). The Tensor-Core
             forms run on the Hopper kernel with TMA copies (compute capability 9.0, NHWC or
-            NCHW through channels-last copies, C/groups a multiple of 32, x and w 16-byte
-            aligned) and raise ValueError elsewhere; never silently at lower precision.
-            Other dtypes take None only.
+            NCHW through channels-last copies, C/groups a multiple of 32 or stems of one
+            group over their window columns padded to 32, x and w 16-byte aligned) and
+            raise ValueError elsewhere; never silently at lower precision. Other dtypes take
+            None only.
 
     Returns:
         y: (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC", with x's dtype (float16,

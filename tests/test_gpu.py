@@ -735,6 +735,7 @@ TF32_CASES = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments: all NHWC,
     ((3, 32, 7, 6), (40, 32, 1, 1), dict()),                              # reduction of 32
     ((2, 256, 6, 5), (64, 256, 3, 3), dict(padding=1)),                   # 2304 long
     ((2, 128, 8, 8), (96, 32, 3, 3), dict(groups=4, padding=1, dilation=2)),   # groups of 32
+    ((2, 3, 20, 21), (17, 3, 7, 7), dict(stride=2, padding=3)),   # a stem: window columns
 ]
 SCALES = [(1.0, 1.0), (2.0 ** 100, 2.0 ** -100), (1e-30, 1e-5)]   # the exponent range
 

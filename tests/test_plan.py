@@ -622,6 +622,33 @@ def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused(
         plan_for(wide, arch=90, precision="3xtf32", tile="wg128x256")
 
 
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_float32_stems_on_tensor_cores_run_over_window_columns_of_32(layout):
+    """A stem at precision "tf32" or "3xtf32": its R x 1 problem over window columns padded to
+    a multiple of 32 (the kernel's TMA boxes of 32 floats; the FP32 path pads to 8), whatever
+    the bytes a FLOP, since nothing else runs it at these precisions; NCHW y written by the
+    epilogue."""
+    from im2win.cuda.plan import columns_stage, columns_workspace
+    for name, C2, C8 in (("cv1", 64, 40), ("cv3", 32, 24), ("cv7", 32, 16)):
+        x_shape, w_shape = LAYERS[name].shapes(8, layout)
+        prob = problem(x_shape, w_shape, layout=layout, **LAYERS[name].kwargs)
+        assert columns_stage(prob).C == C8
+        for precision in ("tf32", "3xtf32"):
+            plan = plan_for(prob, arch=90, precision=precision)
+            stage = columns_stage(prob, precision=precision)
+            inner = plan_for(stage, arch=90, algorithm="im2win_fused", precision=precision)
+            assert plan.algorithm == "im2win_columns" and stage.C == C2
+            assert plan.inner == dataclasses.replace(
+                inner, geometry=inner.geometry._replace(y_nchw=int(layout == "NCHW")))
+            assert plan.inner.precision == precision and plan.workspace_bytes == \
+                columns_workspace(prob, y=False, precision=precision) + inner.workspace_bytes
+            assert plan_for(prob, arch=90, precision=precision,
+                            algorithm="im2win_columns") == plan
+        for kwargs in (dict(workspace_limit=1000), dict(options=Options(window_columns=False))):
+            with pytest.raises(ValueError, match="C/groups=3|workspace_limit=1000"):
+                plan_for(prob, arch=90, precision="3xtf32", **kwargs)
+
+
 def test_float32_nhwc_fused_windows_of_8_channels_run_on_the_ffma_kernel():
     nhwc = problem((2, 9, 9, 32), (64, 3, 3, 32), layout="NHWC", padding=1)
     plan = plan_for(nhwc)

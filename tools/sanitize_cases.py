@@ -128,7 +128,8 @@ for layout in ("NCHW", "NHWC"):
 
 def float32_on_tensor_cores():
     """float32 on the wgmma kernel: "tf32" and "3xtf32" (its split filter), every tile, a K
-    tail, groups whose filter tiles run into the next group's rows, NCHW on the NHWC twin."""
+    tail, groups whose filter tiles run into the next group's rows, NCHW on the NHWC twin, a
+    stem over its window columns in both layouts."""
     x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)).astype(np.float32))
     w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)).astype(np.float32))
     b = cupy.asarray(rng.uniform(-1, 1, 70).astype(np.float32))
@@ -140,10 +141,17 @@ def float32_on_tensor_cores():
         cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile, precision=precision)
         cuda.conv2d(grouped, x, cupy.ascontiguousarray(w[:, :, :, :32]), b,
                     algorithm="im2win_fused", tile=tile, precision=precision)
+    stem_x = cupy.asarray(rng.uniform(-1, 1, (2, 20, 21, 3)).astype(np.float32))
+    stem_w = cupy.asarray(rng.uniform(-1, 1, (17, 7, 7, 3)).astype(np.float32))
     for precision in ("tf32", "3xtf32"):          # NCHW on its NHWC twin
         im2win.conv2d(cupy.ascontiguousarray(x.transpose(0, 3, 1, 2)),
                       cupy.ascontiguousarray(w.transpose(0, 3, 1, 2)), b, padding=1,
                       precision=precision)
+        for layout in ("NHWC", "NCHW"):           # a stem over window columns of 32
+            order = (0, 3, 1, 2) if layout == "NCHW" else (0, 1, 2, 3)
+            im2win.conv2d(cupy.ascontiguousarray(stem_x.transpose(order)),
+                          cupy.ascontiguousarray(stem_w.transpose(order)), b[:17],
+                          layout=layout, stride=2, padding=3, precision=precision)
 
 
 # The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64 or 32), every tile, both 16-bit types.

@@ -302,7 +302,8 @@ class Executable:
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)
             self.transpose = kernel("layout", f"transpose_batched<{T}>")
         if plan.algorithm == "im2win_columns":   # the R x 1 problem's, held likewise
-            self.inner = executable(columns_stage(prob), plan.inner)
+            self.inner = executable(columns_stage(prob, precision=plan.inner.precision),
+                                    plan.inner)
             self.columns = kernel("layout", f"window_columns<{T}>")
             self.column_blocks = COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
             if prob.layout == "NCHW":

@@ -9,6 +9,7 @@ thread) plus a reduction term (from the plan's table, `Plan.taps`, where offsets
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import pathlib
 from typing import Callable, NamedTuple
@@ -361,6 +362,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
 
     per_image = window_bytes(prob, 1)
     if precision != "float32":
+        if algorithm == "im2win_columns" or (algorithm == "auto" and tile is None and
+                                             tf32_columns(prob, options, workspace_limit)):
+            return columns_plan(prob, options, workspace_limit, tile, arch, precision)
         if prob.layout == "NCHW" and algorithm in ("auto", "im2win_nhwc"):
             refusal = nhwc_refusal(prob, x_strides, workspace_limit)
             if refusal:
@@ -810,7 +814,7 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
                 copies(prob, y=not direct) + inner.workspace_bytes, inner=inner)
 
 
-def columns_stage(prob: Problem, wide: bool = True) -> Problem:
+def columns_stage(prob: Problem, wide: bool = True, precision: str = "float32") -> Problem:
     """The problem over x's window columns (layout.cu's window_columns): an R x 1 filter, S*C
     channels padded to C2, Q columns at stride 1, no padding across. Its reduction runs
     (r, s, c) in window order, with zeros past S*C in each filter row. C2 is a multiple of 8
@@ -818,30 +822,31 @@ def columns_stage(prob: Problem, wide: bool = True) -> Problem:
     multiples of 8), of 32 where that adds at most a third: the R x 1 problem then takes TMA
     boxes of 32 channels. H200, float16 NHWC, batch 128, GPU ms (multiples of 8 / of 32 / of
     64, one process each, docs/hopper.md step 11): cv3 (S*C = 21) 0.382 / 0.319 / 0.395,
-    cv1 (33) 0.257 / 0.261 / 0.259, cv7 (9) 0.608 / 0.717 / 0.864."""
+    cv1 (33) 0.257 / 0.261 / 0.259, cv7 (9) 0.608 / 0.717 / 0.864. float32 at `precision`
+    "tf32" or "3xtf32": a multiple of 32 (the Tensor-Core kernel's TMA boxes of 32 floats)."""
     C2, C32 = (-(-prob.S * prob.C // m) * m for m in (8, 32))
-    if wide and prob.dtype.itemsize == 2 and 3 * C32 <= 4 * C2:
+    if (wide and prob.dtype.itemsize == 2 and 3 * C32 <= 4 * C2) or precision != "float32":
         C2 = C32
     return dataclasses.replace(prob, layout="NHWC", C=C2, W=prob.Q, S=1, sw=1, dw=1, pl=0,
                                pr=0)
 
 
-def columns_workspace(prob: Problem, y: bool = True) -> int:
-    """Bytes that "im2win_columns" allocates: x's and w's window columns (N*H*Q*C2 and
-    K*R*C2 elements) and, for NCHW unless the kernel writes it (`y`), the channels-last y it
-    transposes into y."""
-    C2 = columns_stage(prob).C
+def columns_workspace(prob: Problem, y: bool = True, precision: str = "float32") -> int:
+    """Bytes that "im2win_columns" allocates at `precision`: x's and w's window columns
+    (N*H*Q*C2 and K*R*C2 elements) and, for NCHW unless the kernel writes it (`y`), the
+    channels-last y it transposes into y."""
+    C2 = columns_stage(prob, precision=precision).C
     elements = prob.N * prob.H * prob.Q * C2 + prob.K * prob.R * C2 + \
         (prob.N * prob.P * prob.Q * prob.K if prob.layout == "NCHW" and y else 0)
     return elements * prob.dtype.itemsize
 
 
-def columns_refusal(prob: Problem, workspace_limit: int | None) -> str | None:
-    """Why "im2win_columns" cannot run `prob` (None: it can): float16, bfloat16 or float32 (at
-    FP32 precision: "tf32" and "3xtf32" plan elsewhere), one group, more than one filter
-    column, a filter row's S*C values within one 64-channel box and x's row within a block of
-    layout.cu's window_columns (W*C at most WINDOW_ROW), the copies within
-    `workspace_limit`."""
+def columns_refusal(prob: Problem, workspace_limit: int | None,
+                    precision: str = "float32") -> str | None:
+    """Why "im2win_columns" cannot run `prob` (None: it can) at `precision`: float16, bfloat16
+    or float32, one group, more than one filter column, a filter row's S*C values within one
+    64-channel box and x's row within a block of layout.cu's window_columns (W*C at most
+    WINDOW_ROW), the copies within `workspace_limit`."""
     from im2win.cuda.wgrad import WINDOW_ROW
     if prob.dtype.name not in TENSOR_CORE_DTYPES + ("float32",):
         return f"it takes float16, bfloat16 and float32, not {prob.dtype.name}"
@@ -851,14 +856,15 @@ def columns_refusal(prob: Problem, workspace_limit: int | None) -> str | None:
     if prob.S * prob.C > 64 or prob.W * prob.C > WINDOW_ROW:
         return (f"a filter row's S*C values must fit 64 channels and x's row W*C must fit "
                 f"{WINDOW_ROW} (got S*C={prob.S * prob.C}, W*C={prob.W * prob.C})")
-    if workspace_limit is not None and columns_workspace(prob) > workspace_limit:
-        return (f"its window columns take {columns_workspace(prob)} bytes, more than "
+    copies = columns_workspace(prob, precision=precision)
+    if workspace_limit is not None and copies > workspace_limit:
+        return (f"its window columns take {copies} bytes, more than "
                 f"workspace_limit={workspace_limit}")
     return None
 
 
 def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
-                 tile: str | None, arch: int | None) -> Plan:
+                 tile: str | None, arch: int | None, precision: str = "float32") -> Plan:
     """The plan that runs the stem `prob` over x's window columns: layout.cu's window_columns
     copies x[n, h, q*sw + s*dw - pl, c] to x2[n, h, q, s*C + c] and w[k, r, s, c] to
     w2[k, r, 0, s*C + c] (zeros past S*C and outside x), the R x 1 problem's fused plan
@@ -866,18 +872,20 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
     layout.cu transposes into y, or where `around` lets the epilogue, into y itself). The
     window along each filter row becomes one run of channels, as im2win lays a window's
     columns out: cv3's reduction of 7 x 7 taps of 3 channels is 7 rows of 32 channels (224
-    in place of 392 padded to 8 channels a tap; columns_stage says why 32, not 24)."""
-    refusal = columns_refusal(prob, workspace_limit)
+    in place of 392 padded to 8 channels a tap; columns_stage says why 32, not 24). float32 at
+    precision "tf32" or "3xtf32": the R x 1 problem on the Tensor-Core kernel."""
+    refusal = columns_refusal(prob, workspace_limit, precision)
     if refusal:
         raise ValueError(f"algorithm='im2win_columns' cannot run this problem: {refusal}")
-    inner_prob = columns_stage(prob)
-    copies = columns_workspace(prob)
+    inner_prob = columns_stage(prob, precision=precision)
+    copies = columns_workspace(prob, precision=precision)
     H, W, C = inner_prob.H, inner_prob.W, inner_prob.C           # x2: contiguous NHWC
     inner = make_plan(inner_prob, x_strides=(H * W * C, 1, W * C, C), w_aligned=True,
                       algorithm="im2win_fused", options=options, tile=tile, arch=arch,
                       workspace_limit=None if workspace_limit is None else
-                      workspace_limit - copies)
-    return around(prob, "im2win_columns", inner, options, columns_workspace)
+                      workspace_limit - copies, precision=precision)
+    return around(prob, "im2win_columns", inner, options,
+                  functools.partial(columns_workspace, precision=precision))
 
 
 def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
@@ -905,6 +913,16 @@ def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | No
         return None
     plan = columns_plan(prob, options, workspace_limit, None, arch)
     return plan if plan.inner.file == "im2win_wgmma" else None
+
+
+def tf32_columns(prob: Problem, options: Options, workspace_limit: int | None) -> bool:
+    """Whether "auto" runs a float32 problem at precision "tf32" or "3xtf32" over its window
+    columns: where C is not a multiple of 32 (the Tensor-Core kernel's TMA boxes are 32
+    floats, which a stem's window columns give; nothing else runs such a problem at these
+    precisions, so no bytes-a-FLOP bound as for the FP32 path) and the columns are possible
+    (Options.window_columns, columns_refusal: within `workspace_limit`)."""
+    return options.window_columns and prob.C % 32 != 0 and \
+        columns_refusal(prob, workspace_limit, "3xtf32") is None
 
 
 def check_grid(prob: Problem, tile) -> None:
