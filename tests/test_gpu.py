@@ -383,9 +383,10 @@ def test_empty_batch_and_zero_channels():
                                                                         cupy.float16))
     assert y.shape == (0, 4, 6, 6) and y.dtype == cupy.float16
     b = cupy.asarray([1.0, -2.0], cupy.float32)
-    y = im2win.conv2d(cupy.zeros((2, 0, 5, 5), cupy.float32), cupy.zeros((2, 0, 2, 2),
-                                                                         cupy.float32), b)
-    cupy.testing.assert_array_equal(y, cupy.broadcast_to(b[:, None, None], (2, 2, 4, 4)))
+    for precision in (None, "tf32", "3xtf32"):    # nothing to round: the bias, exactly
+        y = im2win.conv2d(cupy.zeros((2, 0, 5, 5), cupy.float32),
+                          cupy.zeros((2, 0, 2, 2), cupy.float32), b, precision=precision)
+        cupy.testing.assert_array_equal(y, cupy.broadcast_to(b[:, None, None], (2, 2, 4, 4)))
 
 
 def test_nan_inf_and_float16_range():
@@ -454,6 +455,32 @@ def test_autotune_times_candidates_and_remembers_the_winner(rng):
     plan = cuda._plan(prob, x, w, "auto", None, None)
     assert (plan.algorithm, plan.tile.name) == results[0][:2]
     run(*(cupy.asnumpy(a) for a in (x, w, b)), "NCHW", dict(padding=1))
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", [
+    ((3, 64, 10, 9), (40, 64, 3, 3), dict(padding=1)),        # NCHW on its NHWC twin
+    ((2, 3, 20, 21), (17, 3, 7, 7), dict(stride=2, padding=3)),   # a stem: window columns
+])
+def test_autotune_at_a_tensor_core_precision_remembers_its_own_winner(rng, x_shape, w_shape,
+                                                                    kwargs):
+    from im2win import cuda
+    from im2win.cuda.tuning import THREE_TF32_TILES
+    if not hopper():
+        pytest.skip("float32 on Tensor Cores runs on the Hopper kernel")
+    x, w, b = (cupy.asarray(a) for a in random_arrays(rng, x_shape, w_shape, w_shape[0],
+                                                      np.float32))
+    with pytest.raises(ValueError, match="tiles for precision='3xtf32'"):
+        cuda.autotune(x, w, b, tiles=["wg128x256"], precision="3xtf32", **kwargs)
+    results = cuda.autotune(x, w, b, repeat=2, precision="3xtf32", **kwargs)
+    assert sorted(r[1] for r in results) == sorted(THREE_TF32_TILES)
+    assert all(r[0] == "auto" for r in results)
+    prob = make_problem(x, w, b, **kwargs)
+    plan = cuda._plan(prob, x, w, "auto", None, None, precision="3xtf32")
+    assert plan.inner.tile.name == results[0][1] and plan.inner.precision == "3xtf32"
+    assert cuda._plan(prob, x, w, "auto", None, None).precision == "float32"   # its own key
+    y = im2win.conv2d(x, w, b, precision="3xtf32", **kwargs)
+    forced = cuda.conv2d(prob, x, w, b, tile=results[0][1], precision="3xtf32")
+    assert cupy.array_equal(y, forced)
 
 
 def test_bad_gpu_arguments_are_refused_before_launch():

@@ -45,6 +45,14 @@ def test_asv_grids(suite):
     assert suite.Conv2dCPU.param_names == ["layer", "dtype", "layout", "implementation"]
 
 
+def test_asv_precision_grid_skips_without_a_hopper_gpu(suite):
+    assert suite.PrecisionGPU.params[1:] == (["float32", "3xtf32", "tf32"], ["NCHW", "NHWC"])
+    assert suite.PrecisionGPU.param_names == ["layer", "precision", "layout"]
+    if not cuda.is_available():
+        with pytest.raises(NotImplementedError):
+            suite.PrecisionGPU().setup("cv12", "3xtf32", "NHWC")
+
+
 @pytest.mark.parametrize("impl", ["im2win_fused", "im2win", "direct", "cudnn"])
 def test_asv_gpu_only_implementations_skip_on_the_cpu(suite, impl):
     with pytest.raises(NotImplementedError):

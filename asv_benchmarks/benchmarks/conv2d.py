@@ -10,6 +10,8 @@ whole networks and for the host's cost of a call:
   GPU (or without PyTorch with CUDA, for cuDNN) `setup` raises NotImplementedError: asv
   reports the case as skipped.
 * `Conv2dCPU`: batch 8 (`bench.CPU_BATCH`), float32, the default and im2col_gemm.
+* `PrecisionGPU`: float32 at each `precision` ("float32", "3xtf32", "tf32"), the default,
+  batch 128, NCHW and NHWC.
 * `NetworksGPU`: `track_speedup_vs_cudnn` per network of `im2win.networks` and dtype (float32
   NCHW, float16 NHWC), batch 32: cuDNN's total time over im2win's, each convolution weighted by
   how often the network runs it.
@@ -98,7 +100,10 @@ class _Conv2d:
             if impl == "im2col_gemm":
                 raise NotImplementedError("CuPy's matmul has no bfloat16")
         self.device = bench.select_device(self.device_name)
-        fn = implementation(impl, self.device)
+        self.prepare(implementation(impl, self.device), layer, dtype, layout)
+
+    def prepare(self, fn, layer, dtype, layout):
+        """self.call: fn on `layer`'s inputs (a rotation of x), compiled and warmed up."""
         spec = LAYERS[layer]
         x, w = device_inputs(spec, self.device.batch, dtype, layout, self.device)
         self.flops = make_problem(x, w, stride=spec.stride, layout=layout).flops
@@ -111,16 +116,16 @@ class _Conv2d:
         self.call()                          # compile and warm up outside the timing
         self.device.sync()
 
-    def time_conv2d(self, layer, dtype, layout, impl):
+    def time_conv2d(self, *params):
         self.call()
         self.device.sync()
 
-    def track_tflops(self, layer, dtype, layout, impl):
+    def track_tflops(self, *params):
         return self.flops / self.device.time(self.call, min_seconds=0.1) / 1e12
 
     track_tflops.unit = "TFLOPS"
 
-    def track_extra_memory(self, layer, dtype, layout, impl):
+    def track_extra_memory(self, *params):
         return self.device.extra_memory(self.call)
 
     track_extra_memory.unit = "bytes"
@@ -135,6 +140,28 @@ class Conv2dGPU(_Conv2d):
 class Conv2dCPU(_Conv2d):
     params = (list(LAYERS), ["float32"], ["NCHW", "NHWC"], list(CPU_IMPLEMENTATIONS))
     device_name = "cpu"
+
+
+class PrecisionGPU(_Conv2d):
+    """float32 at each `precision` of im2win.conv2d (``python -m im2win --dtype float32
+    --precision P``): the planner's default at "float32" (CUDA cores), "3xtf32" and "tf32"
+    (Tensor Cores, Hopper only: elsewhere asv reports the case as skipped), batch 128."""
+
+    params = (list(LAYERS), ["float32", "3xtf32", "tf32"], ["NCHW", "NHWC"])
+    param_names = ["layer", "precision", "layout"]
+    device_name = "gpu"
+
+    def setup(self, layer, precision, layout):
+        import inspect
+        if "precision" not in inspect.signature(conv2d).parameters:
+            raise NotImplementedError("this commit's im2win.conv2d has no precision")
+        self.device = bench.select_device(self.device_name)
+        fn = implementation("default", self.device)
+        try:
+            self.prepare(lambda x, w, **kwargs: fn(x, w, precision=precision, **kwargs),
+                         layer, "float32", layout)
+        except ValueError as err:        # a precision this device or problem cannot run
+            raise NotImplementedError(str(err)) from err
 
 
 class HostTimeGPU:

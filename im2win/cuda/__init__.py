@@ -22,7 +22,7 @@ MAX_CALLS = 4096
 
 _calls: dict = {}         # call key -> launch.Call
 _backward_problems: dict = {}   # backward call key -> (Problem, result shape, direct callable)
-_tuned: dict = {}         # (Problem, x strides) -> (algorithm, tile), from `autotune`
+_tuned: dict = {}         # (Problem, x strides, precision) -> (algorithm, tile): `autotune`
 _lock = threading.Lock()
 
 
@@ -115,9 +115,8 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None, precision=
     from im2win.cuda import launch, plan as planning
 
     x_strides = launch.element_strides(x, prob.layout)
-    tuned = _tuned.get((prob, x_strides))
-    if algorithm == "auto" and tile is None and tuned and workspace_limit is None and \
-            precision == "float32":
+    tuned = _tuned.get((prob, x_strides, precision))
+    if algorithm == "auto" and tile is None and tuned and workspace_limit is None:
         algorithm, tile = tuned
     x_aligned, w_aligned = _aligned(x, w)
     return planning.make_plan(prob, x_strides=x_strides, w_aligned=w_aligned,
@@ -177,22 +176,26 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
 
 
 def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
-             algorithms=("im2win_fused", "im2win"), tiles=None, repeat=10):
+             algorithms=("im2win_fused", "im2win"), tiles=None, repeat=10, precision=None):
     """Time the candidate algorithms and tiles on these arrays; remember the fastest.
 
     Later `im2win.conv2d` calls with algorithm="auto" and no workspace_limit on the same
-    problem (shapes, dtype, hyper-parameters, layout and input strides) use the winner.
-    Nothing is tuned implicitly.
+    problem (shapes, dtype, hyper-parameters, layout and input strides) and precision use the
+    winner. Nothing is tuned implicitly.
 
     Args:
         x, w, bias, stride, padding, dilation, groups, layout: as `im2win.conv2d` (CuPy).
         algorithms: candidates among "im2win_fused", "im2win", "direct", "im2col_gemm",
-            "depthwise" (groups = C only), "gemm" (1x1, stride 1, no padding, one group).
+            "depthwise" (groups = C only), "gemm" (1x1, no padding, one group).
         tiles: tile names to try for the im2win algorithms (default: for float16 and
             bfloat16 every Tensor-Core tile, of both kernels on Hopper; otherwise every
             CUDA-core tile with a register micro-kernel whose shared memory fits the dtype,
             and for "im2win_fused" im2win_ffma.cu's tiles that can run the problem).
         repeat: timed calls per candidate (after one warm-up call), median taken.
+        precision: float32 only, as `im2win.conv2d`. "tf32" and "3xtf32" time their own
+            path (the Hopper kernel; NCHW on the NHWC twin, stems over window columns:
+            algorithm "auto") with each Tensor-Core tile that precision takes (`tiles`: some
+            of them); `algorithms` is then not used.
 
     Returns:
         A list of (algorithm, tile, milliseconds), fastest first.
@@ -204,8 +207,9 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     import cupy
     from im2win.arrays import checked_problem
     from im2win.cuda import launch
-    from im2win.cuda.plan import accumulator_bytes, ffma_refusal
-    from im2win.cuda.tuning import FFMA_TILES, MMA_TILES, NO_MICRO_KERNEL, WGMMA_TILES
+    from im2win.cuda.plan import accumulator_bytes, check_precision, ffma_refusal
+    from im2win.cuda.tuning import (FFMA_TILES, MMA_TILES, NO_MICRO_KERNEL, THREE_TF32_TILES,
+                                    WGMMA_TILES)
 
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
@@ -216,6 +220,13 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
                          f"{algorithms!r}")
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a positive int, got {repeat!r}")
+    precision = check_precision(precision, prob.dtype)
+    if precision != "float32":       # the precision's own path, each tile it takes
+        allowed = list(THREE_TF32_TILES if precision == "3xtf32" else WGMMA_TILES)
+        if tiles is not None and (not tiles or set(tiles) - set(allowed)):
+            raise ValueError(f"tiles for precision={precision!r} must be some of "
+                             f"{', '.join(allowed)}, got {tiles!r}")
+        algorithms, tiles = ("auto",), list(tiles or allowed)
     if tiles is None and prob.dtype.name in ("float16", "bfloat16"):
         hopper = compute_capability(x.data.device_id) == 90      # both kernels there
         tiles = list(WGMMA_TILES) + list(MMA_TILES) if hopper else list(MMA_TILES)
@@ -228,9 +239,11 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     results = []
     for algorithm in algorithms:
         candidates = [t for t in tiles if algorithm == "im2win_fused" or t not in FFMA_TILES]
-        for tile in (candidates if algorithm.startswith("im2win") else [None]):
+        for tile in (candidates if algorithm.startswith("im2win") or algorithm == "auto"
+                     else [None]):
             def call():
-                return conv2d(prob, x, w, bias, algorithm=algorithm, tile=tile)
+                return conv2d(prob, x, w, bias, algorithm=algorithm, tile=tile,
+                              precision=precision)
             call()
             times = []
             for _ in range(repeat):
@@ -244,6 +257,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     results.sort(key=lambda r: r[2])
     if prob.N == 0:
         return results
-    _remember(_tuned, (prob, launch.element_strides(x, prob.layout)), results[0][:2])
+    _remember(_tuned, (prob, launch.element_strides(x, prob.layout), precision),
+              results[0][:2])
     _calls.clear()          # remembered calls of this problem were planned without the winner
     return results

@@ -361,8 +361,10 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                          f"stay below 2**31")
 
     per_image = window_bytes(prob, 1)
+    if prob.reduction == 0:         # no products to round at any precision: y is the bias
+        precision = "float32"
     if precision != "float32":
-        if algorithm == "im2win_columns" or (algorithm == "auto" and tile is None and
+        if algorithm == "im2win_columns" or (algorithm == "auto" and
                                              tf32_columns(prob, options, workspace_limit)):
             return columns_plan(prob, options, workspace_limit, tile, arch, precision)
         if prob.layout == "NCHW" and algorithm in ("auto", "im2win_nhwc"):
