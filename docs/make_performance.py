@@ -697,8 +697,13 @@ def suite_section(paths):
     commands = dict.fromkeys(re.sub(r"--suite \S+", "--suite NETWORK",
                                     r["command"].split(" --json")[0]) for r in records)
     nets = list(dict.fromkeys(n for summary in summaries.values() for n in summary["networks"]))
+    dates = {}                          # the runs' days, per column
+    for record in records:
+        dates.setdefault(record["date"][:10], set()).add(f"{record['dtype']} {record['layout']}")
+    when = " and ".join(f"{day} ({', '.join(sorted(cols))})" if len(dates) > 1 else day
+                        for day, cols in sorted(dates.items()))
     lines = [SUITE_NOTES, "Commands: " + " and ".join(f"`{c}`" for c in commands) +
-             f", NETWORK each of {', '.join(nets)}; on {records[0]['date'][:10]}, "
+             f", NETWORK each of {', '.join(nets)}; on {when}, "
              f"{records[0]['machine'].get('gpu', 'GPU')}.", "",
              "Speed against cuDNN (>1: im2win faster), geometric mean over the layers of each "
              "class (layers, slowest layer):", "", head, rule]

@@ -57,10 +57,12 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             "im2win_fused" (window tiles built in shared memory from x, no extra memory),
             "im2win" (the window tensor materialised, then convolved), "direct",
             "im2col_gemm", "depthwise" (groups = C, one input channel per filter, and in NHWC
-            groups of 2, 4 or 8 channels with K = C) or "gemm" (a 1x1 convolution, stride 1, no
-            padding, one group, as one cuBLAS GEMM on x and w in place); "auto" takes
+            groups of 2, 4 or 8 channels with K = C) or "gemm" (a 1x1 convolution, no
+            padding, one group, as one cuBLAS GEMM: at stride 1 on x and w in place, at a
+            larger stride on the pixels it reads gathered into workspace first); "auto" takes
             "depthwise" where it applies (groups of 2 or 4 channels, not 8) and "gemm" for
-            float32 and float64 problems of at least 0.75 GFLOP (plan.gemm_pays).
+            float32 and float64 problems of at least 16 channels (plan.gemm_pays) where the
+            gathered pixels fit `workspace_limit`.
             "im2win_nhwc": a float16, bfloat16 or float32 NCHW problem run on its NHWC twin
             (x, w and y copied through channels-last workspace); "auto" takes it on Hopper
             where the twin runs the wgmma kernel, and for float32 where it runs im2win_ffma.cu
@@ -74,8 +76,9 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
             processed in chunks of whole images to respect it), and the most the channels-last
-            copies of "im2win_nhwc" and the window columns of "im2win_columns" may take
-            ("auto" runs the general kernels past it); None: no limit.
+            copies of "im2win_nhwc", the window columns of "im2win_columns" and the gathered
+            pixels of a strided "gemm" may take ("auto" runs the general kernels past it);
+            None: no limit.
         precision: float32 inputs only: None or "float32" (IEEE FP32 fused multiply-adds, the
             default), "3xtf32" (Tensor Cores, each operand split into two TF32 parts and
             three products accumulated in FP32: FP32-accurate) or "tf32" (one TF32 product:

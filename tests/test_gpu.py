@@ -611,12 +611,37 @@ def test_pointwise_gemm_reads_views_in_place(rng, layout):
 
 def test_gemm_refuses_what_is_not_one_gemm(rng):
     x = cupy.ones((2, 4, 6, 6), cupy.float32)
-    for w_shape, kwargs in [((4, 4, 3, 3), {}), ((4, 4, 1, 1), dict(stride=2)),
-                            ((4, 4, 1, 1), dict(padding=1)), ((4, 2, 1, 1), dict(groups=2))]:
+    for w_shape, kwargs in [((4, 4, 3, 3), {}), ((4, 4, 1, 1), dict(padding=1)),
+                            ((4, 2, 1, 1), dict(groups=2))]:
         with pytest.raises(ValueError, match="algorithm='gemm' cannot run this problem"):
             im2win.conv2d(x, cupy.ones(w_shape, cupy.float32), algorithm="gemm", **kwargs)
     with pytest.raises(ValueError, match="evenly strided"):
         im2win.conv2d(x[:, :, :, ::2], cupy.ones((4, 4, 1, 1), cupy.float32), algorithm="gemm")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, w_shape, stride", [
+    ((2, 16, 9, 7), (24, 16, 1, 1), (2, 3)),       # H, W not multiples of the stride
+    ((3, 40, 8, 8), (9, 40, 1, 1), 2),              # odd K
+    ((1, 17, 5, 1), (4, 17, 1, 1), (3, 1)),         # one column, odd C
+])
+def test_strided_pointwise_gemm_gathers_what_it_reads(rng, layout, dtype, x_shape, w_shape,
+                                                      stride):
+    """A 1x1 convolution at a stride: the pixels it reads gathered into workspace, then one
+    GEMM ("auto" takes it for float32 and float64), from x as given and from a strided view;
+    x is left as it was."""
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    for algorithm in ("auto", "gemm"):
+        run(x, w, b, layout, dict(stride=stride), dtype=dtype, algorithm=algorithm)
+    xs, ws = to_layout(layout, x.astype(dtype), w.astype(dtype))
+    wide = cupy.asarray(np.repeat(xs, 2, axis=0))[::2]          # images 2 apart
+    before = wide.copy()
+    y = im2win.conv2d(wide, cupy.asarray(ws), layout=layout, stride=stride, algorithm="gemm")
+    ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), layout=layout,
+                           stride=stride)
+    assert_close(cupy.asnumpy(y), ref, dtype, x_shape[1])
+    assert cupy.array_equal(wide, before)
 
 
 NHWC_TWIN_CASES = AWKWARD + [

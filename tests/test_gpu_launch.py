@@ -79,6 +79,52 @@ def test_captured_graph_replays_the_eager_results_bit_for_bit(rng, layout, dtype
         assert all(bool((a == 7).all()) for a in bystanders)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_captured_gemm_replays_the_eager_results_bit_for_bit(rng, layout, dtype):
+    """The cuBLAS path of 1x1 convolutions inside a capture: at stride 1 on x in place, and at
+    a stride through its gathered copy (graph-owned workspace), with and without a bias."""
+    cases = [((2, 32, 9, 7), (24, 32, 1, 1), dict()), ((3, 40, 8, 9), (17, 40, 1, 1),
+                                                         dict(stride=(2, 3)))]
+    calls = [device_case(rng, case, dtype, layout) for case in cases]
+    calls = [((x, w, b if i else None), kw) for i, ((x, w, b), kw) in enumerate(calls)]
+    eager = [im2win.conv2d(*arrays, algorithm="gemm", **kw) for arrays, kw in calls]
+    outs = [cupy.full_like(y, np.nan) for y in eager]
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        for (arrays, kw), out in zip(calls, outs):
+            im2win.conv2d(*arrays, algorithm="gemm", out=out, **kw)
+        graph = stream.end_capture()
+    assert all(bool(cupy.isnan(out).all()) for out in outs)          # captured, not run
+    for _ in range(2):
+        bystanders = [cupy.full(1 << 16, 7, dtype) for _ in range(8)]
+        for out in outs:
+            out.fill(np.nan)
+        graph.launch()
+        cupy.cuda.Device().synchronize()
+        for out, y in zip(outs, eager):
+            cupy.testing.assert_array_equal(out, y)
+        assert all(bool((a == 7).all()) for a in bystanders)
+
+
+def test_problems_sharing_a_kernel_with_other_shared_memory_run_in_any_order(rng):
+    """Two problems of one wgmma instantiation whose resident filters take different shared
+    memory: the larger one still launches after the smaller one's Executable was made (the
+    kernel's dynamic shared-memory attribute only grows)."""
+    if cuda.compute_capability(cupy.cuda.runtime.getDevice()) != 90:
+        pytest.skip("the Hopper kernel's resident filter")
+    big = device_case(rng, ((2, 256, 56, 56), (64, 256, 1, 1), {}), np.float16, "NHWC")
+    small = device_case(rng, ((2, 64, 56, 56), (64, 64, 1, 1), {}), np.float16, "NHWC")
+    plans = [cuda._plan(make_problem(*arrays, **kw), arrays[0], arrays[1], "auto", None, None)
+             for arrays, kw in (big, small)]
+    assert plans[0].kernel == plans[1].kernel and plans[0].smem > plans[1].smem
+    first = im2win.conv2d(*big[0], **big[1])
+    im2win.conv2d(*small[0], **small[1])
+    again = im2win.conv2d(*big[0], **big[1])
+    cupy.testing.assert_array_equal(again, first)
+
+
 def test_concurrent_calls_on_two_streams_give_the_eager_results(rng):
     """Problems sharing a kernel, interleaved on two streams with no synchronisation."""
     calls = [device_case(rng, CASES[i], dtype, layout)

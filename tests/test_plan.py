@@ -333,14 +333,14 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
 
 
 def test_pointwise_problems_are_one_gemm_on_x_in_place():
-    from im2win.cuda.plan import GEMM_MIN_FLOPS, GemmArgs, gemm_pays
+    from im2win.cuda.plan import GEMM_MIN_CHANNELS, GemmArgs, gemm_pays
     nhwc = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float32, layout="NHWC")
     plan = plan_for(nhwc, algorithm="gemm")
-    assert plan.algorithm == "gemm" and plan.kernel is None
+    assert plan.algorithm == "gemm" and plan.kernel is None and plan.workspace_bytes == 0
     assert plan.geometry == GemmArgs(False, 1, 0, 24, 70, 16, 16, 16, 24, 0, 0, 0, 1)
-    assert not gemm_pays(nhwc) and plan_for(nhwc).algorithm == "im2win_fused"   # too small
-    big = problem((32, 56, 56, 64), (64, 1, 1, 64), layout="NHWC")  # resnet50.1: 0.82 GFLOP
-    assert big.flops >= GEMM_MIN_FLOPS and plan_for(big).algorithm == "gemm"
+    assert nhwc.C == GEMM_MIN_CHANNELS and gemm_pays(nhwc) and plan_for(nhwc) == plan
+    few = problem((2, 5, 7, 8), (24, 1, 1, 8), np.float32, layout="NHWC")   # a tiny reduction
+    assert not gemm_pays(few) and plan_for(few).algorithm == "im2win_fused"
     half = problem((32, 56, 56, 64), (64, 1, 1, 64), np.float16, layout="NHWC")
     assert plan_for(half).algorithm == "im2win_fused"           # the Tensor-Core kernel is faster
     small_half = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC")
@@ -355,14 +355,40 @@ def test_pointwise_problems_are_one_gemm_on_x_in_place():
     assert make_plan(column, x_strides=(45, 1, 0, 5), w_aligned=True,
                      algorithm="gemm").geometry.ldb == 5
     for other in (problem((2, 4, 6, 6), (4, 4, 3, 3)), problem((2, 4, 6, 6), (4, 4, 1, 1),
-                                                                stride=2),
+                                                                padding=1),
                   problem((2, 4, 6, 6), (4, 2, 1, 1), groups=2)):
-        with pytest.raises(ValueError, match="1x1 convolutions with stride 1"):
+        with pytest.raises(ValueError, match="1x1 convolutions with no padding and groups=1"):
             plan_for(other, algorithm="gemm")
     with pytest.raises(ValueError, match="evenly strided"):    # images 46 apart, not 45
         make_plan(column, x_strides=(46, 1, 9, 5), w_aligned=True, algorithm="gemm")
     with pytest.raises(ValueError, match="evenly strided"):
         make_plan(nchw, x_strides=(560, 35, 14, 2), w_aligned=True, algorithm="gemm")
+
+
+def test_strided_pointwise_problems_gather_the_pixels_they_read_then_one_gemm():
+    from im2win.cuda.plan import GemmArgs, gemm_gather_bytes
+    for layout in ("NCHW", "NHWC"):
+        shapes = ((32, 256, 7, 9), (64, 256, 1, 1)) if layout == "NCHW" else \
+            ((32, 7, 9, 256), (64, 1, 1, 256))
+        strided = problem(*shapes, layout=layout, stride=(2, 3))           # P x Q = 4 x 3
+        plan = plan_for(strided)
+        assert plan.algorithm == "gemm" and plan.geometry.gather
+        assert plan.workspace_bytes == gemm_gather_bytes(strided) == 32 * 256 * 4 * 3 * 4
+        # Odd strides of x change nothing: the gathered copy is contiguous.
+        odd = make_plan(strided, x_strides=(99999, 1 if layout == "NHWC" else 700, 77, 3),
+                        w_aligned=True)
+        assert odd == plan
+        expected = GemmArgs(False, 1, 0, 64, 32 * 12, 256, 256, 256, 64, 0, 0, 0, 1, True) \
+            if layout == "NHWC" else GemmArgs(True, 0, 0, 12, 64, 256, 12, 256, 12, 256 * 12, 0,
+                                              64 * 12, 32, True)
+        assert plan.geometry == expected
+        # Within a workspace limit only: "auto" runs the im2win kernels past it.
+        limit = gemm_gather_bytes(strided) - 1
+        assert plan_for(strided, workspace_limit=limit).algorithm != "gemm"
+        with pytest.raises(ValueError, match="workspace_limit"):
+            plan_for(strided, algorithm="gemm", workspace_limit=limit)
+        assert plan_for(problem(*shapes, np.float16, layout=layout,
+                                stride=2)).algorithm != "gemm"        # Tensor Cores there
 
 
 def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel():
@@ -546,10 +572,13 @@ def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel
     assert plan_for(cv8, options=Options(ffma=False)).file == "im2win_conv"
     stem = problem((8, 3, 64, 64), (32, 3, 7, 7), stride=2)             # the twin: im2win_conv
     assert plan_for(stem).algorithm == "im2win_fused" and plan_for(stem).file == "im2win_conv"
-    pointwise = problem((8, 64, 56, 56), (64, 64, 1, 1), stride=2)      # copies outweigh it
+    pointwise = problem((8, 64, 56, 56), (64, 32, 1, 1), stride=2,
+                        groups=2)                                           # copies outweigh it
     assert nhwc_workspace(pointwise) > TWIN_BYTES_PER_FLOP * pointwise.flops
     assert plan_for(pointwise).algorithm == "im2win_fused"
     assert plan_for(cv8, workspace_limit=nhwc_workspace(cv8) - 1).algorithm == "im2win_fused"
+
+
 def test_tma_problems_with_few_tiles_split_the_reduction():
     from im2win.cuda.plan import split_workspace
     small_1x1 = problem((32, 7, 7, 960), (160, 1, 1, 960), np.float16, layout="NHWC")
@@ -568,6 +597,8 @@ def test_tma_problems_with_few_tiles_split_the_reduction():
     assert plan_for(big, arch=90).splits == 1
     compiled = {expr for _, expr in specializations()}
     assert plan.kernel in compiled and "split_reduce<half_t>" in compiled
+
+
 def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused():
     from im2win.cuda.plan import nhwc_workspace, tf32_specializations
     prob = problem((8, 28, 28, 64), (128, 3, 3, 64), layout="NHWC", padding=1)

@@ -8,6 +8,7 @@
 #                                               CUDA-core kernels)
 #   DTYPES=float16 bash tools/gpu_run.sh bench  (default: float32 float16)
 #   bash tools/gpu_run.sh asv [tools/asv_gpu.sh arguments: --bench REGEX --old REV]
+#   SUITES='float32:NCHW float16:NHWC' bash tools/gpu_run.sh suite   (the five networks)
 # Writes logs and JSON under $OUT and CuPy's compiled kernels to $OUT/cupy_cache.tgz, which
 # the next call can carry back as .cache/cupy (see docs/gpu.md).
 set -uo pipefail
@@ -60,6 +61,21 @@ fi
 if [[ $step == ablation ]]; then
   python3 tools/ablation.py "$OUT/ablation.json" 2>"$OUT/ablation.log" | tail -n 40
   status=$((status | PIPESTATUS[0]))
+fi
+if [[ $step == suite ]]; then
+  # The model-zoo benchmark (issue 12): each network in SUITES' dtype:layout pairs; the JSON
+  # comes back as suite.tgz (docs/data/suite/ holds it for docs/make_performance.py).
+  mkdir -p "$OUT/suite"
+  for spec in ${SUITES:-float32:NCHW float16:NHWC}; do
+    dtype=${spec%:*} layout=${spec#*:}
+    for net in resnet50 mobilenet_v2 efficientnet_b0 convnext_tiny resnext50_32x4d; do
+      python3 -m im2win --suite $net --compare --dtype $dtype --layout $layout \
+        --json "$OUT/suite/suite-$net-$dtype-$layout.json" > "$OUT/suite-$net-$dtype-$layout.log" 2>&1
+      status=$((status | $?))
+      echo "$net $dtype $layout: $(grep -E 'correct|ms against' "$OUT/suite-$net-$dtype-$layout.log" | tr '\n' ' ')"
+    done
+  done
+  (cd "$OUT" && tar -czf suite.tgz suite && rm -rf suite)
 fi
 if [[ $step == bench || $step == all ]]; then
   for dtype in ${DTYPES:-float32 float16}; do

@@ -28,7 +28,7 @@ import numpy as np
 from im2win import baselines
 from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan,
                               columns_stage, nhwc_twin, source)
-from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into
+from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
 from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
@@ -60,10 +60,80 @@ def kernel(file: str, expression: str):
     return _kernel(cupy.cuda.runtime.getDevice(), file, expression)
 
 
+_dynamic_smem: dict = {}      # CUfunction -> the most dynamic shared memory it is allowed
+_smem_lock = threading.Lock()
+
+
+def allow_shared_memory(function_ptr: int, smem: int) -> None:
+    """Let the kernel `function_ptr` (a CUfunction) launch with `smem` bytes of dynamic shared
+    memory. The attribute belongs to the function, which problems of one instantiation share
+    with smem of their own (stages, a resident filter): it only ever grows, else a problem
+    launched after a smaller one's Executable was made would be refused (invalid argument)."""
+    with _smem_lock:
+        if smem > _dynamic_smem.get(function_ptr, 48 * 1024):
+            cupy.cuda.driver.funcSetAttribute(
+                function_ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+            _dynamic_smem[function_ptr] = smem
+
+
 def element_strides(a, letters: str) -> tuple[int, ...]:
     """a's strides in elements, NCHW-lettered: `letters` names a's axes, e.g. "NHWC"."""
     by_letter = dict(zip(letters, (s // a.itemsize for s in a.strides)))
     return tuple(by_letter[letter] for letter in "NCHW")
+
+
+class Packed:
+    """One kernel launched straight through cuLaunchKernel, its arguments written into a
+    buffer of this thread's, made once: CuPy's RawKernel call converts every argument on
+    every launch, several microseconds of host time a launch (the copies around a kernel
+    took about 15 us each on the H200). `params` names the kernel's parameters in order with
+    their C types as NumPy types (pointers as np.uint64: give them `.data.ptr`, or 0)."""
+
+    def __init__(self, function, params):
+        self.ptr = function.kernel.ptr
+        self.record = np.dtype(params, align=True)
+        self.offsets = argument_offsets(self.record)
+        self.local = threading.local()
+
+    def __call__(self, grid, block, stream: int, *values) -> None:
+        """Launch on `stream` (a pointer) with the parameters `values`."""
+        buffer = getattr(self.local, "buffer", None)
+        if buffer is None:
+            # cuLaunchKernel needs the device's context current in this thread (see
+            # Executable._argument_buffers).
+            cupy.cuda.runtime.setDevice(cupy.cuda.runtime.getDevice())
+            args = np.zeros((), self.record)
+            params = np.array([args.ctypes.data + offset for offset in self.offsets], np.uint64)
+            buffer = self.local.buffer = (args, params, params.ctypes.data)
+        args, _, at = buffer
+        args[()] = values
+        cupy.cuda.driver.launchKernel(self.ptr, *grid, *block, 0, stream, at, 0)
+
+
+def packed(file: str, expression: str, params) -> Packed:
+    """`kernel(file, expression)` as a Packed launch (`params`: as Packed takes them)."""
+    return _packed(cupy.cuda.runtime.getDevice(), file, expression, tuple(params))
+
+
+@functools.cache
+def _packed(device: int, file: str, expression: str, params) -> Packed:
+    return Packed(_kernel(device, file, expression), list(params))
+
+
+def pointer(a) -> int:
+    """a's device address as a Packed pointer argument (0 for None)."""
+    return 0 if a is None else a.data.ptr
+
+
+P64, I64, I32 = np.uint64, np.int64, np.int32
+TRANSPOSE_PARAMS = [("src", P64), ("dst", P64)] + [(n, I64) for n in ("batch", "rows", "cols",
+                                                                      "sb", "sr", "sc")]
+TRANSPOSE_WORDS_PARAMS = TRANSPOSE_PARAMS[:-1]
+SPLIT_REDUCE_PARAMS = [("partial", P64), ("bias", P64), ("y", P64), ("total", I64),
+                       ("K", I32), ("splits", I32)]
+TF32_SPLIT_PARAMS = [("w", P64), ("split", P64), ("n", I64)]
+GATHER5_PARAMS = [("src", P64), ("dst", P64), ("total", I64)] + \
+    [(f"d{i}", I32) for i in range(1, 5)] + [(f"s{i}", I64) for i in range(5)]
 
 
 def geometry_scalar(geo: Geometry, images: int) -> np.void:
@@ -157,6 +227,27 @@ def _cublas_types(dtype: str):
     return _CUBLAS_TYPES[dtype]
 
 
+@functools.cache
+def _cublas():
+    """libcublas as CuPy loaded it, through ctypes, or None where it is not found: CuPy's
+    wrappers refuse to run while a stream is being captured, and cuBLAS's GEMMs can be
+    captured (alpha and beta in host memory are captured by value). Outside a capture
+    CuPy's wrapper is used: ctypes converts 23 arguments a call (about 20 us of host time
+    against CuPy's few on the H200's host)."""
+    from cupy.cuda import cublas  # noqa: F401  (loads the library)
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = [line.split()[-1] for line in maps if "/libcublas.so" in line]
+        lib = ctypes.CDLL(paths[0])
+    except (OSError, IndexError):
+        return None
+    i, p, ll = ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong
+    lib.cublasSetStream_v2.argtypes = [p, p]
+    lib.cublasGemmStridedBatchedEx.argtypes = [p, i, i, i, i, i, p, p, i, i, ll, p, i, i, ll, p,
+                                               p, i, i, ll, i, i, i]
+    return lib
+
+
 class GemmCall:
     """A plan's cuBLAS GEMM (plan.geometry: GemmArgs) with what every call passes the same,
     made once: the element and compute types and the host scalars alpha = 1 and beta (0, or 1
@@ -169,21 +260,44 @@ class GemmCall:
         self.scalars = np.array([1, 0, 1], scale)        # alpha, beta without and with a bias
         self.alpha = self.scalars.ctypes.data
         self.betas = (self.alpha + self.scalars.itemsize, self.alpha + 2 * self.scalars.itemsize)
+        self.gather = packed("layout", f"gather5<{CUDA_TYPES[prob.dtype.name][0]}>",
+                             GATHER5_PARAMS) if self.g.gather else None
 
-    def __call__(self, x, w, bias, y):
-        """conv(x, w) + bias into the contiguous y, on CuPy's current stream (which
-        gemmStridedBatchedEx sets on CuPy's handle); w contiguous."""
+    def __call__(self, x, w, bias, y, scratch: Scratch):
+        """conv(x, w) + bias into the contiguous y, on the current stream (set on CuPy's
+        cuBLAS handle); w contiguous. At a stride, the pixels read are gathered into scratch
+        first (GemmArgs.gather). Safe to capture into a CUDA graph."""
         g, prob = self.g, self.prob
         if y.size == 0:
             return y
+        if g.gather:              # x's pixels (n, p*sh, q*sw) into a contiguous x
+            N, C, P, Q = prob.N, prob.C, prob.P, prob.Q
+            xn, xc, xh, xw = element_strides(x, prob.layout)
+            if prob.layout == "NHWC":
+                dims, steps = (N, P, Q, C), (xn, xh * prob.sh, xw * prob.sw, xc)
+            else:
+                dims, steps = (N, C, P, Q), (xn, xc, xh * prob.sh, xw * prob.sw)
+            gathered = scratch.empty(dims, prob.dtype)
+            self.gather((min(-(-gathered.size // 256), 8 * 65535), 1, 1), (256, 1, 1),
+                        scratch.stream, x.data.ptr, gathered.data.ptr, gathered.size, *dims,
+                        0, *steps)
+            x = gathered
         if bias is not None:
             y[...] = bias if prob.layout == "NHWC" else bias[:, None, None]
         a, b = (x, w) if g.a_is_x else (w, x)
-        self.cublas.gemmStridedBatchedEx(
-            cupy.cuda.device.get_cublas_handle(), g.transa, g.transb, g.m, g.n, g.k,
-            self.alpha, a.data.ptr, self.data, g.lda, g.stride_a, b.data.ptr, self.data, g.ldb,
-            g.stride_b, self.betas[bias is not None], y.data.ptr, self.data, g.ldc, g.stride_c,
-            g.batch, self.compute, self.cublas.CUBLAS_GEMM_DEFAULT)
+        args = (g.transa, g.transb, g.m, g.n, g.k, self.alpha, a.data.ptr, self.data, g.lda,
+                g.stride_a, b.data.ptr, self.data, g.ldb, g.stride_b, self.betas[bias is not None],
+                y.data.ptr, self.data, g.ldc, g.stride_c, g.batch, self.compute,
+                self.cublas.CUBLAS_GEMM_DEFAULT)
+        handle = cupy.cuda.device.get_cublas_handle()
+        lib = _cublas() if scratch.capturing else None
+        if lib is None:     # CuPy's wrapper: less host time, but it refuses a stream capture
+            self.cublas.gemmStridedBatchedEx(handle, *args)
+            return y
+        lib.cublasSetStream_v2(handle, scratch.stream)
+        status = lib.cublasGemmStridedBatchedEx(handle, *args)
+        if status != 0:
+            raise RuntimeError(f"cublasGemmStridedBatchedEx failed with status {status}")
         return y
 
 
@@ -253,9 +367,7 @@ class Executable:
         self.function = kernel(plan.file, plan.kernel) if plan.kernel else None
         self.function_ptr = self.function.kernel.ptr if plan.kernel else 0   # its CUfunction
         self.smem = plan.smem
-        if self.smem > 48 * 1024:
-            cupy.cuda.driver.funcSetAttribute(
-                self.function_ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)
+        allow_shared_memory(self.function_ptr, self.smem)
         self.taps = NULL
         if plan.taps:
             # Uploaded on a stream of its own, so that a first call made while another stream
@@ -300,20 +412,22 @@ class Executable:
         T = CUDA_TYPES[prob.dtype.name][0]
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)
-            self.transpose = kernel("layout", f"transpose_batched<{T}>")
+            self.transpose = packed("layout", f"transpose_batched<{T}>", TRANSPOSE_PARAMS)
         if plan.algorithm == "im2win_columns":   # the R x 1 problem's, held likewise
             self.inner = executable(columns_stage(prob, precision=plan.inner.precision),
                                     plan.inner)
-            self.columns = kernel("layout", f"window_columns<{T}>")
+            self.columns = window_columns_kernel(T)
             self.column_blocks = COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
             if prob.layout == "NCHW":
-                self.transpose = kernel("layout", f"transpose_batched<{T}>")
+                self.transpose = packed("layout", f"transpose_batched<{T}>", TRANSPOSE_PARAMS)
         if self.transpose is not None and prob.dtype.itemsize == 2:
-            self.transpose_words = kernel("layout", f"transpose_words<{T}>")
+            self.transpose_words = packed("layout", f"transpose_words<{T}>",
+                                          TRANSPOSE_WORDS_PARAMS)
         self.reduce = None
         if plan.splits > 1:
-            self.reduce = kernel(plan.file, f"split_reduce<{T}>")
-        self.split = kernel(plan.file, "tf32_split") if plan.precision == "3xtf32" else None
+            self.reduce = packed(plan.file, f"split_reduce<{T}>", SPLIT_REDUCE_PARAMS)
+        self.split = packed(plan.file, "tf32_split", TF32_SPLIT_PARAMS) \
+            if plan.precision == "3xtf32" else None
         self.gemm = GemmCall(prob, plan) if plan.algorithm == "gemm" else None
         self.local = threading.local()
 
@@ -367,14 +481,13 @@ class Executable:
         elements at b*sb + r*sr + c*sc, transposed (layout.cu): in 16-byte words where both
         sides' rows are whole words (transpose_words), else element by element."""
         tiles = -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
+        grid, stream = (tiles, min(batch, 65535), 1), cupy.cuda.get_current_stream().ptr
+        a, b = src.data.ptr, dst.data.ptr
         if self.transpose_words is not None and sc == 1 and rows % 8 == 0 and \
-                cols % 8 == 0 and sr % 8 == 0 and sb % 8 == 0 and \
-                src.data.ptr % 16 == 0 and dst.data.ptr % 16 == 0:
-            self.transpose_words((tiles, min(batch, 65535), 1), (256, 1, 1),
-                                 (src, dst, *map(np.int64, (batch, rows, cols, sb, sr))))
+                cols % 8 == 0 and sr % 8 == 0 and sb % 8 == 0 and a % 16 == 0 and b % 16 == 0:
+            self.transpose_words(grid, (256, 1, 1), stream, a, b, batch, rows, cols, sb, sr)
             return
-        self.transpose((tiles, min(batch, 65535), 1), (32, 8, 1),
-                       (src, dst, *map(np.int64, (batch, rows, cols, sb, sr, sc))))
+        self.transpose(grid, (32, 8, 1), stream, a, b, batch, rows, cols, sb, sr, sc)
 
     def _argument_buffers(self):
         """This thread's (pointers, kernel-parameter arrays): four pointer slots, and per
@@ -408,7 +521,7 @@ class Executable:
         if plan.algorithm == "im2col_gemm":
             return im2col_gemm(prob, x, w, bias, y)
         if plan.algorithm == "gemm":
-            return self.gemm(x, w, bias, y)
+            return self.gemm(x, w, bias, y, scratch)
         if plan.algorithm == "im2win_nhwc":
             return self.through_nhwc(x, w, bias, y, scratch)
         if plan.algorithm == "im2win_columns":
@@ -419,7 +532,7 @@ class Executable:
             if self.split is not None:          # "3xtf32": the filter's big and small parts
                 split = scratch.empty((2 * w.size,), np.float32)
                 self.split((min(-(-w.size // 256), 8 * 65535), 1, 1), (256, 1, 1),
-                           (w, split, np.int64(w.size)))
+                           scratch.stream, w.data.ptr, split.data.ptr, w.size)
                 w = split
             pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
             if self.tma is not None:
@@ -434,8 +547,8 @@ class Executable:
                                               self.smem, scratch.stream, param, 0)
             if partial is not None:
                 self.reduce((min(-(-y.size // 256), 8 * 65535), 1, 1), (256, 1, 1),
-                            (partial, NULL if bias is None else bias, y, np.int64(y.size),
-                             np.int32(prob.K), np.int32(plan.splits)))
+                            scratch.stream, partial.data.ptr, pointer(bias), y.data.ptr,
+                            y.size, prob.K, plan.splits)
             return y
         b = NULL if bias is None else bias
         # Materialised windows: the filter in window order (each pixel's reduction is then

@@ -80,7 +80,8 @@ class Plan:
     Attributes:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm",
             "depthwise" (depthwise.cu: groups = C, one input channel per filter), "gemm"
-            (a 1x1 convolution as one cuBLAS GEMM on x and w in place), "im2win_nhwc" (an
+            (a 1x1 convolution as one cuBLAS GEMM on x and w in place, or at a stride on
+            x's pixels it reads gathered first: GemmArgs.gather), "im2win_nhwc" (an
             NCHW problem run on its NHWC twin between layout copies, layout.cu) or
             "im2win_columns" (a stem run as an R x 1 problem over x's window columns).
         tile: the im2win kernels' tile (None for the others).
@@ -381,7 +382,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned)))
         if channelwise:
             algorithm = "depthwise"
-        elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None:
+        elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None and (
+                workspace_limit is None or gemm_gather_bytes(prob) <= workspace_limit):
             algorithm = "gemm"
         else:
             twin = None if tile is not None else (
@@ -397,7 +399,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if algorithm == "im2win_columns":
         return columns_plan(prob, options, workspace_limit, tile, arch)
     if algorithm == "gemm":
-        return gemm_plan(prob, options, x_strides)
+        return gemm_plan(prob, options, x_strides, workspace_limit)
     if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
         raise ValueError("algorithm='im2col_gemm' does not take bfloat16 on the GPU (CuPy's "
                          "matmul has no bfloat16); use 'auto', 'im2win_fused', 'im2win' or "
@@ -645,6 +647,7 @@ class GemmArgs(NamedTuple):
     stride_b: int
     stride_c: int
     batch: int
+    gather: bool = False      # x's strided pixels copied first (a stride over 1)
 
 
 def evenly_strided(extents, strides, step: int) -> bool:
@@ -666,50 +669,85 @@ def pixel_step(prob: Problem, x_strides) -> int:
     return steps[-1] if steps else prob.C
 
 
-GEMM_MIN_FLOPS = 750e6      # "auto" takes cuBLAS for float32 1x1 layers of at least this work
+GEMM_MIN_CHANNELS = 16     # "auto" takes cuBLAS for float32 and float64 1x1 layers from here
 
 
 def gemm_pays(prob: Problem) -> bool:
     """Whether "auto" runs a 1x1 convolution as the cuBLAS GEMM (where it can): float32 and
-    float64 problems of at least GEMM_MIN_FLOPS. Read off the H200 at batch 32 (docs/design.md
-    has the numbers): in float16 the wgmma kernel beat cuBLAS on 11 of resnet50's 12 stride-1
-    1x1 layers; in float32 NCHW cuBLAS won every layer of resnet50 (the smallest 0.82 GFLOP)
-    but lost most of mobilenet_v2's and efficientnet_b0's under 0.7 GFLOP (mobilenet_v2.18,
-    0.3 GFLOP: 30 us back to back against 65) and won every one above 0.75."""
-    return prob.dtype.itemsize >= 4 and prob.flops >= GEMM_MIN_FLOPS
+    float64 problems of at least GEMM_MIN_CHANNELS input channels. Read off the H200 at
+    batch 32 (docs/design.md has the numbers, `tools/suite_profile.py`): over the 77 stride-1
+    1x1 layers of the five networks in float32 NCHW, cuBLAS against the im2win kernels took
+    the geometric mean against cuDNN from 0.88x to 0.98x, up to 5.7x faster a layer
+    (efficientnet_b0.40, 1152 channels on a 1x1 map: 24 us against 135), and lost by more than
+    5% only where the reduction is tiny (4 to 10 channels: efficientnet_b0.13, 6 channels,
+    38.5 us against 28.7) or within the run-to-run noise. In float16 the wgmma kernel beat
+    cuBLAS on most layers (and cuBLAS's 16-bit calls cost twice the host time)."""
+    return prob.dtype.itemsize >= 4 and prob.C >= GEMM_MIN_CHANNELS
 
 
 def gemm_refusal(prob: Problem, x_strides) -> str | None:
-    """Why `prob` is not one GEMM on x as it lies (None: it is): a 1x1 filter, stride 1, no
-    padding, one group, x's pixels evenly strided (NHWC: channels contiguous; NCHW: each
-    channel's pixels contiguous), every extent within cuBLAS's 32-bit arguments."""
-    if (prob.R, prob.S, prob.sh, prob.sw, prob.G) != (1, 1, 1, 1, 1) or \
-            any((prob.pt, prob.pb, prob.pl, prob.pr)):
-        return "it takes 1x1 convolutions with stride 1, no padding and groups=1"
+    """Why `prob` is not one GEMM (None: it is): a 1x1 filter, no padding, one group, every
+    extent within cuBLAS's 32-bit arguments; at stride 1 on x as it lies, so x's pixels
+    evenly strided (NHWC: channels contiguous; NCHW: each channel's pixels contiguous); at a
+    larger stride on the pixels it reads, gathered first (`gemm_gather_bytes`)."""
+    if (prob.R, prob.S, prob.G) != (1, 1, 1) or any((prob.pt, prob.pb, prob.pl, prob.pr)):
+        return "it takes 1x1 convolutions with no padding and groups=1"
+    if (prob.sh, prob.sw) != (1, 1):          # the gathered copy: contiguous, P x Q pixels
+        x_strides = gathered_strides(prob)
     xn, xc, xh, xw = x_strides
+    P, Q = prob.P, prob.Q
     if prob.layout == "NHWC":
-        step = pixel_step(prob, x_strides)
+        step = pixel_step(gather_problem(prob), x_strides)
         ok = (xc == 1 or prob.C == 1) and step >= prob.C and \
-            evenly_strided((prob.N, prob.H, prob.W), (xn, xh, xw), step)
-        sizes = (prob.N * prob.H * prob.W, step)
+            evenly_strided((prob.N, P, Q), (xn, xh, xw), step)
+        sizes = (prob.N * P * Q, step)
     else:
-        ok = evenly_strided((prob.H, prob.W), (xh, xw), 1) and \
-            (xc >= prob.H * prob.W or prob.C == 1)
-        sizes = (prob.H * prob.W, xc, prob.N, prob.K * prob.H * prob.W)
+        ok = evenly_strided((P, Q), (xh, xw), 1) and (xc >= P * Q or prob.C == 1)
+        sizes = (P * Q, xc, prob.N, prob.K * P * Q)
     if not ok:
-        return ("it reads x in place, so x's pixels must be evenly strided (an array of the "
-                "layout, or a channel slice of one)")
+        return ("at stride 1 it reads x in place, so x's pixels must be evenly strided (an "
+                "array of the layout, or a channel slice of one)")
     if max(sizes + (prob.C, prob.K)) >= 2 ** 31:
         return "cuBLAS's extents and leading dimensions are 32-bit"
     return None
 
 
-def gemm_plan(prob: Problem, options: Options, x_strides) -> Plan:
-    """A 1x1 convolution as a GEMM on x and w where they lie (no copy), by cuBLAS with FP32
-    accumulation (FP64 for float64; float32 pedantic: never TF32)."""
+def gather_problem(prob: Problem) -> Problem:
+    """The stride-1 problem on the pixels a strided 1x1 convolution reads (x[:, ::sh, ::sw]
+    cut to P x Q): the same y."""
+    return dataclasses.replace(prob, H=prob.P, W=prob.Q, sh=1, sw=1)
+
+
+def gathered_strides(prob: Problem) -> tuple[int, int, int, int]:
+    """NCHW-lettered element strides of the contiguous gathered x of `gather_problem`."""
+    P, Q, C = prob.P, prob.Q, prob.C
+    if prob.layout == "NHWC":
+        return (P * Q * C, 1, Q * C, C)
+    return (C * P * Q, P * Q, Q, 1)
+
+
+def gemm_gather_bytes(prob: Problem) -> int:
+    """The workspace of "gemm" at a stride: the pixels it reads, gathered (0 at stride 1)."""
+    if (prob.sh, prob.sw) == (1, 1):
+        return 0
+    return prob.N * prob.C * prob.P * prob.Q * prob.dtype.itemsize
+
+
+def gemm_plan(prob: Problem, options: Options, x_strides,
+              workspace_limit: int | None = None) -> Plan:
+    """A 1x1 convolution as a GEMM on x and w by cuBLAS with FP32 accumulation (FP64 for
+    float64; float32 pedantic: never TF32): at stride 1 where they lie (no copy); at a larger
+    stride on x's pixels that it reads gathered into workspace first (GemmArgs.gather)."""
     refusal = gemm_refusal(prob, x_strides)
     if refusal:
         raise ValueError(f"algorithm='gemm' cannot run this problem: {refusal}")
+    gather = gemm_gather_bytes(prob)
+    if workspace_limit is not None and gather > workspace_limit:
+        raise ValueError(f"algorithm='gemm' at stride ({prob.sh}, {prob.sw}) gathers the "
+                         f"pixels it reads into {gather} bytes of workspace, more than "
+                         f"workspace_limit={workspace_limit}")
+    if gather:
+        prob, x_strides = gather_problem(prob), gathered_strides(prob)
     xn, xc, xh, xw = x_strides
     N, C, K, HW = prob.N, prob.C, prob.K, prob.H * prob.W
     if prob.layout == "NHWC":        # w (K, C) row-major is A^T; x rows of ld xw are B
@@ -717,7 +755,8 @@ def gemm_plan(prob: Problem, options: Options, x_strides) -> Plan:
                         1)
     else:                            # x[n] (C, HW) row-major is A (HW x C, ld xc); w is B
         args = GemmArgs(True, 0, 0, HW, K, C, max(xc, HW), C, HW, xn, 0, K * HW, N)
-    return Plan("gemm", None, options, None, None, max(N, 1), args, b"", 0)
+    return Plan("gemm", None, options, None, None, max(N, 1), args._replace(gather=bool(gather)),
+                b"", gather)
 
 
 def nhwc_twin(prob: Problem) -> tuple[Problem, tuple[int, int, int, int]]:

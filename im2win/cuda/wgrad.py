@@ -146,25 +146,34 @@ def window_columns(prob: Problem, x):
     x's rows). Its gradient is dw's, (s, c) flattened. x: NHWC-ordered (a view of NCHW is
     fine)."""
     import cupy
-    from im2win.cuda.launch import kernel, sm_count
+    from im2win.cuda.launch import sm_count
     inner = columns_stage(prob, wide=False)
     x2 = cupy.empty((prob.N, prob.H, prob.Q, inner.C), prob.dtype)
-    columns_into(kernel("layout", f"window_columns<{CUDA_TYPES[prob.dtype.name]}>"), x, x2,
-                 prob.H, prob.W, prob.C, prob.S, prob.sw, prob.dw, prob.pl,
-                 COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice()))
+    columns_into(window_columns_kernel(CUDA_TYPES[prob.dtype.name]), x, x2, prob.H, prob.W, prob.C, prob.S,
+                 prob.sw, prob.dw, prob.pl, COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice()))
     return x2, inner
+
+
+def window_columns_kernel(T: str):
+    """layout.cu's window_columns<T> on the current device, a launch.Packed."""
+    from im2win.cuda.launch import I32, I64, P64, packed
+    return packed("layout", f"window_columns<{T}>",
+                  [("x", P64), ("x2", P64), ("rows", I64)] +
+                  [(n, I32) for n in ("H", "W", "Q", "C2", "C", "S", "sw", "dw", "pl")] +
+                  [(n, I64) for n in ("xn", "xh", "xw", "xc")])
 
 
 def columns_into(function, src, dst, H: int, W: int, C: int, S: int, sw: int, dw: int,
                  pl: int, blocks: int) -> None:
-    """Launch layout.cu's window_columns (`function`) on the current stream: dst (contiguous
-    (rows / H, H, Q, C2)) = the window columns of src, an (n, h, w, c) view of any strides
-    (W columns of C channels): S columns dw apart side by side for each of the Q output
-    columns, sw apart from -pl; at most `blocks` blocks."""
+    """Launch layout.cu's window_columns (`function`: window_columns_kernel's) on the current
+    stream: dst (contiguous (rows / H, H, Q, C2)) = the window columns of src, an (n, h, w, c)
+    view of any strides (W columns of C channels): S columns dw apart side by side for each
+    of the Q output columns, sw apart from -pl; at most `blocks` blocks."""
+    import cupy
     rows, Q, C2 = dst.shape[0] * H, dst.shape[2], dst.shape[3]
-    function((min(rows, blocks),), (256,),
-             (src, dst, np.int64(rows), *map(np.int32, (H, W, Q, C2, C, S, sw, dw, pl)),
-              *(np.int64(s // src.itemsize) for s in src.strides)))
+    function((min(rows, blocks), 1, 1), (256, 1, 1), cupy.cuda.get_current_stream().ptr,
+             src.data.ptr, dst.data.ptr, rows, H, W, Q, C2, C, S, sw, dw, pl,
+             *(s // src.itemsize for s in src.strides))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,8 +276,7 @@ class Runner:
         self.function_ptr = launch.kernel("im2win_wgmma",
                                           self.tile.name(prob.dtype.name)).kernel.ptr
         self.smem = self.tile.smem
-        cupy.cuda.driver.funcSetAttribute(
-            self.function_ptr, launch.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)
+        launch.allow_shared_memory(self.function_ptr, self.smem)
         self.grid = min(tiles(prob, self.tile) * self.splits, sms)
         self.geo = np.array((prob.N * prob.P * prob.Q, prob.P * prob.Q, prob.Q, prob.sh,
                              prob.sw, prob.pt, prob.pl, prob.dh, prob.dw, prob.R, prob.S,
