@@ -32,6 +32,21 @@ def device_case(rng, case, dtype, layout, K_extra=0):
     return (cupy.asarray(x), cupy.asarray(w), cupy.asarray(b)), dict(kwargs, layout=layout)
 
 
+def assert_replays_give(graph, outs, eager, dtype, between=lambda: None):
+    """Replay `graph` twice, each after `between()` and amid fresh allocations (which it must
+    leave alone): each of `outs`, NaN-filled first, equal to its eager result."""
+    for _ in range(2):
+        between()
+        bystanders = [cupy.full(1 << 16, 7, dtype) for _ in range(16)]
+        for out in outs:
+            out.fill(np.nan)
+        graph.launch()
+        cupy.cuda.Device().synchronize()
+        for out, y in zip(outs, eager):
+            cupy.testing.assert_array_equal(out, y)
+        assert all(bool((a == 7).all()) for a in bystanders)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("algorithm", ["im2win_fused", "im2win"])
@@ -97,15 +112,7 @@ def test_captured_gemm_replays_the_eager_results_bit_for_bit(rng, layout, dtype)
             im2win.conv2d(*arrays, algorithm="gemm", out=out, **kw)
         graph = stream.end_capture()
     assert all(bool(cupy.isnan(out).all()) for out in outs)          # captured, not run
-    for _ in range(2):
-        bystanders = [cupy.full(1 << 16, 7, dtype) for _ in range(8)]
-        for out in outs:
-            out.fill(np.nan)
-        graph.launch()
-        cupy.cuda.Device().synchronize()
-        for out, y in zip(outs, eager):
-            cupy.testing.assert_array_equal(out, y)
-        assert all(bool((a == 7).all()) for a in bystanders)
+    assert_replays_give(graph, outs, eager, dtype)
 
 
 def test_problems_sharing_a_kernel_with_other_shared_memory_run_in_any_order(rng):
@@ -224,17 +231,10 @@ def test_captured_copies_around_a_kernel_replay_the_eager_results_bit_for_bit(rn
         for (arrays, kw), out in zip(calls, outs):
             im2win.conv2d(*arrays, algorithm=algorithm, out=out, **kw)
         graph = stream.end_capture()
-    for _ in range(2):
+    def between():
         (x2, w2, b2), kw2 = device_case(rng, cases[0], np.float16, "NCHW")
         im2win.conv2d(x2 * 2, w2, b2, algorithm=algorithm, **kw2)       # other buffers
-        bystanders = [cupy.full(1 << 16, 7, np.float16) for _ in range(16)]
-        for out in outs:
-            out.fill(np.nan)
-        graph.launch()
-        cupy.cuda.Device().synchronize()
-        for out, y in zip(outs, eager):
-            cupy.testing.assert_array_equal(out, y)
-        assert all(bool((a == 7).all()) for a in bystanders)
+    assert_replays_give(graph, outs, eager, np.float16, between)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32])

@@ -8,7 +8,6 @@ per call replayed back to back; results compared with CuPy's.
 """
 
 import ctypes
-import time
 
 import cupy
 import numpy as np
@@ -81,20 +80,11 @@ class LtGemm:
 
 
 def timed(fn, calls=200):
-    fn()
-    cupy.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t0) / calls
-    cupy.cuda.Device().synchronize()
-    begin, end = cupy.cuda.Event(), cupy.cuda.Event()
-    begin.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return host * 1e6, cupy.cuda.get_elapsed_time(begin, end) * 1e3 / calls
+    """(host us, GPU us) per call: bench.GPU's host_time and back_to_back."""
+    from im2win.bench import GPU
+    device = GPU()
+    return (device.host_time(fn, calls) * 1e6,
+            device.back_to_back(fn, calls=calls, repeats=1) * 1e6)
 
 
 def main():
