@@ -61,7 +61,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             padding, one group, as one cuBLAS GEMM: at stride 1 on x and w in place, at a
             larger stride on the pixels it reads gathered into workspace first); "auto" takes
             "depthwise" where it applies (groups of 2 or 4 channels, not 8) and "gemm" for
-            float32 and float64 problems of at least 16 channels (plan.gemm_pays) where the
+            float32 and float64 problems of at least 16 channels, and float16 and bfloat16
+            ones of at most 32 channels over at least 65536 pixels (plan.gemm_pays), where the
             gathered pixels fit `workspace_limit`.
             "im2win_nhwc": a float16, bfloat16 or float32 NCHW problem run on its NHWC twin
             (x, w and y copied through channels-last workspace); "auto" takes it on Hopper

@@ -343,6 +343,10 @@ def test_pointwise_problems_are_one_gemm_on_x_in_place():
     assert not gemm_pays(few) and plan_for(few).algorithm == "im2win_fused"
     half = problem((32, 56, 56, 64), (64, 1, 1, 64), np.float16, layout="NHWC")
     assert plan_for(half).algorithm == "im2win_fused"           # the Tensor-Core kernel is faster
+    few_channels = problem((32, 112, 112, 16), (96, 1, 1, 16), np.float16, layout="NHWC")
+    assert gemm_pays(few_channels) and plan_for(few_channels).algorithm == "gemm"
+    few_pixels = problem((32, 28, 28, 32), (192, 1, 1, 32), np.float16, layout="NHWC")
+    assert plan_for(few_pixels).algorithm == "im2win_fused"
     small_half = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC")
     assert plan_for(small_half, algorithm="gemm").geometry == plan.geometry
     sliced = make_plan(nhwc, x_strides=(5 * 7 * 20, 1, 7 * 20, 20), w_aligned=True,

@@ -670,19 +670,31 @@ def pixel_step(prob: Problem, x_strides) -> int:
 
 
 GEMM_MIN_CHANNELS = 16     # "auto" takes cuBLAS for float32 and float64 1x1 layers from here
+# ... and for float16 and bfloat16 1x1 layers of at most this many channels over at least
+# this many pixels (N*H*W), where the Tensor-Core kernels do one short slice a tile:
+GEMM_HALF_MAX_CHANNELS = 32
+GEMM_HALF_MIN_PIXELS = 1 << 16
 
 
 def gemm_pays(prob: Problem) -> bool:
     """Whether "auto" runs a 1x1 convolution as the cuBLAS GEMM (where it can): float32 and
-    float64 problems of at least GEMM_MIN_CHANNELS input channels. Read off the H200 at
-    batch 32 (docs/design.md has the numbers, `tools/suite_profile.py`): over the 77 stride-1
-    1x1 layers of the five networks in float32 NCHW, cuBLAS against the im2win kernels took
-    the geometric mean against cuDNN from 0.88x to 0.98x, up to 5.7x faster a layer
-    (efficientnet_b0.40, 1152 channels on a 1x1 map: 24 us against 135), and lost by more than
-    5% only where the reduction is tiny (4 to 10 channels: efficientnet_b0.13, 6 channels,
-    38.5 us against 28.7) or within the run-to-run noise. In float16 the wgmma kernel beat
-    cuBLAS on most layers (and cuBLAS's 16-bit calls cost twice the host time)."""
-    return prob.dtype.itemsize >= 4 and prob.C >= GEMM_MIN_CHANNELS
+    float64 problems of at least GEMM_MIN_CHANNELS input channels; float16 and bfloat16 ones
+    of at most GEMM_HALF_MAX_CHANNELS over at least GEMM_HALF_MIN_PIXELS pixels. Read off the
+    H200 at batch 32 (docs/design.md has the numbers, `tools/suite_profile.py`): over the 77
+    stride-1 1x1 layers of the five networks in float32 NCHW, cuBLAS against the im2win
+    kernels took the geometric mean against cuDNN from 0.88x to 0.98x, up to 5.7x faster a
+    layer (efficientnet_b0.40, 1152 channels on a 1x1 map: 24 us against 135), and lost by
+    more than 5% only where the reduction is tiny (4 to 10 channels: efficientnet_b0.13, 6
+    channels, 38.5 us against 28.7) or within the run-to-run noise. In float16 NHWC the wgmma
+    kernel beat cuBLAS one call at a time on most layers (cuBLAS's own host time is 14-18 us
+    a call), but not on the six of 16 to 32 channels over 100352 pixels or more
+    (mobilenet_v2.2, .3, .6, efficientnet_b0.4, .5, .10: 8-27% slower in two runs, e.g.
+    efficientnet_b0.4 54.8 us against cuBLAS's 40.2); with 96 channels, or 32 over 25088
+    pixels, it was as fast or faster."""
+    if prob.dtype.itemsize >= 4:
+        return prob.C >= GEMM_MIN_CHANNELS
+    return prob.C <= GEMM_HALF_MAX_CHANNELS and \
+        prob.N * prob.H * prob.W >= GEMM_HALF_MIN_PIXELS
 
 
 def gemm_refusal(prob: Problem, x_strides) -> str | None:
