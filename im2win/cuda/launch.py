@@ -85,8 +85,8 @@ def element_strides(a, letters: str) -> tuple[int, ...]:
 class Packed:
     """One kernel launched straight through cuLaunchKernel, its arguments written into a
     buffer of this thread's, made once: CuPy's RawKernel call converts every argument on
-    every launch, several microseconds of host time a launch (the copies around a kernel
-    took about 15 us each on the H200). `params` names the kernel's parameters in order with
+    every launch (an NCHW call on its NHWC twin, three copies around its kernel, spent 60-70
+    us of host time so on the H200). `params` names the kernel's parameters in order with
     their C types as NumPy types (pointers as np.uint64: give them `.data.ptr`, or 0)."""
 
     def __init__(self, function, params):
@@ -232,8 +232,8 @@ def _cublas():
     """libcublas as CuPy loaded it, through ctypes, or None where it is not found: CuPy's
     wrappers refuse to run while a stream is being captured, and cuBLAS's GEMMs can be
     captured (alpha and beta in host memory are captured by value). Outside a capture
-    CuPy's wrapper is used: ctypes converts 23 arguments a call (about 20 us of host time
-    against CuPy's few on the H200's host)."""
+    CuPy's wrapper is used: with ctypes converting its 23 arguments, a bare GEMM took 20-28 us
+    of host time against the wrapper's 14-22 (`tools/gemm_lt.py`, H200)."""
     from cupy.cuda import cublas  # noqa: F401  (loads the library)
     try:
         with open("/proc/self/maps") as maps:
