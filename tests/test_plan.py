@@ -347,6 +347,13 @@ def test_pointwise_problems_are_one_gemm_on_x_in_place():
     assert gemm_pays(few_channels) and plan_for(few_channels).algorithm == "gemm"
     few_pixels = problem((32, 28, 28, 32), (192, 1, 1, 32), np.float16, layout="NHWC")
     assert plan_for(few_pixels).algorithm == "im2win_fused"
+    for dtype in (np.float16, np.float32):               # no channels: y is the bias
+        empty = problem((32, 112, 112, 0), (96, 1, 1, 0), dtype, layout="NHWC")
+        assert plan_for(empty).algorithm != "gemm"
+        with pytest.raises(ValueError, match="at least one input channel"):
+            plan_for(empty, algorithm="gemm")
+    empty_batch = problem((0, 8, 9, 32), (16, 1, 1, 32), layout="NHWC", stride=2)
+    assert plan_for(empty_batch, algorithm="gemm").geometry.gather        # as for N > 0
     small_half = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC")
     assert plan_for(small_half, algorithm="gemm").geometry == plan.geometry
     sliced = make_plan(nhwc, x_strides=(5 * 7 * 20, 1, 7 * 20, 20), w_aligned=True,

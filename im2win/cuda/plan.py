@@ -704,6 +704,8 @@ def gemm_refusal(prob: Problem, x_strides) -> str | None:
     larger stride on the pixels it reads, gathered first (`gemm_gather_bytes`)."""
     if (prob.R, prob.S, prob.G) != (1, 1, 1) or any((prob.pt, prob.pb, prob.pl, prob.pr)):
         return "it takes 1x1 convolutions with no padding and groups=1"
+    if prob.C == 0:                 # cuBLAS takes no leading dimension of 0 (y is the bias)
+        return "it needs at least one input channel"
     if (prob.sh, prob.sw) != (1, 1):          # the gathered copy: contiguous, P x Q pixels
         x_strides = gathered_strides(prob)
     xn, xc, xh, xw = x_strides
@@ -758,7 +760,8 @@ def gemm_plan(prob: Problem, options: Options, x_strides,
         raise ValueError(f"algorithm='gemm' at stride ({prob.sh}, {prob.sw}) gathers the "
                          f"pixels it reads into {gather} bytes of workspace, more than "
                          f"workspace_limit={workspace_limit}")
-    if gather:
+    strided = (prob.sh, prob.sw) != (1, 1)
+    if strided:
         prob, x_strides = gather_problem(prob), gathered_strides(prob)
     xn, xc, xh, xw = x_strides
     N, C, K, HW = prob.N, prob.C, prob.K, prob.H * prob.W
@@ -767,7 +770,7 @@ def gemm_plan(prob: Problem, options: Options, x_strides,
                         1)
     else:                            # x[n] (C, HW) row-major is A (HW x C, ld xc); w is B
         args = GemmArgs(True, 0, 0, HW, K, C, max(xc, HW), C, HW, xn, 0, K * HW, N)
-    return Plan("gemm", None, options, None, None, max(N, 1), args._replace(gather=bool(gather)),
+    return Plan("gemm", None, options, None, None, max(N, 1), args._replace(gather=strided),
                 b"", gather)
 
 
