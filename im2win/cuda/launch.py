@@ -120,11 +120,6 @@ def _packed(device: int, file: str, expression: str, params) -> Packed:
     return Packed(_kernel(device, file, expression), list(params))
 
 
-def pointer(a) -> int:
-    """a's device address as a Packed pointer argument (0 for None)."""
-    return 0 if a is None else a.data.ptr
-
-
 P64, I64, I32 = np.uint64, np.int64, np.int32
 TRANSPOSE_PARAMS = [("src", P64), ("dst", P64)] + [(n, I64) for n in ("batch", "rows", "cols",
                                                                       "sb", "sr", "sc")]
@@ -134,6 +129,9 @@ SPLIT_REDUCE_PARAMS = [("partial", P64), ("bias", P64), ("y", P64), ("total", I6
 TF32_SPLIT_PARAMS = [("w", P64), ("split", P64), ("n", I64)]
 GATHER5_PARAMS = [("src", P64), ("dst", P64), ("total", I64)] + \
     [(f"d{i}", I32) for i in range(1, 5)] + [(f"s{i}", I64) for i in range(5)]
+WINDOW_COLUMNS_PARAMS = [("x", P64), ("x2", P64), ("rows", I64)] + \
+    [(n, I32) for n in ("H", "W", "Q", "C2", "C", "S", "sw", "dw", "pl")] + \
+    [(n, I64) for n in ("xn", "xh", "xw", "xc")]
 
 
 def geometry_scalar(geo: Geometry, images: int) -> np.void:
@@ -547,7 +545,7 @@ class Executable:
                                               self.smem, scratch.stream, param, 0)
             if partial is not None:
                 self.reduce((min(-(-y.size // 256), 8 * 65535), 1, 1), (256, 1, 1),
-                            scratch.stream, partial.data.ptr, pointer(bias), y.data.ptr,
+                            scratch.stream, partial.data.ptr, pointers[2], y.data.ptr,
                             y.size, prob.K, plan.splits)
             return y
         b = NULL if bias is None else bias

@@ -149,18 +149,16 @@ def window_columns(prob: Problem, x):
     from im2win.cuda.launch import sm_count
     inner = columns_stage(prob, wide=False)
     x2 = cupy.empty((prob.N, prob.H, prob.Q, inner.C), prob.dtype)
-    columns_into(window_columns_kernel(CUDA_TYPES[prob.dtype.name]), x, x2, prob.H, prob.W, prob.C, prob.S,
-                 prob.sw, prob.dw, prob.pl, COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice()))
+    columns_into(window_columns_kernel(CUDA_TYPES[prob.dtype.name]), x, x2, prob.H, prob.W,
+                 prob.C, prob.S, prob.sw, prob.dw, prob.pl,
+                 COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice()))
     return x2, inner
 
 
 def window_columns_kernel(T: str):
     """layout.cu's window_columns<T> on the current device, a launch.Packed."""
-    from im2win.cuda.launch import I32, I64, P64, packed
-    return packed("layout", f"window_columns<{T}>",
-                  [("x", P64), ("x2", P64), ("rows", I64)] +
-                  [(n, I32) for n in ("H", "W", "Q", "C2", "C", "S", "sw", "dw", "pl")] +
-                  [(n, I64) for n in ("xn", "xh", "xw", "xc")])
+    from im2win.cuda.launch import WINDOW_COLUMNS_PARAMS, packed
+    return packed("layout", f"window_columns<{T}>", WINDOW_COLUMNS_PARAMS)
 
 
 def columns_into(function, src, dst, H: int, W: int, C: int, S: int, sw: int, dw: int,
