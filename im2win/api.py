@@ -57,7 +57,9 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             "im2win_fused" (window tiles built in shared memory from x, no extra memory),
             "im2win" (the window tensor materialised, then convolved), "direct",
             "im2col_gemm", "depthwise" (groups = C, one input channel per filter, and in NHWC
-            groups of 2, 4 or 8 channels with K = C) or "gemm" (a 1x1 convolution, no
+            groups of 2, 4 or 8 channels with K = C), "narrow" (float16 and bfloat16 NHWC
+            on Tensor Cores: stems of at most 8 channels, and groups of 8, 16 or 32 channels
+            with K = C) or "gemm" (a 1x1 convolution, no
             padding, one group, as one cuBLAS GEMM: at stride 1 on x and w in place, at a
             larger stride on the pixels it reads gathered into workspace first); "auto" takes
             "depthwise" where it applies (groups of 2 or 4 channels, not 8) and "gemm" for

@@ -563,6 +563,48 @@ def test_depthwise_views_and_misaligned_out(rng):
     assert_close(cupy.asnumpy(y), ref, np.float16, 9)
 
 
+NARROW_CASES = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments: stems and groups
+    ((2, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),          # MobileNet's stem
+    ((2, 3, 17, 19), (16, 3, 4, 4), dict(stride=4)),                     # ConvNeXt's, K = 16
+    ((1, 1, 9, 40), (8, 1, 3, 2), dict(dilation=(2, 3), padding=((2, 0), (1, 3)))),  # C = 1
+    ((3, 4, 7, 6), (24, 4, 5, 5), dict(stride=(2, 1), padding=2)),       # C = 4, K = 8 * 3
+    ((2, 8, 30, 3), (64, 8, 1, 7), dict(padding=(0, 3))),                # C = 8, 7 taps
+    ((2, 64, 12, 10), (64, 8, 3, 3), dict(groups=8, stride=2, padding=((1, 0), (2, 1)))),
+    ((2, 96, 9, 11), (96, 8, 3, 3), dict(groups=12, padding=1)),       # K = 32 * 3
+    ((1, 64, 6, 37), (64, 16, 3, 3), dict(groups=4, dilation=(1, 2), padding=(1, 2))),
+    ((2, 128, 5, 5), (128, 32, 3, 1), dict(groups=4, stride=(1, 3))),
+    ((2, 256, 15, 9), (256, 8, 3, 3), dict(groups=32, padding=1)),       # several blocks
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", NARROW_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_narrow_matches_reference(rng, dtype, x_shape, w_shape, kwargs, bias):
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], bias=bias)
+    run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm="narrow")
+
+
+def test_narrow_views_and_misaligned_out(rng):
+    """A strided channels-last view (element-by-element copies), an out one element off 16
+    bytes, and a filter of non-finite values that must stay within its group."""
+    x, w, b = random_arrays(rng, (2, 32, 9, 9), (32, 8, 3, 3), 32)
+    xs, ws = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+    kwargs = dict(layout="NHWC", groups=4, padding=1)
+    ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), **kwargs)
+    prob = make_problem(xs, ws, **kwargs)
+    base = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, cupy.float16)
+    out = base[1:].reshape(prob.y_shape)
+    wide = cupy.zeros((2, 9, 9, 64), cupy.float16)
+    wide[..., ::2] = cupy.asarray(xs)
+    im2win.conv2d(wide[..., ::2], cupy.asarray(ws), out=out, algorithm="narrow", **kwargs)
+    assert_close(cupy.asnumpy(out), ref, np.float16, prob.reduction)
+    ws[8:16] = np.inf                                 # group 1's filters
+    y = cupy.asnumpy(im2win.conv2d(cupy.asarray(xs), cupy.asarray(ws), algorithm="narrow",
+                                   **kwargs))
+    assert np.isnan(y[..., 8:16]).any() and np.isfinite(np.delete(y, range(8, 16), -1)).all()
+
+
 GEMM_CASES = [  # x (N, C, H, W), w (K, C, 1, 1): 1x1, stride 1, no padding
     ((2, 16, 9, 7), (24, 16, 1, 1)),
     ((3, 5, 4, 13), (7, 5, 1, 1)),          # odd C and K: no 16-byte rows

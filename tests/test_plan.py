@@ -193,7 +193,8 @@ def test_float16_runs_on_tensor_cores_with_16_byte_copies_where_runs_allow():
     assert plan.tensor_cores and plan.geometry.redp == 160
     assert plan.kernel.startswith("im2win_mma<half_t, true, true") and ", true, true, true, true>" in \
         plan.kernel                                           # cp.async, 16-byte B, ldmatrix...
-    odd = plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), np.float16, layout="NHWC"))
+    odd = plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), np.float16, layout="NHWC"),
+                   algorithm="im2win_fused")                  # "auto": narrow.cu's stem
     assert odd.geometry.redp == 32 and "3, true, false," in odd.kernel   # C = 3: no 16-byte B
     assert not plan_for(nhwc, options=Options(tensor_cores=False)).tensor_cores
     with pytest.raises(ValueError, match="on Tensor Cores"):
@@ -255,6 +256,42 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     assert plan_for(bf16, options=Options(tensor_cores=False)).file == "im2win_mma"
 
 
+def test_stems_and_narrow_groups_get_the_narrow_kernel():
+    from im2win.cuda.plan import NarrowArgs, narrow_pitch
+    stem = problem((32, 224, 224, 3), (32, 3, 3, 3), np.float16, layout="NHWC", stride=2,
+                   padding=1)                                             # mobilenet_v2.0
+    plan = plan_for(stem)
+    assert plan.algorithm == "narrow" and isinstance(plan.geometry, NarrowArgs)
+    assert plan.kernel == "narrow_nhwc<half_t, 8, 32, 4, 4, true, false>"
+    tp, tq = plan.geometry.ints[-2:]
+    assert (tp, tq) == (4, 112) and plan.geometry.grid_dims == (32 * 28, 1, 1)
+    rows, cols = 3 * 2 + 3, 111 * 2 + 3                                  # the tile's window
+    assert plan.smem == 2 * 32 * narrow_pitch(80) + 4 * 12 + 16 + 2 * rows * 226 * 8
+    # groups of 8: 128 pixels a block; of 32 over a 7x7 map: 64 (fewer idle warps)
+    grouped = problem((32, 28, 28, 256), (256, 3, 3, 8), np.float16, groups=32, layout="NHWC",
+                      padding=1)
+    assert plan_for(grouped).kernel == "narrow_nhwc<half_t, 8, 64, 1, 8, false, true>"
+    assert plan_for(grouped, x_aligned=False).kernel.endswith("false, false>")
+    small = problem((32, 7, 7, 1024), (1024, 3, 3, 32), ml_dtypes.bfloat16, groups=32,
+                    layout="NHWC", padding=1)
+    assert plan_for(small).algorithm == "im2win_fused"                   # 32: not "auto"'s
+    assert plan_for(small, algorithm="narrow").kernel == \
+        "narrow_nhwc<bf16_t, 32, 64, 4, 1, false, true>"
+    for other in (problem((32, 224, 224, 3), (96, 4, 4, 3), np.float16, layout="NHWC",
+                          stride=4),                                       # convnext_tiny.0
+                  problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")):   # float32
+        assert plan_for(other).algorithm != "narrow"
+    for refused in (problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC"),
+                    problem((2, 3, 9, 9), (8, 3, 3, 3), np.float16),       # NCHW
+                    problem((2, 9, 9, 64), (64, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
+                    problem((2, 9, 9, 3), (12, 3, 3, 3), np.float16, layout="NHWC")):   # K
+        with pytest.raises(ValueError, match="algorithm='narrow'"):
+            plan_for(refused, algorithm="narrow")
+    compiled = {expr for _, expr in specializations()}
+    assert {plan.kernel, plan_for(grouped).kernel,
+            plan_for(small, algorithm="narrow").kernel} <= compiled
+
+
 def test_depthwise_problems_get_their_own_kernel():
     nhwc = problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC")
     plan = plan_for(nhwc)
@@ -274,16 +311,18 @@ def test_depthwise_problems_get_their_own_kernel():
     grouped = problem((2, 9, 9, 64), (64, 3, 3, 4), np.float16, groups=16, layout="NHWC")
     assert plan_for(grouped).kernel == "depthwise_nhwc<half_t, float, 8, 4, 4, 3, 1>"
     eights = problem((2, 9, 9, 64), (64, 3, 3, 8), np.float16, groups=8, layout="NHWC")
-    assert plan_for(eights).algorithm == "im2win_fused"             # measured slower there
+    assert plan_for(eights).algorithm == "narrow"                   # narrow.cu's groups
     forced = plan_for(eights, algorithm="depthwise")
     assert forced.kernel.startswith("depthwise_nhwc<half_t, float, 8, 8,")
     assert plan_for(grouped, x_aligned=False).algorithm == "im2win_fused"   # no vectors
     with pytest.raises(ValueError, match="C/groups in"):
         plan_for(grouped, x_aligned=False, algorithm="depthwise")
-    for other in (problem((2, 9, 9, 64), (64, 3, 3, 16), np.float16, groups=4, layout="NHWC"),
+    assert plan_for(problem((2, 9, 9, 64), (64, 3, 3, 16), np.float16, groups=4,
+                            layout="NHWC")).algorithm == "narrow"
+    for other in (problem((2, 9, 9, 64), (64, 3, 3, 32), np.float16, groups=2, layout="NHWC"),
                   problem((2, 9, 9, 64), (128, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
                   problem((2, 64, 9, 9), (64, 4, 3, 3), np.float16, groups=16)):
-        assert plan_for(other).algorithm == "im2win_fused"     # 16 per group, K != C, NCHW
+        assert plan_for(other).algorithm == "im2win_fused"     # 32 per group, K != C, NCHW
     compiled = {expr for _, expr in specializations()}
     assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel,
             plan_for(grouped).kernel} <= compiled

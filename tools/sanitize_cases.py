@@ -2,14 +2,15 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|ffma]``: with ``float16``, every tile
+``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|ffma]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
 filter and ping-pong consumers, split-K, a stem over its window columns, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernel's forms (each register window and the general one, a channel multiplier,
-tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``tf32``,
+tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``narrow``,
+narrow.cu's stems and groups (both 16-bit types, vector and element copies); with ``tf32``,
 float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
 the float32 NHWC CUDA-core kernels (im2win_ffma.cu's every tile and switch, wgrad_ffma.cu's
 every tile, both x loads and split counts, backward data's window gradients of many
@@ -47,6 +48,15 @@ ONLY_DEPTHWISE = sys.argv[1:] == ["depthwise"]
 ONLY_TMA = sys.argv[1:] == ["tma"]
 ONLY_FFMA = sys.argv[1:] == ["ffma"]
 ONLY_TF32 = sys.argv[1:] == ["tf32"]
+ONLY_NARROW = sys.argv[1:] == ["narrow"]
+# narrow.cu's forms (NHWC, 16-bit): stems of C <= 8, groups of 8, 16 and 32, tails, strides,
+# dilation, vector and element copies: x, w (NCHW-lettered), kwargs.
+NARROW_CASES = [((2, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),
+                ((1, 3, 17, 19), (16, 3, 4, 4), dict(stride=4)),
+                ((2, 5, 9, 13), (24, 5, 3, 2), dict(dilation=(2, 3), padding=((2, 0), (1, 3)))),
+                ((2, 64, 12, 10), (64, 8, 3, 3), dict(groups=8, stride=2, padding=1)),
+                ((1, 96, 9, 11), (96, 16, 3, 3), dict(groups=6, padding=(1, 2))),
+                ((2, 128, 5, 7), (128, 32, 3, 1), dict(groups=4, stride=(1, 3)))]
 # Grouped convolutions the depthwise kernel takes in NHWC (K = C, C/G of 2, 4, 8): x, w, kwargs.
 SMALL_GROUP_CASES = [((2, 32, 9, 10), (32, 4, 3, 3), dict(groups=8, padding=1)),
                      ((2, 16, 7, 9), (16, 2, 3, 3), dict(groups=8, stride=2, padding=1)),
@@ -75,8 +85,19 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
                           **kwargs)
 
 
+for (x_shape, w_shape, kwargs), dtype in itertools.product(
+        NARROW_CASES, (np.float16, ml_dtypes.bfloat16)):
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_DEPTHWISE:
+        break
+    x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
+               (x_shape, w_shape, w_shape[0]))
+    x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
+    im2win.conv2d(x, w, cupy.asarray(b), layout="NHWC", algorithm="narrow", **kwargs)
+    wide = cupy.zeros(x.shape[:3] + (2 * x.shape[3],), x.dtype)    # a view: element copies
+    wide[..., ::2] = x
+    im2win.conv2d(wide[..., ::2], w, layout="NHWC", algorithm="narrow", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW:
         break
     for (x_shape, w_shape, kwargs), dtype in itertools.product(
             DEPTHWISE_CASES, (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)):
@@ -88,7 +109,7 @@ for layout in ("NCHW", "NHWC"):
                       groups=x_shape[1], algorithm="depthwise", **kwargs)
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW:
         break
     if dtype == np.float32 and w_shape[1] == 8:
         continue                                  # 8 channels are more than a float32 vector
@@ -97,7 +118,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
                   cupy.asarray(w.transpose(0, 2, 3, 1).copy()), layout="NHWC",
                   algorithm="depthwise", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_DEPTHWISE or ONLY_TMA or ONLY_FFMA or ONLY_TF32:
+    if ONLY_DEPTHWISE or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW:
         break
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
@@ -155,7 +176,7 @@ def float32_on_tensor_cores():
 
 
 # The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64 or 32), every tile, both 16-bit types.
-if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA or ONLY_TF32):
+if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW):
     for dtype in (np.float16, ml_dtypes.bfloat16):
         x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 128)).astype(dtype))
         w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 128)).astype(dtype))
@@ -245,7 +266,7 @@ elif HOPPER and ONLY_TF32:
 # float32 NHWC on CUDA cores: im2win_ffma.cu (every tile and switch; tails of pixels and
 # filters, padding, stride, groups), wgrad_ffma.cu (every tile, float4 and scalar x loads,
 # one split and several), and window gradients of many channels (backward data, cv12's form).
-if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA or ONLY_TF32):
+if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA or ONLY_TF32 or ONLY_NARROW):
     from im2win.cuda import launch, wgrad_ffma
     from im2win.cuda.tuning import FFMA_TILES
     from im2win.problem import make_backward_filter_problem
@@ -295,6 +316,9 @@ for (x_shape, w_shape, kwargs), dtype in zip(CASES, (np.float16, np.float32) * 2
 x = cupy.asarray(rng.uniform(-1, 1, (2, 16, 13, 12)), np.float32)
 calls.append(((x, cupy.asarray(rng.uniform(-1, 1, (16, 1, 3, 3)), np.float32)),
               dict(groups=16, padding=1)))                    # the depthwise kernel
+x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 10, 64)), np.float16)
+calls.append(((x, cupy.asarray(rng.uniform(-1, 1, (64, 3, 3, 8)), np.float16)),
+              dict(layout="NHWC", groups=8, padding=1)))      # narrow.cu's groups
 if HOPPER:        # "3xtf32": its filter split into the call's workspace, then the kernel
     x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 64)), np.float32)
     calls.append(((x, cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 64)), np.float32)),

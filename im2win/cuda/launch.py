@@ -315,6 +315,8 @@ SPLIT_ARGS = np.dtype([("geo", GEOMETRY), ("g0", np.int32)], align=True)
 # depthwise.cu's, likewise: sixteen ints (the problem's extents) and x's four i64 strides.
 DEPTHWISE_ARGS = np.dtype([("ints", np.int32, 16), ("strides", np.int64, 4)], align=True)
 DEPTHWISE_WAVES = 8          # blocks per SM the depthwise grid is sized to; the rest loop
+# narrow.cu's: eighteen ints (the extents and the block's output tile), x's four i64 strides.
+NARROW_ARGS = np.dtype([("ints", np.int32, 18), ("strides", np.int64, 4)], align=True)
 
 
 def argument_offsets(record: np.dtype) -> list[int]:
@@ -375,8 +377,9 @@ class Executable:
                 self.taps = cupy.asarray(np.frombuffer(plan.taps, np.int32))
             stream.synchronize()
         launches, record = [], FIXED_ARGS
-        if plan.algorithm == "depthwise":
-            args, record = plan.geometry, DEPTHWISE_ARGS
+        if plan.algorithm in ("depthwise", "narrow"):
+            args = plan.geometry
+            record = DEPTHWISE_ARGS if plan.algorithm == "depthwise" else NARROW_ARGS
             grid = args.grid(prob, DEPTHWISE_WAVES * sm_count(cupy.cuda.runtime.getDevice()))
             launches.append((0, prob.N, grid, (args.ints, args.x_strides)))
         elif plan.algorithm in ("im2win", "im2win_fused"):
@@ -394,7 +397,8 @@ class Executable:
             if plan.splits > 1:
                 record = SPLIT_ARGS
         self.launches = tuple(launches)
-        self.block = plan.geometry.block if plan.algorithm == "depthwise" else (plan.block, 1, 1)
+        self.block = plan.geometry.block if plan.algorithm in ("depthwise", "narrow") else \
+            (plan.block, 1, 1)
         self.fixed = np.zeros(len(launches), record)
         for i, (_, _, _, fixed) in enumerate(launches):
             self.fixed[i] = fixed
@@ -524,7 +528,7 @@ class Executable:
             return self.through_nhwc(x, w, bias, y, scratch)
         if plan.algorithm == "im2win_columns":
             return self.through_columns(x, w, bias, y, scratch)
-        if plan.algorithm in ("im2win_fused", "depthwise"):
+        if plan.algorithm in ("im2win_fused", "depthwise", "narrow"):
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
             pointers, _, params, _, maps_at = self._argument_buffers()
             if self.split is not None:          # "3xtf32": the filter's big and small parts

@@ -79,7 +79,8 @@ class Plan:
 
     Attributes:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm",
-            "depthwise" (depthwise.cu: groups = C, one input channel per filter), "gemm"
+            "depthwise" (depthwise.cu: groups = C, one input channel per filter), "narrow"
+            (narrow.cu: NHWC stems of C <= 4 and groups of C/G = K/G in NARROW_GROUPS), "gemm"
             (a 1x1 convolution as one cuBLAS GEMM on x and w in place, or at a stride on
             x's pixels it reads gathered first: GemmArgs.gather), "im2win_nhwc" (an
             NCHW problem run on its NHWC twin between layout copies, layout.cu) or
@@ -92,7 +93,8 @@ class Plan:
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry for one launch of `chunk` images; the depthwise
-            kernel's DepthwiseArgs; the GEMM's GemmArgs; None for the others.
+            kernel's DepthwiseArgs; the narrow kernel's NarrowArgs; the GEMM's GemmArgs; None
+            for the others.
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
             every t, zeros past the reduction up to a multiple of 32 entries; empty when
             offsets are computed in the kernel.
@@ -117,7 +119,7 @@ class Plan:
     file: str | None
     kernel: str | None
     chunk: int
-    geometry: Geometry | DepthwiseArgs | GemmArgs | None
+    geometry: Geometry | DepthwiseArgs | NarrowArgs | GemmArgs | None
     taps: bytes = dataclasses.field(repr=False)
     workspace_bytes: int
     tma: "TmaArgs | None" = None
@@ -156,7 +158,7 @@ class Plan:
     @property
     def smem(self) -> int:
         """Dynamic shared memory per block, bytes."""
-        if self.algorithm == "depthwise":
+        if self.algorithm in ("depthwise", "narrow"):
             return self.geometry.smem
         if self.file != "im2win_wgmma":
             return 0
@@ -382,6 +384,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned)))
         if channelwise:
             algorithm = "depthwise"
+        elif narrow_pays(prob) and narrow_refusal(prob, x_strides, x_aligned) is None:
+            algorithm = "narrow"
         elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None and (
                 workspace_limit is None or gemm_gather_bytes(prob) <= workspace_limit):
             algorithm = "gemm"
@@ -394,6 +398,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "im2win_fused"
     if algorithm == "depthwise":
         return depthwise_plan(prob, options, x_strides, x_aligned)
+    if algorithm == "narrow":
+        return narrow_plan(prob, options, x_strides, x_aligned)
     if algorithm == "im2win_nhwc":
         return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch)
     if algorithm == "im2win_columns":
@@ -626,6 +632,162 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
                          prob.R * prob.S * channels * group * prob.dtype.itemsize, channels,
                          window[2])
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
+
+
+NARROW_GROUPS = (8, 16, 32)        # channels per group narrow.cu takes (K == C), besides stems
+NARROW_STEM_CHANNELS = 8           # stems: C at most this, padded to it in shared memory
+NARROW_THREADS = 256               # a block: 8 warps
+NARROW_SMEM_LIMIT = 110 * 1024     # a block's shared memory, at most: two blocks per SM
+NARROW_DTYPES = ("float16", "bfloat16")
+# What "auto" gives it, read off tools/narrow_dev.py (float16 NHWC, batch 32, H200, GPU us back
+# to back, before -> narrow, cuDNN): stems of at most 27 products per output and 2**26 outputs
+# (mobilenet_v2.0, 3x3 stride 2: 67.1 -> 56.1, cuDNN 33.8; not convnext_tiny.0, 4x4 stride 4:
+# 70.2 -> 92.4; resnet50.0, 7x7: 82.1 -> 193.2; cv7 at batch 128: 604 -> 1138), and groups of 8
+# and 16 (resnext50_32x4d.7 103.2 -> 46.5, cuDNN 32.6; .11 100.1 -> 32.5, 35.3; .13 39.2 ->
+# 30.6, 21.5; .17 35.4 -> 23.2, 23.2), not 32 (.19 17.4 -> 33.1; .23 22.9 -> 31.9).
+NARROW_AUTO_STEM_REDUCTION = 27
+NARROW_AUTO_STEM_OUTPUTS = 1 << 26
+NARROW_AUTO_GROUPS = (8, 16)
+
+def narrow_form(prob: Problem) -> tuple[int, bool] | None:
+    """(CP, stem) where narrow.cu takes the problem: channels per group as stored (a stem's C
+    padded to 8) and whether it is a stem; None where it does not."""
+    if prob.layout != "NHWC" or prob.dtype.name not in NARROW_DTYPES:
+        return None
+    if prob.G == 1 and 0 < prob.C <= NARROW_STEM_CHANNELS:
+        return NARROW_STEM_CHANNELS, True
+    if prob.G > 1 and prob.Cg == prob.Kg and prob.Cg in NARROW_GROUPS:
+        return prob.Cg, False
+    return None
+
+
+def narrow_pays(prob: Problem) -> bool:
+    """Whether "auto" takes narrow.cu (NARROW_AUTO_*)."""
+    form = narrow_form(prob)
+    if form is None:
+        return False
+    if form[1]:
+        return (prob.reduction <= NARROW_AUTO_STEM_REDUCTION and
+                prob.N * prob.K * prob.P * prob.Q <= NARROW_AUTO_STEM_OUTPUTS)
+    return prob.Cg in NARROW_AUTO_GROUPS
+
+
+class NarrowArgs(NamedTuple):
+    """What a narrow.cu launch reads besides its four pointers: the problem's extents (N, C,
+    H, W, K, G, R, S, P, Q, sh, sw, dh, dw, pt, pl) and the block's output tile (TP, TQ), x's
+    element strides (N, C, H, W), the grid, the block and its shared memory."""
+
+    ints: tuple[int, ...]
+    x_strides: tuple[int, int, int, int]
+    grid_dims: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+
+    def grid(self, prob: Problem, blocks_wanted: int) -> tuple[int, int, int]:
+        return self.grid_dims
+
+
+class NarrowTile(NamedTuple):
+    """A narrow.cu block: KB channels, NW n8 tiles per warp, MT m16 tiles per warp, and the
+    TP x TQ outputs its warps cover; smem its shared memory in bytes."""
+
+    kb: int
+    nw: int
+    mt: int
+    tp: int
+    tq: int
+    smem: int
+
+
+def narrow_pitch(elements: int) -> int:
+    """narrow.cu's pitch: an odd number of 16-byte rows."""
+    return elements if (elements // 8) % 2 else elements + 8
+
+
+def narrow_blocks(cp: int, stem: bool) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(KB, NW, MT choices) narrow.cu is compiled for: a stem's warps share one n-range of KB
+    channels (KB = 8*NW) and split 512, 256 or 128 pixels; a group's warps hold its CP/8 n8
+    tiles, KB = 64 or 32 channels, over 128 or 64 pixels."""
+    if stem:
+        return [(kb, kb // 8, (4, 2, 1)) for kb in (32, 16, 8)]
+    out = []
+    for kb in (64, 32):
+        if kb % cp == 0:
+            warps_m = 8 // (kb // cp)
+            out.append((kb, cp // 8, tuple(px // (16 * warps_m) for px in (128, 64)
+                                           if px >= 16 * warps_m)))
+    return out
+
+
+def narrow_tile(prob: Problem, cp: int, stem: bool) -> NarrowTile | None:
+    """The block for the problem: the first KB that divides K; among its MT choices whose
+    window fits NARROW_SMEM_LIMIT, the fewest pixel slots over the grid (tiles times pixels
+    per block: small maps take small blocks), the larger block on a tie."""
+    best = None
+    for kb, nw, mts in narrow_blocks(cp, stem):
+        if prob.K % kb or prob.K // kb > MAX_GRID_YZ:
+            continue
+        warps_m = 8 // (kb // (8 * nw))
+        for mt in mts:
+            capacity = warps_m * mt * 16
+            tq = min(prob.Q, capacity)
+            tq = -(-prob.Q // -(-prob.Q // tq))
+            tp = min(prob.P, capacity // tq)
+            tp = -(-prob.P // -(-prob.P // tp))
+            tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
+            rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
+            cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
+            steps = -(-prob.R * prob.S * cp // 16)
+            smem = (2 * kb * narrow_pitch(16 * steps) + 4 * -(-2 * steps // 4) * 4 + 16 +
+                    2 * rows * -(-cols // prob.sw) * prob.sw * narrow_pitch(cp if stem else kb))
+            if smem > NARROW_SMEM_LIMIT or tiles >= 2 ** 31:
+                continue
+            if best is None or tiles * capacity < best[0]:
+                best = (tiles * capacity, NarrowTile(kb, nw, mt, tp, tq, smem))
+        if best is not None:
+            return best[1]
+    return None
+
+
+def narrow_refusal(prob: Problem, x_strides, x_aligned: bool) -> str | None:
+    """Why narrow.cu cannot run the problem, or None (see narrow_plan)."""
+    form = narrow_form(prob)
+    if form is None:
+        return (f"algorithm='narrow' takes NHWC {' and '.join(NARROW_DTYPES)} stems of C <= "
+                f"{NARROW_STEM_CHANNELS} and groups of C/groups == K/groups in {NARROW_GROUPS}; "
+                f"got {prob.layout} {prob.dtype.name}, C={prob.C}, K={prob.K}, "
+                f"groups={prob.G}")
+    if narrow_tile(prob, *form) is None:
+        return (f"algorithm='narrow' needs K a multiple of 8 (of 32 for groups) and a tile "
+                f"whose window and filters fit {NARROW_SMEM_LIMIT} bytes of shared memory; "
+                f"got K={prob.K}, R x S = {prob.R} x {prob.S}, stride {prob.sh} x {prob.sw}")
+    return None
+
+
+def narrow_kernel_name(dtype: str, cp: int, kb: int, nw: int, mt: int, stem: bool,
+                       vx: bool) -> str:
+    return (f"narrow_nhwc<{CUDA_TYPES[dtype][0]}, {cp}, {kb}, {nw}, {mt}, {str(stem).lower()}, "
+            f"{str(vx).lower()}>")
+
+
+def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
+    """narrow.cu's plan: NHWC stems of C <= 8 channels and groups of C/G = K/G channels in
+    NARROW_GROUPS (any stride, padding, dilation), float16 or bfloat16."""
+    refusal = narrow_refusal(prob, x_strides, x_aligned)
+    if refusal:
+        raise ValueError(refusal)
+    cp, stem = narrow_form(prob)
+    tile = narrow_tile(prob, cp, stem)
+    xn, xc, xh, xw = x_strides
+    vx = not stem and xc == 1 and x_aligned and all(s % 8 == 0 for s in (xn, xh, xw))
+    tiles = max(prob.N, 1) * -(-prob.P // tile.tp) * -(-prob.Q // tile.tq)
+    args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
+                       prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, tile.tp,
+                       tile.tq), tuple(x_strides), (tiles, prob.K // tile.kb, 1),
+                      (NARROW_THREADS, 1, 1), tile.smem)
+    return Plan("narrow", None, options, "narrow",
+                narrow_kernel_name(prob.dtype.name, cp, tile.kb, tile.nw, tile.mt, stem, vx),
+                max(prob.N, 1), args, b"", 0)
 
 
 class GemmArgs(NamedTuple):
@@ -1360,6 +1522,13 @@ def specializations() -> list[tuple[str, str]]:
                                 out.add(("im2win_conv", kernel_name(
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
     out.add(("layout", "copy_rows"))
+    for dtype in NARROW_DTYPES:
+        forms = [(NARROW_STEM_CHANNELS, True, False)] + [
+            (cp, False, vx) for cp in NARROW_GROUPS for vx in (True, False)]
+        for cp, stem, vx in forms:
+            for kb, nw, mts in narrow_blocks(cp, stem):
+                for mt in mts:
+                    out.add(("narrow", narrow_kernel_name(dtype, cp, kb, nw, mt, stem, vx)))
     for tile in FFMA_TILES.values():           # every tile, fully on and each switch off alone
         for name in ("full", "no_double_buffer", "no_conflict_free"):
             out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name])))

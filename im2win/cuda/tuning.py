@@ -247,8 +247,8 @@ HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent
                    "nchw_epilogue")
 
 
-ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "gemm",
-              "im2win_nhwc", "im2win_columns")
+ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "narrow",
+              "gemm", "im2win_nhwc", "im2win_columns")
 
 
 

@@ -1,0 +1,217 @@
+// narrow.cu: float16 / bfloat16 convolutions of short reductions on Tensor Cores (mma.sync
+// m16n8k16), NHWC: stems (one group of C <= 8 channels) and grouped convolutions of CG = C/G =
+// K/G channels per group, CG of 8, 16 or 32. A general im2win tile wastes most of its Tensor-Core
+// work on them (a 3x3 stem reduces over 27, a group of 8 over 72, and the groups' GEMMs are 8
+// filters wide); here each warp's n8 tiles lie within one group, and each A fragment is loaded
+// straight from the window.
+//
+//   y[n,p,q,k] = bias[k] + sum_{r<R, s<S, u<CG} x[n, p*sh + r*dh - pt, q*sw + s*dw - pl, g*CG + u]
+//                                              * w[k, r, s, u]      (g = k / (K/G); window order)
+//
+// x is read through element strides (any view; VX: channels contiguous, every stride and the
+// start aligned to 8-element vectors); w is contiguous (K, R, S, CG); y contiguous (N, P, Q, K).
+// Offsets into x and y are 64-bit.
+//
+// A block of 8 warps computes KB output channels (whole groups, or part of a stem's one group)
+// for a TP x TQ tile of one image's outputs:
+//   - It copies the tile's input window (zero outside x) into shared memory as
+//     [row][column][channel], CP channels per group (a stem's C padded to 8 with zeros), at a
+//     pixel pitch of an odd number of 16-byte rows, so the 8 rows of an ldmatrix (consecutive
+//     pixels) hit distinct banks. At a column stride sw the columns are stored by phase
+//     (column c at (c % sw) * ceil(cols / sw) + c / sw): consecutive output columns read
+//     consecutive pixels at every stride.
+//   - The reduction runs in window order, e = (r*S + s)*CP + u, in k16 steps; each 8-element
+//     half of a step lies within one tap, so lane l's ldmatrix row (pixel l % 16, half l / 16)
+//     is that pixel's window at the tap: the window tile is the A operand in place. Steps past
+//     the reduction read a row of zeros.
+//   - The filters sit in shared memory as [KB][E] (E: the reduction rounded up to 16, zeros
+//     past it), B fragments by ldmatrix.
+//   - Warps: KB / (8*NW) across the channels (NW n8 tiles each, one group's or a stem's), the
+//     rest across the pixels (MT m16 tiles each).
+
+__device__ __forceinline__ unsigned narrow_smem_u32(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// A BYTES-wide global-to-shared copy by cp.async, zeros where !valid (nothing is read then).
+template <int BYTES>
+__device__ __forceinline__ void narrow_copy(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(narrow_smem_u32(dst)),
+               "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
+}
+
+template <typename T>
+__device__ __forceinline__ void narrow_mma(float (&acc)[4], const unsigned (&a)[4],
+                                           const unsigned (&b)[2]) {
+  if constexpr (same_type<T, bf16_t>::value)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Pitches in elements: an odd number of 16-byte (8-element) rows.
+__host__ __device__ constexpr int narrow_pitch(int elements) {
+  return (elements / 8) % 2 ? elements : elements + 8;
+}
+
+template <typename T, int CP, int KB, int NW, int MT, bool STEM, bool VX>
+__global__ void __launch_bounds__(256)
+    narrow_nhwc(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                T* __restrict__ y, int N, int C, int H, int W, int K, int G, int R, int S, int P,
+                int Q, int sh, int sw, int dh, int dw, int pt, int pl, int TP, int TQ,
+                i64 xn, i64 xc, i64 xh, i64 xw) {
+  constexpr int THREADS = 256, WN = KB / (8 * NW);
+  constexpr int CB = STEM ? CP : KB;                 // channels per pixel in shared memory
+  constexpr int PITCH = narrow_pitch(CB);
+  static_assert(CP % 8 == 0 && KB % (8 * NW) == 0 && 8 % WN == 0 && (STEM || KB % CP == 0) &&
+                (STEM || NW * 8 == CP), "tile");
+  const int CG = C / G, RS = R * S;
+  const int E = (RS * CP + 15) / 16 * 16, WP = narrow_pitch(E), steps = E / 16;
+  const int k0 = blockIdx.y * KB;
+  const int c0 = STEM ? 0 : k0;                      // the block's first input channel (K == C)
+
+  const int tiles_q = (Q + TQ - 1) / TQ, tiles_p = (P + TP - 1) / TP;
+  int tile = blockIdx.x;
+  const int tq = tile % tiles_q;
+  tile /= tiles_q;
+  const int tp = tile % tiles_p;
+  const i64 n = tile / tiles_p;
+  const int p0 = tp * TP, q0 = tq * TQ;
+  const int rows = (TP - 1) * sh + (R - 1) * dh + 1, cols = (TQ - 1) * sw + (S - 1) * dw + 1;
+  const int cw = (cols + sw - 1) / sw, row_pitch = cw * sw;   // pixels per stored row
+
+  extern __shared__ __align__(16) unsigned char narrow_smem[];
+  T* ws = reinterpret_cast<T*>(narrow_smem);                  // [KB][WP]
+  int* offsets = reinterpret_cast<int*>(ws + KB * WP);         // [steps][2], elements
+  T* zeros = reinterpret_cast<T*>(offsets + (2 * steps + 3) / 4 * 4);   // one 16-byte row
+  T* xs = zeros + 8;                                            // [rows][row_pitch][PITCH]
+
+  const T zero = from_acc<T>(0.f);
+  for (int i = threadIdx.x; i < KB * E; i += THREADS) {
+    const int kk = i / E, e = i - kk * E, tap = e / CP, u = e - tap * CP;
+    ws[kk * WP + e] = tap < RS && u < CG ? w[(i64)(k0 + kk) * RS * CG + tap * CG + u] : zero;
+  }
+  for (int i = threadIdx.x; i < 2 * steps; i += THREADS) {   // where each half-step's rows are
+    const int e = i * 8, tap = e / CP, r = tap / S, s = tap - r * S, col = s * dw;
+    offsets[i] = tap < RS ? (r * dh * row_pitch + (col % sw) * cw + col / sw) * PITCH + e % CP
+                          : -1;
+  }
+  if (threadIdx.x < 8) zeros[threadIdx.x] = zero;
+
+  // The input window, row by row (a warp per stored row), each row phase by phase: no division
+  // per element, and many loads in flight per thread (cp.async, or FILL loads in registers).
+  const T* xb = x + n * xn;
+  const int h0 = p0 * sh - pt, w0 = q0 * sw - pl;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int ri = warp; ri < rows; ri += THREADS / 32) {
+    const int h = h0 + ri;
+    const bool row_in = h >= 0 && h < H;
+    const T* xrow = xb + h * xh;
+    T* srow = xs + ri * row_pitch * PITCH;
+    for (int phase = 0; phase < sw; ++phase) {
+      T* sphase = srow + phase * cw * PITCH;
+      if constexpr (VX) {                // 8-channel vectors (CP == CG): cp.async, zero-filled
+        constexpr int V = CB / 8;
+        for (int t = lane; t < cw * V; t += 32) {
+          const int j = t / V, v = t - j * V, ci = j * sw + phase, c = w0 + ci;
+          const bool ok = row_in && ci < cols && c >= 0 && c < W;
+          narrow_copy<16>(sphase + j * PITCH + v * 8, ok ? xrow + c * xw + c0 + v * 8 : x, ok);
+        }
+      } else {                           // element by element (a stem's C < 8, unaligned x)
+        constexpr int FILL = 8;
+        for (int t0 = lane; t0 < cw * CB; t0 += 32 * FILL) {
+          T value[FILL];
+#pragma unroll
+          for (int f = 0; f < FILL; ++f) {
+            const int t = t0 + f * 32, j = t / CB, e = t - j * CB;
+            const int group = e / CP, u = e - group * CP, ci = j * sw + phase, c = w0 + ci;
+            value[f] = row_in && t < cw * CB && u < CG && ci < cols && c >= 0 && c < W
+                           ? xrow[c * xw + (i64)(c0 + group * CG + u) * xc] : zero;
+          }
+#pragma unroll
+          for (int f = 0; f < FILL; ++f) {
+            const int t = t0 + f * 32, j = t / CB;
+            if (t < cw * CB) sphase[j * PITCH + t - j * CB] = value[f];
+          }
+        }
+      }
+    }
+  }
+  if constexpr (VX) asm volatile("cp.async.wait_all;\n" ::);
+  __syncthreads();
+
+  const int wn = warp % WN, wm = warp / WN;
+  const int nb = wn * NW * 8;                        // the warp's first channel in the block
+  const int channel0 = STEM ? 0 : (nb / CP) * CP;    // its group's first channel in a pixel
+  // Lane l's ldmatrix row in m16 tile t: pixel (wm*MT + t)*16 + l % 16 of the tile (a pixel
+  // past the tile reads row 0: computed, never stored), 8-element half l / 16 of a step.
+  unsigned a_row[MT];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    const int idx = (wm * MT + t) * 16 + lane % 16, pr = idx / TQ, pc = idx - pr * TQ;
+    a_row[t] = narrow_smem_u32(xs) +
+               2 * (idx < TP * TQ ? (pr * sh * row_pitch + pc) * PITCH + channel0 : 0);
+  }
+  const unsigned zero_row = narrow_smem_u32(zeros);
+  // B by ldmatrix.x2: rows (channels) nb + j*8 + l % 8, half (l / 8) % 2 of the step.
+  const unsigned b_row = narrow_smem_u32(ws + (nb + lane % 8) * WP + ((lane / 8) % 2) * 8);
+
+  float acc[MT][NW][4];
+#pragma unroll
+  for (int j = 0; j < NW; ++j) {
+    const int k = k0 + nb + j * 8 + (lane % 4) * 2;
+    const float b0 = bias ? to_acc(bias[k], float()) : 0.f;
+    const float b1 = bias ? to_acc(bias[k + 1], float()) : 0.f;
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      acc[t][j][0] = acc[t][j][2] = b0;
+      acc[t][j][1] = acc[t][j][3] = b1;
+    }
+  }
+  for (int step = 0; step < steps; ++step) {
+    const int offset = offsets[2 * step + lane / 16];
+    unsigned b[NW][2];
+#pragma unroll
+    for (int j = 0; j < NW; ++j)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                   : "=r"(b[j][0]), "=r"(b[j][1])
+                   : "r"(b_row + 2 * (j * 8 * WP + step * 16)));
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      unsigned a[4];
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                   : "r"(offset < 0 ? zero_row : a_row[t] + 2 * offset));
+#pragma unroll
+      for (int j = 0; j < NW; ++j) narrow_mma<T>(acc[t][j], a, b[j]);
+    }
+  }
+
+  // acc[t][j]: rows (pixels) l / 4 and l / 4 + 8, channels (l % 4) * 2 + {0, 1} of n8 tile j.
+  const bool aligned = reinterpret_cast<unsigned long long>(y) % 4 == 0 && K % 2 == 0;
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int idx = (wm * MT + t) * 16 + lane / 4 + half * 8, pr = idx / TQ, pc = idx - pr * TQ;
+      if (idx >= TP * TQ || p0 + pr >= P || q0 + pc >= Q) continue;
+      T* out = y + ((n * P + p0 + pr) * Q + q0 + pc) * K + k0 + nb + (lane % 4) * 2;
+#pragma unroll
+      for (int j = 0; j < NW; ++j) {
+        const T v0 = from_acc<T>(acc[t][j][2 * half]), v1 = from_acc<T>(acc[t][j][2 * half + 1]);
+        if (aligned) {
+          *reinterpret_cast<unsigned*>(out + j * 8) = v0.bits | (unsigned)v1.bits << 16;
+        } else {
+          out[j * 8] = v0;
+          out[j * 8 + 1] = v1;
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,102 @@
+"""Develop the narrow kernel (narrow.cu) in one GPU call: time it on network layers against the
+path "auto" took before it, and cuDNN, each result checked against the float64 reference; a
+short table last.
+
+    python3 tools/narrow_dev.py [--layers mobilenet_v2.0,resnext50_32x4d.11] [--dtype float16]
+        [--variants before,8,4] [--batch 32]
+
+Variants: "before" is "auto" with narrow.cu out of its choices; "narrow" is algorithm="narrow"
+(the planner's block); mtM forces M m16 tiles per warp where the kernel has them. Times are
+back-to-back calls between CUDA events (the GPU's figure); TFLOPS count 2*N*K*P*Q*(C/G)*R*S. The twelve benchmark layers (cv1..cv12)
+run at their own batch, 128.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import im2win
+from im2win import bench, reference
+from im2win.cuda import plan as cuda_plan
+from im2win.layers import LAYERS as BENCHMARK_LAYERS
+from im2win.networks import NETWORKS
+from im2win.problem import make_problem
+from im2win.testing import allowed_error, relative_error
+
+LAYERS = ("mobilenet_v2.0,convnext_tiny.0,resnet50.0,resnext50_32x4d.2,resnext50_32x4d.7,"
+          "resnext50_32x4d.11,resnext50_32x4d.13,resnext50_32x4d.17,resnext50_32x4d.19,"
+          "resnext50_32x4d.23,cv7")
+
+
+def forced_blocks(blocks, mt: int):
+    """narrow_blocks with only `mt` m16 tiles per warp."""
+    return lambda cp, stem: [(kb, nw, tuple(m for m in mts if m == mt))
+                             for kb, nw, mts in blocks(cp, stem)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", default=LAYERS)
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--variants", default="before,narrow")
+    parser.add_argument("--batch", type=int, default=32)
+    args = parser.parse_args(argv)
+    import cupy
+    device = bench.GPU()
+    convs = {c.name: c for net in NETWORKS.values() for c in net}
+    convs.update(BENCHMARK_LAYERS)
+    auto = (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS)
+    blocks = cuda_plan.narrow_blocks
+    lines, wrong, layout = [], 0, "NHWC"
+    for name in args.layers.split(","):
+        conv = convs[name]
+        kwargs = conv.kwargs
+        batch = bench.GPU_BATCH if name in BENCHMARK_LAYERS else args.batch
+        x_host, w_host = bench.make_inputs(conv, batch, args.dtype, layout)
+        x, w = cupy.asarray(x_host), cupy.asarray(w_host)
+        prob = make_problem(x, w, layout=layout, **kwargs)
+        ref = reference.conv2d(x_host[:1].astype(np.float64), w_host.astype(np.float64),
+                               layout=layout, **kwargs)
+        inputs = bench.rotation(x, device)
+        row = [f"{name:20s}"]
+        for variant in args.variants.split(","):
+            if variant == "before":
+                cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS = 0, ()
+                algorithm = "auto"
+            else:
+                cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS = auto
+                cuda_plan.narrow_blocks = (blocks if variant == "narrow" else
+                                           forced_blocks(blocks, int(variant[2:])))
+                algorithm = "narrow"
+            im2win.cuda._calls.clear()         # remembered calls hold the last variant's plan
+            turn = iter(range(1 << 30))
+
+            def call():
+                return im2win.conv2d(inputs[next(turn) % len(inputs)], w, layout=layout,
+                                     algorithm=algorithm, **kwargs)
+            try:
+                y = im2win.conv2d(x, w, layout=layout, algorithm=algorithm, **kwargs)
+                err = relative_error(cupy.asnumpy(y[:1]).astype(np.float64), ref)
+                ok = err <= allowed_error(np.dtype(x.dtype), prob.reduction)
+                wrong += not ok
+                seconds = device.back_to_back(call, calls=20, repeats=5)
+                row.append(f"{variant} {seconds * 1e6:6.1f}us {prob.flops / seconds / 1e12:5.1f}"
+                           f"{'' if ok else ' WRONG'}")
+            except Exception as e:        # a variant that does not build or launch
+                row.append(f"{variant} ERR {type(e).__name__}: {str(e)[:100]}")
+        if bench.torch_cuda_available():
+            call, _ = bench.bind(bench.CUDNN, inputs, w, layout, kwargs)
+            seconds = device.back_to_back(call, calls=20, repeats=5)
+            row.append(f"cudnn {seconds * 1e6:6.1f}us {prob.flops / seconds / 1e12:5.1f}")
+        lines.append(" | ".join(row))
+        print(lines[-1], flush=True)
+    print("\n".join(["", f"GPU us per call (back to back) and TFLOPS, {args.dtype} NHWC, batch "
+                     f"{args.batch}"] + lines))
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
