@@ -264,7 +264,9 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     assert plan.algorithm == "narrow" and isinstance(plan.geometry, NarrowArgs)
     assert plan.kernel == "narrow_nhwc<half_t, 8, 32, 4, 4, true, false>"
     tp, tq = plan.geometry.ints[-2:]
-    assert (tp, tq) == (4, 112) and plan.geometry.grid_dims == (32 * 28, 1, 1)
+    assert (tp, tq) == (4, 112) and plan.geometry.tiles == 32 * 28
+    # two blocks an SM (registers), each looping over an even share of the 896 tiles
+    assert plan.geometry.per_sm == 2 and plan.geometry.grid(stem, 132) == (224, 1, 1)
     rows, cols = 3 * 2 + 3, 111 * 2 + 3                                  # the tile's window
     assert plan.smem == 2 * 32 * narrow_pitch(80) + 4 * 12 + 16 + 2 * rows * 226 * 8
     # groups of 8: 128 pixels a block; of 32 over a 7x7 map: 64 (fewer idle warps)

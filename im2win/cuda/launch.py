@@ -380,7 +380,8 @@ class Executable:
         if plan.algorithm in ("depthwise", "narrow"):
             args = plan.geometry
             record = DEPTHWISE_ARGS if plan.algorithm == "depthwise" else NARROW_ARGS
-            grid = args.grid(prob, DEPTHWISE_WAVES * sm_count(cupy.cuda.runtime.getDevice()))
+            sms = sm_count(cupy.cuda.runtime.getDevice())
+            grid = args.grid(prob, DEPTHWISE_WAVES * sms if plan.algorithm == "depthwise" else sms)
             launches.append((0, prob.N, grid, (args.ints, args.x_strides)))
         elif plan.algorithm in ("im2win", "im2win_fused"):
             for g0 in range(0, prob.G, 65535):

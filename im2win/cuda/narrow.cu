@@ -13,7 +13,7 @@
 // Offsets into x and y are 64-bit.
 //
 // A block of 8 warps computes KB output channels (whole groups, or part of a stem's one group)
-// for a TP x TQ tile of one image's outputs:
+// for TP x TQ tiles of one image's outputs:
 //   - It copies the tile's input window (zero outside x) into shared memory as
 //     [row][column][channel], CP channels per group (a stem's C padded to 8 with zeros), at a
 //     pixel pitch of an odd number of 16-byte rows, so the 8 rows of an ldmatrix (consecutive
@@ -28,6 +28,9 @@
 //     past it), B fragments by ldmatrix.
 //   - Warps: KB / (8*NW) across the channels (NW n8 tiles each, one group's or a stem's), the
 //     rest across the pixels (MT m16 tiles each).
+//   - The grid holds as many blocks as fit the device at once (blockIdx.y: the channel block);
+//     each loads its filters once and loops over output tiles blockIdx.x + i*gridDim.x. With
+//     VX the next tile's window is copied (cp.async, a second buffer) while one is computed.
 
 __device__ __forceinline__ unsigned narrow_smem_u32(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
@@ -77,12 +80,7 @@ __global__ void __launch_bounds__(256)
   const int c0 = STEM ? 0 : k0;                      // the block's first input channel (K == C)
 
   const int tiles_q = (Q + TQ - 1) / TQ, tiles_p = (P + TP - 1) / TP;
-  int tile = blockIdx.x;
-  const int tq = tile % tiles_q;
-  tile /= tiles_q;
-  const int tp = tile % tiles_p;
-  const i64 n = tile / tiles_p;
-  const int p0 = tp * TP, q0 = tq * TQ;
+  const int tiles = N * tiles_p * tiles_q;           // < 2^31: checked by the planner
   const int rows = (TP - 1) * sh + (R - 1) * dh + 1, cols = (TQ - 1) * sw + (S - 1) * dw + 1;
   const int cw = (cols + sw - 1) / sw, row_pitch = cw * sw;   // pixels per stored row
 
@@ -90,7 +88,8 @@ __global__ void __launch_bounds__(256)
   T* ws = reinterpret_cast<T*>(narrow_smem);                  // [KB][WP]
   int* offsets = reinterpret_cast<int*>(ws + KB * WP);         // [steps][2], elements
   T* zeros = reinterpret_cast<T*>(offsets + (2 * steps + 3) / 4 * 4);   // one 16-byte row
-  T* xs = zeros + 8;                                            // [rows][row_pitch][PITCH]
+  T* xs = zeros + 8;                         // [rows][row_pitch][PITCH], twice where VX
+  const int buffer = rows * row_pitch * PITCH;
 
   const T zero = from_acc<T>(0.f);
   for (int i = threadIdx.x; i < KB * E; i += THREADS) {
@@ -104,114 +103,152 @@ __global__ void __launch_bounds__(256)
   }
   if (threadIdx.x < 8) zeros[threadIdx.x] = zero;
 
-  // The input window, row by row (a warp per stored row), each row phase by phase: no division
-  // per element, and many loads in flight per thread (cp.async, or FILL loads in registers).
-  const T* xb = x + n * xn;
-  const int h0 = p0 * sh - pt, w0 = q0 * sw - pl;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int ri = warp; ri < rows; ri += THREADS / 32) {
-    const int h = h0 + ri;
-    const bool row_in = h >= 0 && h < H;
-    const T* xrow = xb + h * xh;
-    T* srow = xs + ri * row_pitch * PITCH;
-    for (int phase = 0; phase < sw; ++phase) {
-      T* sphase = srow + phase * cw * PITCH;
-      if constexpr (VX) {                // 8-channel vectors (CP == CG): cp.async, zero-filled
+  // Tile `tile`'s input window into `xs_tile`: a warp per stored row and phase (no division
+  // per element), many loads in flight per thread: cp.async (VX: 8-channel vectors, CP == CG,
+  // zero-filled; the caller commits and waits), or FILL loads into registers, then their
+  // stores (element by element: a stem's C < 8, or unaligned x).
+  auto fill = [&](int tile, T* xs_tile) {
+    const int tq = tile % tiles_q, rest = tile / tiles_q, tp = rest % tiles_p;
+    const T* xb = x + (i64)(rest / tiles_p) * xn;
+    const int h0 = tp * TP * sh - pt, w0 = tq * TQ * sw - pl;
+    for (int rp = warp; rp < rows * sw; rp += THREADS / 32) {
+      const int ri = rp / sw, phase = rp - ri * sw, h = h0 + ri;
+      const bool row_in = h >= 0 && h < H;
+      const T* xrow = xb + h * xh;
+      T* sphase = xs_tile + (ri * row_pitch + phase * cw) * PITCH;
+      if constexpr (VX) {
         constexpr int V = CB / 8;
         for (int t = lane; t < cw * V; t += 32) {
           const int j = t / V, v = t - j * V, ci = j * sw + phase, c = w0 + ci;
           const bool ok = row_in && ci < cols && c >= 0 && c < W;
           narrow_copy<16>(sphase + j * PITCH + v * 8, ok ? xrow + c * xw + c0 + v * 8 : x, ok);
         }
-      } else {                           // element by element (a stem's C < 8, unaligned x)
-        constexpr int FILL = 8;
-        for (int t0 = lane; t0 < cw * CB; t0 += 32 * FILL) {
+      } else {
+        constexpr int FILL = 16;
+        const int real = STEM ? CG : CB;   // the elements of a pixel that x holds (stems: C)
+        for (int t0 = lane; t0 < cw * real; t0 += 32 * FILL) {
           T value[FILL];
 #pragma unroll
           for (int f = 0; f < FILL; ++f) {
-            const int t = t0 + f * 32, j = t / CB, e = t - j * CB;
-            const int group = e / CP, u = e - group * CP, ci = j * sw + phase, c = w0 + ci;
-            value[f] = row_in && t < cw * CB && u < CG && ci < cols && c >= 0 && c < W
-                           ? xrow[c * xw + (i64)(c0 + group * CG + u) * xc] : zero;
+            const int t = t0 + f * 32, j = t / real, e = t - j * real, ci = j * sw + phase;
+            const int c = w0 + ci;
+            value[f] = row_in && t < cw * real && ci < cols && c >= 0 && c < W
+                           ? xrow[c * xw + (i64)(c0 + e) * xc] : zero;
           }
 #pragma unroll
           for (int f = 0; f < FILL; ++f) {
-            const int t = t0 + f * 32, j = t / CB;
-            if (t < cw * CB) sphase[j * PITCH + t - j * CB] = value[f];
+            const int t = t0 + f * 32, j = t / real;
+            if (t < cw * real) sphase[j * PITCH + t - j * real] = value[f];
           }
         }
+        if (STEM)                        // a stem's channels past C: zeros
+          for (int t = lane; t < cw * (CP - CG); t += 32) {
+            const int j = t / (CP - CG);
+            sphase[j * PITCH + CG + t - j * (CP - CG)] = zero;
+          }
       }
     }
-  }
-  if constexpr (VX) asm volatile("cp.async.wait_all;\n" ::);
-  __syncthreads();
+  };
 
   const int wn = warp % WN, wm = warp / WN;
   const int nb = wn * NW * 8;                        // the warp's first channel in the block
   const int channel0 = STEM ? 0 : (nb / CP) * CP;    // its group's first channel in a pixel
   // Lane l's ldmatrix row in m16 tile t: pixel (wm*MT + t)*16 + l % 16 of the tile (a pixel
   // past the tile reads row 0: computed, never stored), 8-element half l / 16 of a step.
-  unsigned a_row[MT];
+  int a_row[MT];
 #pragma unroll
   for (int t = 0; t < MT; ++t) {
     const int idx = (wm * MT + t) * 16 + lane % 16, pr = idx / TQ, pc = idx - pr * TQ;
-    a_row[t] = narrow_smem_u32(xs) +
-               2 * (idx < TP * TQ ? (pr * sh * row_pitch + pc) * PITCH + channel0 : 0);
+    a_row[t] = idx < TP * TQ ? (pr * sh * row_pitch + pc) * PITCH + channel0 : 0;
   }
   const unsigned zero_row = narrow_smem_u32(zeros);
   // B by ldmatrix.x2: rows (channels) nb + j*8 + l % 8, half (l / 8) % 2 of the step.
   const unsigned b_row = narrow_smem_u32(ws + (nb + lane % 8) * WP + ((lane / 8) % 2) * 8);
-
-  float acc[MT][NW][4];
+  float bias_pair[NW][2];
 #pragma unroll
   for (int j = 0; j < NW; ++j) {
     const int k = k0 + nb + j * 8 + (lane % 4) * 2;
-    const float b0 = bias ? to_acc(bias[k], float()) : 0.f;
-    const float b1 = bias ? to_acc(bias[k + 1], float()) : 0.f;
-#pragma unroll
-    for (int t = 0; t < MT; ++t) {
-      acc[t][j][0] = acc[t][j][2] = b0;
-      acc[t][j][1] = acc[t][j][3] = b1;
-    }
+    bias_pair[j][0] = bias ? to_acc(bias[k], float()) : 0.f;
+    bias_pair[j][1] = bias ? to_acc(bias[k + 1], float()) : 0.f;
   }
-  for (int step = 0; step < steps; ++step) {
-    const int offset = offsets[2 * step + lane / 16];
-    unsigned b[NW][2];
-#pragma unroll
-    for (int j = 0; j < NW; ++j)
-      asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                   : "=r"(b[j][0]), "=r"(b[j][1])
-                   : "r"(b_row + 2 * (j * 8 * WP + step * 16)));
-#pragma unroll
-    for (int t = 0; t < MT; ++t) {
-      unsigned a[4];
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                   : "r"(offset < 0 ? zero_row : a_row[t] + 2 * offset));
-#pragma unroll
-      for (int j = 0; j < NW; ++j) narrow_mma<T>(acc[t][j], a, b[j]);
-    }
-  }
-
-  // acc[t][j]: rows (pixels) l / 4 and l / 4 + 8, channels (l % 4) * 2 + {0, 1} of n8 tile j.
   const bool aligned = reinterpret_cast<unsigned long long>(y) % 4 == 0 && K % 2 == 0;
+
+  // The block's tiles, blockIdx.x + i*gridDim.x: with VX the next tile's window is copied
+  // (cp.async, into the other buffer) while this one's is computed.
+  if (VX && blockIdx.x < tiles) {
+    fill(blockIdx.x, xs);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  int step_in = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, step_in ^= 1) {
+    T* current = xs + (VX ? step_in * buffer : 0);
+    if constexpr (VX) {
+      if (tile + gridDim.x < tiles) {
+        fill(tile + gridDim.x, xs + (step_in ^ 1) * buffer);
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+      } else {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+      }
+    } else {
+      fill(tile, current);
+    }
+    __syncthreads();
+
+    float acc[MT][NW][4];
 #pragma unroll
-  for (int t = 0; t < MT; ++t) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int idx = (wm * MT + t) * 16 + lane / 4 + half * 8, pr = idx / TQ, pc = idx - pr * TQ;
-      if (idx >= TP * TQ || p0 + pr >= P || q0 + pc >= Q) continue;
-      T* out = y + ((n * P + p0 + pr) * Q + q0 + pc) * K + k0 + nb + (lane % 4) * 2;
+    for (int t = 0; t < MT; ++t)
 #pragma unroll
       for (int j = 0; j < NW; ++j) {
-        const T v0 = from_acc<T>(acc[t][j][2 * half]), v1 = from_acc<T>(acc[t][j][2 * half + 1]);
-        if (aligned) {
-          *reinterpret_cast<unsigned*>(out + j * 8) = v0.bits | (unsigned)v1.bits << 16;
-        } else {
-          out[j * 8] = v0;
-          out[j * 8 + 1] = v1;
+        acc[t][j][0] = acc[t][j][2] = bias_pair[j][0];
+        acc[t][j][1] = acc[t][j][3] = bias_pair[j][1];
+      }
+    const unsigned a_base = narrow_smem_u32(current);
+    for (int step = 0; step < steps; ++step) {
+      const int offset = offsets[2 * step + lane / 16];
+      unsigned b[NW][2];
+#pragma unroll
+      for (int j = 0; j < NW; ++j)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                     : "=r"(b[j][0]), "=r"(b[j][1])
+                     : "r"(b_row + 2 * (j * 8 * WP + step * 16)));
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        unsigned a[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                     : "r"(offset < 0 ? zero_row : a_base + 2 * (a_row[t] + offset)));
+#pragma unroll
+        for (int j = 0; j < NW; ++j) narrow_mma<T>(acc[t][j], a, b[j]);
+      }
+    }
+
+    // acc[t][j]: rows (pixels) l / 4 and l / 4 + 8, channels (l % 4) * 2 + {0, 1} of n8 tile j.
+    const int tq = tile % tiles_q, rest = tile / tiles_q, tp = rest % tiles_p;
+    const i64 n = rest / tiles_p;
+    const int p0 = tp * TP, q0 = tq * TQ;
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int idx = (wm * MT + t) * 16 + lane / 4 + half * 8, pr = idx / TQ;
+        const int pc = idx - pr * TQ;
+        if (idx >= TP * TQ || p0 + pr >= P || q0 + pc >= Q) continue;
+        T* out = y + ((n * P + p0 + pr) * Q + q0 + pc) * K + k0 + nb + (lane % 4) * 2;
+#pragma unroll
+        for (int j = 0; j < NW; ++j) {
+          const T v0 = from_acc<T>(acc[t][j][2 * half]);
+          const T v1 = from_acc<T>(acc[t][j][2 * half + 1]);
+          if (aligned) {
+            *reinterpret_cast<unsigned*>(out + j * 8) = v0.bits | (unsigned)v1.bits << 16;
+          } else {
+            out[j * 8] = v0;
+            out[j * 8 + 1] = v1;
+          }
         }
       }
     }
+    __syncthreads();                     // the buffer just read is filled again next
   }
 }

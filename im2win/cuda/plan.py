@@ -641,10 +641,10 @@ NARROW_SMEM_LIMIT = 110 * 1024     # a block's shared memory, at most: two block
 NARROW_DTYPES = ("float16", "bfloat16")
 # What "auto" gives it, read off tools/narrow_dev.py (float16 NHWC, batch 32, H200, GPU us back
 # to back, before -> narrow, cuDNN): stems of at most 27 products per output and 2**26 outputs
-# (mobilenet_v2.0, 3x3 stride 2: 67.1 -> 56.1, cuDNN 33.8; not convnext_tiny.0, 4x4 stride 4:
-# 70.2 -> 92.4; resnet50.0, 7x7: 82.1 -> 193.2; cv7 at batch 128: 604 -> 1138), and groups of 8
-# and 16 (resnext50_32x4d.7 103.2 -> 46.5, cuDNN 32.6; .11 100.1 -> 32.5, 35.3; .13 39.2 ->
-# 30.6, 21.5; .17 35.4 -> 23.2, 23.2), not 32 (.19 17.4 -> 33.1; .23 22.9 -> 31.9).
+# (mobilenet_v2.0, 3x3 stride 2: 66.6 -> 59.2, cuDNN 30.9; not convnext_tiny.0, 4x4 stride 4:
+# 49.9 -> 148.4; resnet50.0, 7x7: 80.9 -> 165.7; cv7 at batch 128: 608 -> 899), and groups of
+# 8 and 16 (resnext50_32x4d.7 103.6 -> 41.4, cuDNN 32.1; .11 100.0 -> 32.4, 29.8; .13 38.6 ->
+# 29.0, 19.2; .17 35.1 -> 19.2, 17.5), not 32 (.19 16.4 -> 25.5; .23 15.6 -> 23.5).
 NARROW_AUTO_STEM_REDUCTION = 27
 NARROW_AUTO_STEM_OUTPUTS = 1 << 26
 NARROW_AUTO_GROUPS = (8, 16)
@@ -675,16 +675,23 @@ def narrow_pays(prob: Problem) -> bool:
 class NarrowArgs(NamedTuple):
     """What a narrow.cu launch reads besides its four pointers: the problem's extents (N, C,
     H, W, K, G, R, S, P, Q, sh, sw, dh, dw, pt, pl) and the block's output tile (TP, TQ), x's
-    element strides (N, C, H, W), the grid, the block and its shared memory."""
+    element strides (N, C, H, W), the block, its shared memory, the output tiles and channel
+    blocks, and how many blocks fit an SM."""
 
     ints: tuple[int, ...]
     x_strides: tuple[int, int, int, int]
-    grid_dims: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int
+    tiles: int
+    channel_blocks: int
+    per_sm: int
 
-    def grid(self, prob: Problem, blocks_wanted: int) -> tuple[int, int, int]:
-        return self.grid_dims
+    def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
+        """(blocks over the tiles, channel blocks, 1): as many blocks as fit the device at
+        once, each looping over an even share of the tiles."""
+        slots = max(1, self.per_sm * sms // self.channel_blocks)
+        rounds = -(-self.tiles // slots)
+        return -(-self.tiles // rounds), self.channel_blocks, 1
 
 
 class NarrowTile(NamedTuple):
@@ -719,10 +726,11 @@ def narrow_blocks(cp: int, stem: bool) -> list[tuple[int, int, tuple[int, ...]]]
     return out
 
 
-def narrow_tile(prob: Problem, cp: int, stem: bool) -> NarrowTile | None:
+def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool) -> NarrowTile | None:
     """The block for the problem: the first KB that divides K; among its MT choices whose
-    window fits NARROW_SMEM_LIMIT, the fewest pixel slots over the grid (tiles times pixels
-    per block: small maps take small blocks), the larger block on a tie."""
+    window (twice where vx: the next tile's is copied while one is computed) fits
+    NARROW_SMEM_LIMIT, the fewest pixel slots over the grid (tiles times pixels per block:
+    small maps take small blocks), the larger block on a tie."""
     best = None
     for kb, nw, mts in narrow_blocks(cp, stem):
         if prob.K % kb or prob.K // kb > MAX_GRID_YZ:
@@ -738,8 +746,9 @@ def narrow_tile(prob: Problem, cp: int, stem: bool) -> NarrowTile | None:
             rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
             cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
             steps = -(-prob.R * prob.S * cp // 16)
+            window = 2 * rows * -(-cols // prob.sw) * prob.sw * narrow_pitch(cp if stem else kb)
             smem = (2 * kb * narrow_pitch(16 * steps) + 4 * -(-2 * steps // 4) * 4 + 16 +
-                    2 * rows * -(-cols // prob.sw) * prob.sw * narrow_pitch(cp if stem else kb))
+                    window * (2 if vx else 1))
             if smem > NARROW_SMEM_LIMIT or tiles >= 2 ** 31:
                 continue
             if best is None or tiles * capacity < best[0]:
@@ -757,7 +766,7 @@ def narrow_refusal(prob: Problem, x_strides, x_aligned: bool) -> str | None:
                 f"{NARROW_STEM_CHANNELS} and groups of C/groups == K/groups in {NARROW_GROUPS}; "
                 f"got {prob.layout} {prob.dtype.name}, C={prob.C}, K={prob.K}, "
                 f"groups={prob.G}")
-    if narrow_tile(prob, *form) is None:
+    if narrow_tile(prob, *form, narrow_vector(prob, x_strides, x_aligned)) is None:
         return (f"algorithm='narrow' needs K a multiple of 8 (of 32 for groups) and a tile "
                 f"whose window and filters fit {NARROW_SMEM_LIMIT} bytes of shared memory; "
                 f"got K={prob.K}, R x S = {prob.R} x {prob.S}, stride {prob.sh} x {prob.sw}")
@@ -770,6 +779,14 @@ def narrow_kernel_name(dtype: str, cp: int, kb: int, nw: int, mt: int, stem: boo
             f"{str(vx).lower()}>")
 
 
+def narrow_vector(prob: Problem, x_strides, x_aligned: bool) -> bool:
+    """Whether narrow.cu copies x by 16-byte vectors (cp.async, the next tile's window while
+    one is computed): groups, x's channels contiguous, every other stride and the start
+    aligned to 8 elements."""
+    xn, xc, xh, xw = x_strides
+    return (prob.G > 1 and xc == 1 and x_aligned and all(s % 8 == 0 for s in (xn, xh, xw)))
+
+
 def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
     """narrow.cu's plan: NHWC stems of C <= 8 channels and groups of C/G = K/G channels in
     NARROW_GROUPS (any stride, padding, dilation), float16 or bfloat16."""
@@ -777,14 +794,16 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> 
     if refusal:
         raise ValueError(refusal)
     cp, stem = narrow_form(prob)
-    tile = narrow_tile(prob, cp, stem)
-    xn, xc, xh, xw = x_strides
-    vx = not stem and xc == 1 and x_aligned and all(s % 8 == 0 for s in (xn, xh, xw))
+    vx = narrow_vector(prob, x_strides, x_aligned)
+    tile = narrow_tile(prob, cp, stem, vx)
     tiles = max(prob.N, 1) * -(-prob.P // tile.tp) * -(-prob.Q // tile.tq)
+    # Blocks per SM: shared memory (228 KB an SM, 1 KB of it reserved per block) and
+    # registers (ptxas: up to 128 a thread for stems, 72 for groups).
+    per_sm = max(1, min(228 * 1024 // (tile.smem + 1024), 2 if stem else 3))
     args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
                        prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, tile.tp,
-                       tile.tq), tuple(x_strides), (tiles, prob.K // tile.kb, 1),
-                      (NARROW_THREADS, 1, 1), tile.smem)
+                       tile.tq), tuple(x_strides), (NARROW_THREADS, 1, 1), tile.smem, tiles,
+                      prob.K // tile.kb, per_sm)
     return Plan("narrow", None, options, "narrow",
                 narrow_kernel_name(prob.dtype.name, cp, tile.kb, tile.nw, tile.mt, stem, vx),
                 max(prob.N, 1), args, b"", 0)
