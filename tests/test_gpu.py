@@ -603,6 +603,17 @@ def test_narrow_views_and_misaligned_out(rng):
     y = cupy.asnumpy(im2win.conv2d(cupy.asarray(xs), cupy.asarray(ws), algorithm="narrow",
                                    **kwargs))
     assert np.isnan(y[..., 8:16]).any() and np.isfinite(np.delete(y, range(8, 16), -1)).all()
+    # a stem: from a view (element copies) and from x in place (raw rows by 4-byte words), an
+    # odd number of elements a row, so that rows start at either half of a word
+    x, w, _ = random_arrays(rng, (3, 3, 10, 13), (16, 3, 3, 3), 16)
+    xs, ws = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+    kwargs = dict(layout="NHWC", stride=2, padding=1)
+    ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), **kwargs)
+    wide = cupy.zeros((3, 10, 13, 6), cupy.float16)
+    wide[..., ::2] = cupy.asarray(xs)
+    for x_gpu in (wide[..., ::2], cupy.asarray(xs)[1:], cupy.asarray(xs)):
+        y = im2win.conv2d(x_gpu, cupy.asarray(ws), algorithm="narrow", **kwargs)
+        assert_close(cupy.asnumpy(y), ref[-len(x_gpu):], np.float16, 27)
 
 
 GEMM_CASES = [  # x (N, C, H, W), w (K, C, 1, 1): 1x1, stride 1, no padding

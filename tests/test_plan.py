@@ -262,13 +262,15 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
                    padding=1)                                             # mobilenet_v2.0
     plan = plan_for(stem)
     assert plan.algorithm == "narrow" and isinstance(plan.geometry, NarrowArgs)
-    assert plan.kernel == "narrow_nhwc<half_t, 8, 32, 4, 4, true, false>"
+    assert plan.kernel == "narrow_nhwc<half_t, 8, 32, 4, 4, true, true>"   # raw rows by cp.async
+    assert plan_for(stem, x_aligned=False).kernel.endswith("true, false>")
     tp, tq = plan.geometry.ints[-2:]
     assert (tp, tq) == (4, 112) and plan.geometry.tiles == 32 * 28
     # two blocks an SM (registers), each looping over an even share of the 896 tiles
     assert plan.geometry.per_sm == 2 and plan.geometry.grid(stem, 132) == (224, 1, 1)
     rows, cols = 3 * 2 + 3, 111 * 2 + 3                                  # the tile's window
-    assert plan.smem == 2 * 32 * narrow_pitch(80) + 4 * 12 + 16 + 2 * rows * 226 * 8
+    raw = 2 * 2 * rows * 680                     # two buffers of rows of 225 * 3 + 2 elements
+    assert plan.smem == 2 * 32 * narrow_pitch(80) + 4 * 12 + 16 + 2 * rows * 226 * 8 + raw
     # groups of 8: 128 pixels a block; of 32 over a 7x7 map: 64 (fewer idle warps)
     grouped = problem((32, 28, 28, 256), (256, 3, 3, 8), np.float16, groups=32, layout="NHWC",
                       padding=1)

@@ -8,8 +8,9 @@
 //   y[n,p,q,k] = bias[k] + sum_{r<R, s<S, u<CG} x[n, p*sh + r*dh - pt, q*sw + s*dw - pl, g*CG + u]
 //                                              * w[k, r, s, u]      (g = k / (K/G); window order)
 //
-// x is read through element strides (any view; VX: channels contiguous, every stride and the
-// start aligned to 8-element vectors); w is contiguous (K, R, S, CG); y contiguous (N, P, Q, K).
+// x is read through element strides (any view; VX: for groups, channels contiguous, every
+// stride and the start aligned to 8-element vectors; for stems, each pixel's C channels
+// contiguous and x 4-byte aligned); w is contiguous (K, R, S, CG); y contiguous (N, P, Q, K).
 // Offsets into x and y are 64-bit.
 //
 // A block of 8 warps computes KB output channels (whole groups, or part of a stem's one group)
@@ -30,7 +31,9 @@
 //     rest across the pixels (MT m16 tiles each).
 //   - The grid holds as many blocks as fit the device at once (blockIdx.y: the channel block);
 //     each loads its filters once and loops over output tiles blockIdx.x + i*gridDim.x. With
-//     VX the next tile's window is copied (cp.async, a second buffer) while one is computed.
+//     VX the next tile's window is copied (cp.async, a second buffer) while one is computed;
+//     a stem's, as the raw rows x holds (C channels a pixel, 4-byte copies), which a pass
+//     through shared memory then lays out as the window tile.
 
 __device__ __forceinline__ unsigned narrow_smem_u32(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
@@ -88,8 +91,12 @@ __global__ void __launch_bounds__(256)
   T* ws = reinterpret_cast<T*>(narrow_smem);                  // [KB][WP]
   int* offsets = reinterpret_cast<int*>(ws + KB * WP);         // [steps][2], elements
   T* zeros = reinterpret_cast<T*>(offsets + (2 * steps + 3) / 4 * 4);   // one 16-byte row
-  T* xs = zeros + 8;                         // [rows][row_pitch][PITCH], twice where VX
+  T* xs = zeros + 8;               // [rows][row_pitch][PITCH], twice for groups' cp.async
   const int buffer = rows * row_pitch * PITCH;
+  // A stem's raw rows (VX): the columns of x it reads, as x holds them (C channels a pixel),
+  // from the 4-byte word the first one lies in; two buffers, after xs.
+  const int raw_pitch = (cols * C + 2 + 7) / 8 * 8;
+  T* raw = xs + buffer;
 
   const T zero = from_acc<T>(0.f);
   for (int i = threadIdx.x; i < KB * E; i += THREADS) {
@@ -151,6 +158,49 @@ __global__ void __launch_bounds__(256)
     }
   };
 
+  // A stem's raw rows of tile `tile` into `rows_to` by 4-byte cp.async (VX: x's pixels are C
+  // contiguous channels, x 4-byte aligned), a warp per row: the words from the one holding
+  // the first column's first channel, and the last element where it ends a word early.
+  auto fill_raw = [&](int tile, T* rows_to) {
+    const int tq = tile % tiles_q, rest = tile / tiles_q, tp = rest % tiles_p;
+    const T* xb = x + (i64)(rest / tiles_p) * xn;
+    const int h0 = tp * TP * sh - pt, w0 = tq * TQ * sw - pl;
+    const int ca = max(w0, 0), cb = min(w0 + cols, W);
+    for (int ri = warp; ri < rows; ri += THREADS / 32) {
+      const int h = h0 + ri;
+      if (h < 0 || h >= H || ca >= cb) continue;
+      const unsigned long long first = reinterpret_cast<unsigned long long>(xb + h * xh + ca * C);
+      const unsigned long long end = reinterpret_cast<unsigned long long>(xb + h * xh + cb * C);
+      const unsigned long long start = first & ~3ull;
+      const int words = (int)(((end & ~3ull) - start) / 4);
+      T* to = rows_to + ri * raw_pitch;
+      for (int k = lane; k < words; k += 32)
+        narrow_copy<4>(to + 2 * k, reinterpret_cast<const void*>(start + 4 * k), true);
+      if (lane == 0 && end % 4) to[2 * words] = xb[h * xh + cb * C - 1];
+    }
+  };
+  // ... and from the raw rows into the window tile, a pixel (16 bytes, zeros past C) a thread.
+  auto convert = [&](int tile, const T* rows_from) {
+    const int tq = tile % tiles_q, rest = tile / tiles_q, tp = rest % tiles_p;
+    const T* xb = x + (i64)(rest / tiles_p) * xn;
+    const int h0 = tp * TP * sh - pt, w0 = tq * TQ * sw - pl;
+    const int ca = max(w0, 0), cb = min(w0 + cols, W);
+    for (int i = threadIdx.x; i < rows * row_pitch; i += THREADS) {
+      const int ri = i / row_pitch, rem = i - ri * row_pitch, phase = rem / cw;
+      const int c = w0 + (rem - phase * cw) * sw + phase, h = h0 + ri;
+      union { uint4 word; T e[8]; } px;
+      px.word = make_uint4(0, 0, 0, 0);
+      if (h >= 0 && h < H && c >= ca && c < cb) {
+        const int shift = (int)(reinterpret_cast<unsigned long long>(xb + h * xh + ca * C) / 2 % 2);
+        const T* from = rows_from + ri * raw_pitch + shift + (c - ca) * C;
+#pragma unroll
+        for (int u = 0; u < CP; ++u)
+          if (u < C) px.e[u] = from[u];
+      }
+      *reinterpret_cast<uint4*>(xs + i * PITCH) = px.word;
+    }
+  };
+
   const int wn = warp % WN, wm = warp / WN;
   const int nb = wn * NW * 8;                        // the warp's first channel in the block
   const int channel0 = STEM ? 0 : (nb / CP) * CP;    // its group's first channel in a pixel
@@ -177,13 +227,24 @@ __global__ void __launch_bounds__(256)
   // The block's tiles, blockIdx.x + i*gridDim.x: with VX the next tile's window is copied
   // (cp.async, into the other buffer) while this one's is computed.
   if (VX && blockIdx.x < tiles) {
-    fill(blockIdx.x, xs);
+    if constexpr (STEM) fill_raw(blockIdx.x, raw);
+    else fill(blockIdx.x, xs);
     asm volatile("cp.async.commit_group;\n" ::);
   }
   int step_in = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, step_in ^= 1) {
-    T* current = xs + (VX ? step_in * buffer : 0);
-    if constexpr (VX) {
+    T* current = xs + (VX && !STEM ? step_in * buffer : 0);
+    if constexpr (VX && STEM) {          // the next tile's raw rows while this one's converts
+      if (tile + gridDim.x < tiles) {
+        fill_raw(tile + gridDim.x, raw + (step_in ^ 1) * rows * raw_pitch);
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+      } else {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+      }
+      __syncthreads();
+      convert(tile, raw + step_in * rows * raw_pitch);
+    } else if constexpr (VX) {
       if (tile + gridDim.x < tiles) {
         fill(tile + gridDim.x, xs + (step_in ^ 1) * buffer);
         asm volatile("cp.async.commit_group;\n" ::);

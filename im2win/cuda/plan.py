@@ -641,10 +641,11 @@ NARROW_SMEM_LIMIT = 110 * 1024     # a block's shared memory, at most: two block
 NARROW_DTYPES = ("float16", "bfloat16")
 # What "auto" gives it, read off tools/narrow_dev.py (float16 NHWC, batch 32, H200, GPU us back
 # to back, before -> narrow, cuDNN): stems of at most 27 products per output and 2**26 outputs
-# (mobilenet_v2.0, 3x3 stride 2: 66.6 -> 59.2, cuDNN 30.9; not convnext_tiny.0, 4x4 stride 4:
-# 49.9 -> 148.4; resnet50.0, 7x7: 80.9 -> 165.7; cv7 at batch 128: 608 -> 899), and groups of
-# 8 and 16 (resnext50_32x4d.7 103.6 -> 41.4, cuDNN 32.1; .11 100.0 -> 32.4, 29.8; .13 38.6 ->
-# 29.0, 19.2; .17 35.1 -> 19.2, 17.5), not 32 (.19 16.4 -> 25.5; .23 15.6 -> 23.5).
+# (mobilenet_v2.0, 3x3 stride 2: 82.0 -> 38.4, cuDNN 31.4; efficientnet_b0.0 66.4 -> 37.6,
+# 31.0; not convnext_tiny.0, 4x4 stride 4: 58.3 -> 61.8; resnet50.0, 7x7: 83.2 -> 123.6; cv7 at
+# batch 128: 616 -> 685), and groups of 8 and 16 (resnext50_32x4d.7 103.6 -> 41.4, cuDNN 32.1;
+# .11 100.0 -> 32.4, 29.8; .13 38.6 -> 29.0, 19.2; .17 35.1 -> 19.2, 17.5), not 32 (.19 16.4
+# -> 25.5; .23 15.6 -> 23.5).
 NARROW_AUTO_STEM_REDUCTION = 27
 NARROW_AUTO_STEM_OUTPUTS = 1 << 26
 NARROW_AUTO_GROUPS = (8, 16)
@@ -748,7 +749,9 @@ def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool) -> NarrowTile | No
             steps = -(-prob.R * prob.S * cp // 16)
             window = 2 * rows * -(-cols // prob.sw) * prob.sw * narrow_pitch(cp if stem else kb)
             smem = (2 * kb * narrow_pitch(16 * steps) + 4 * -(-2 * steps // 4) * 4 + 16 +
-                    window * (2 if vx else 1))
+                    window * (2 if vx and not stem else 1))
+            if vx and stem:                    # two buffers of raw rows
+                smem += 2 * 2 * rows * -(-(cols * prob.C + 2) // 8) * 8
             if smem > NARROW_SMEM_LIMIT or tiles >= 2 ** 31:
                 continue
             if best is None or tiles * capacity < best[0]:
@@ -780,11 +783,14 @@ def narrow_kernel_name(dtype: str, cp: int, kb: int, nw: int, mt: int, stem: boo
 
 
 def narrow_vector(prob: Problem, x_strides, x_aligned: bool) -> bool:
-    """Whether narrow.cu copies x by 16-byte vectors (cp.async, the next tile's window while
-    one is computed): groups, x's channels contiguous, every other stride and the start
-    aligned to 8 elements."""
+    """Whether narrow.cu copies x by cp.async (the next tile's window while one is computed):
+    groups by 16-byte vectors (x's channels contiguous, every other stride and the start
+    aligned to 8 elements), stems by 4-byte words of raw rows (x's pixels of C contiguous
+    channels, x aligned)."""
     xn, xc, xh, xw = x_strides
-    return (prob.G > 1 and xc == 1 and x_aligned and all(s % 8 == 0 for s in (xn, xh, xw)))
+    if prob.G == 1:
+        return xc == 1 and xw == prob.C and x_aligned
+    return xc == 1 and x_aligned and all(s % 8 == 0 for s in (xn, xh, xw))
 
 
 def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
@@ -1542,7 +1548,7 @@ def specializations() -> list[tuple[str, str]]:
                                     prob, fused, TILES[tile], options, tables, vector_filter)))
     out.add(("layout", "copy_rows"))
     for dtype in NARROW_DTYPES:
-        forms = [(NARROW_STEM_CHANNELS, True, False)] + [
+        forms = [(NARROW_STEM_CHANNELS, True, vx) for vx in (True, False)] + [
             (cp, False, vx) for cp in NARROW_GROUPS for vx in (True, False)]
         for cp, stem, vx in forms:
             for kb, nw, mts in narrow_blocks(cp, stem):
