@@ -80,7 +80,7 @@ class Plan:
     Attributes:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm",
             "depthwise" (depthwise.cu: groups = C, one input channel per filter), "narrow"
-            (narrow.cu: NHWC stems of C <= 4 and groups of C/G = K/G in NARROW_GROUPS), "gemm"
+            (narrow.cu: NHWC stems of C <= 8 and groups of C/G = K/G in NARROW_GROUPS), "gemm"
             (a 1x1 convolution as one cuBLAS GEMM on x and w in place, or at a stride on
             x's pixels it reads gathered first: GemmArgs.gather), "im2win_nhwc" (an
             NCHW problem run on its NHWC twin between layout copies, layout.cu) or
@@ -650,6 +650,7 @@ NARROW_AUTO_STEM_REDUCTION = 27
 NARROW_AUTO_STEM_OUTPUTS = 1 << 26
 NARROW_AUTO_GROUPS = (8, 16)
 
+
 def narrow_form(prob: Problem) -> tuple[int, bool] | None:
     """(CP, stem) where narrow.cu takes the problem: channels per group as stored (a stem's C
     padded to 8) and whether it is a stem; None where it does not."""
@@ -697,7 +698,8 @@ class NarrowArgs(NamedTuple):
 
 class NarrowTile(NamedTuple):
     """A narrow.cu block: KB channels, NW n8 tiles per warp, MT m16 tiles per warp, and the
-    TP x TQ outputs its warps cover; smem its shared memory in bytes."""
+    TP x TQ outputs its warps cover; smem its shared memory in bytes; tiles: how many output
+    tiles the problem has."""
 
     kb: int
     nw: int
@@ -705,6 +707,7 @@ class NarrowTile(NamedTuple):
     tp: int
     tq: int
     smem: int
+    tiles: int
 
 
 def narrow_pitch(elements: int) -> int:
@@ -755,7 +758,7 @@ def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool) -> NarrowTile | No
             if smem > NARROW_SMEM_LIMIT or tiles >= 2 ** 31:
                 continue
             if best is None or tiles * capacity < best[0]:
-                best = (tiles * capacity, NarrowTile(kb, nw, mt, tp, tq, smem))
+                best = (tiles * capacity, NarrowTile(kb, nw, mt, tp, tq, smem, tiles))
         if best is not None:
             return best[1]
     return None
@@ -802,13 +805,12 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> 
     cp, stem = narrow_form(prob)
     vx = narrow_vector(prob, x_strides, x_aligned)
     tile = narrow_tile(prob, cp, stem, vx)
-    tiles = max(prob.N, 1) * -(-prob.P // tile.tp) * -(-prob.Q // tile.tq)
     # Blocks per SM: shared memory (228 KB an SM, 1 KB of it reserved per block) and
-    # registers (ptxas: up to 128 a thread for stems, 72 for groups).
+    # registers (ptxas, sm_90: up to 128 a thread for stems, 80 for groups).
     per_sm = max(1, min(228 * 1024 // (tile.smem + 1024), 2 if stem else 3))
     args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
                        prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, tile.tp,
-                       tile.tq), tuple(x_strides), (NARROW_THREADS, 1, 1), tile.smem, tiles,
+                       tile.tq), tuple(x_strides), (NARROW_THREADS, 1, 1), tile.smem, tile.tiles,
                       prob.K // tile.kb, per_sm)
     return Plan("narrow", None, options, "narrow",
                 narrow_kernel_name(prob.dtype.name, cp, tile.kb, tile.nw, tile.mt, stem, vx),
