@@ -462,7 +462,7 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
     off = plan_for(cv8, arch=90, options=Options(nchw_epilogue=False))
     assert off.inner.geometry == twin.geometry and off.workspace_bytes == nhwc_workspace(cv8)
     assert plan_for(cv8, arch=80, algorithm="im2win_nhwc").inner.geometry.y_nchw == 0
-    few = problem((2, 768, 7, 7), (160, 768, 1, 1), np.float16)            # 1x1, few tiles
+    few = problem((2, 2304, 7, 7), (160, 2304, 1, 1), np.float16)          # few tiles, 36 slices
     split = plan_for(few, arch=90)
     assert split.algorithm == "im2win_nhwc" and split.inner.splits > 1
     assert split.inner.geometry.y_nchw == 0
@@ -633,22 +633,32 @@ def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel
     assert plan_for(cv8, workspace_limit=nhwc_workspace(cv8) - 1).algorithm == "im2win_fused"
 
 
-def test_tma_problems_with_few_tiles_split_the_reduction():
+def test_tma_problems_with_few_tiles_split_long_reductions(monkeypatch):
+    from im2win.cuda import plan as cuda_plan
     from im2win.cuda.plan import split_workspace
-    small_1x1 = problem((32, 7, 7, 960), (160, 1, 1, 960), np.float16, layout="NHWC")
-    plan = plan_for(small_1x1, arch=90)                 # mobilenet_v2.27: 26 tiles, 15 slices
-    assert plan.tma is not None and plan.splits == 4
-    assert plan.kernel == "im2win_wgmma_tma_split<half_t, 128, 128, 6, 4, false>"
-    assert plan.workspace_bytes == split_workspace(small_1x1, 4) == 4 * 32 * 49 * 160 * 4
-    assert plan.grid(32, 1) == (26 * 4, 1, 1)
     late = problem((32, 7, 7, 512), (512, 3, 3, 512), np.float16, layout="NHWC", padding=1)
-    assert plan_for(late, arch=90).splits == 2                   # 52 tiles: 104 items
-    assert plan_for(small_1x1, arch=90, workspace_limit=split_workspace(small_1x1, 4) - 1
-                    ).splits == 2
-    assert plan_for(small_1x1, arch=90, options=Options(split_k=False)).splits == 1
-    assert plan_for(small_1x1, arch=90, options=Options(persistent=False)).splits == 1
+    plan = plan_for(late, arch=90)               # resnet50.22: 52 tiles, 72 slices: 2 ranges
+    assert plan.tma is not None and plan.splits == 2
+    assert plan.kernel == "im2win_wgmma_tma_split<half_t, 128, 128, 6, 2, false>"
+    assert plan.workspace_bytes == split_workspace(late, 2) == 2 * 32 * 49 * 512 * 4
+    assert plan.grid(32, 1) == (52 * 2, 1, 1)
+    assert plan_for(late, arch=90, workspace_limit=split_workspace(late, 2) - 1).splits == 1
+    assert plan_for(late, arch=90, options=Options(split_k=False)).splits == 1
+    assert plan_for(late, arch=90, options=Options(persistent=False)).splits == 1
+    # Short reductions are not split: the second launch costs more host time than it saves.
+    small_1x1 = problem((32, 7, 7, 960), (160, 1, 1, 960), np.float16, layout="NHWC")
+    assert plan_for(small_1x1, arch=90).splits == 1     # mobilenet_v2.27: 26 tiles, 15 slices
+    deep_1x1 = problem((32, 7, 7, 2048), (512, 1, 1, 2048), np.float16, layout="NHWC")
+    assert plan_for(deep_1x1, arch=90).splits == 1      # resnet50.21: 32 slices, 16 a range
     big = problem((128, 56, 56, 64), (128, 3, 3, 64), np.float16, layout="NHWC", padding=1)
     assert plan_for(big, arch=90).splits == 1
+    # The count: the largest that keeps SPLIT_MIN_SLICES a range and SPLIT_ITEMS work items.
+    monkeypatch.setattr(cuda_plan, "SPLIT_MIN_SLICES", 3)
+    plan = plan_for(small_1x1, arch=90)
+    assert plan.splits == 4 and plan.grid(32, 1) == (26 * 4, 1, 1)
+    assert plan.kernel == "im2win_wgmma_tma_split<half_t, 128, 128, 6, 4, false>"
+    assert plan_for(small_1x1, arch=90, workspace_limit=split_workspace(small_1x1, 4) - 1
+                    ).splits == 2
     compiled = {expr for _, expr in specializations()}
     assert plan.kernel in compiled and "split_reduce<half_t>" in compiled
 

@@ -1377,7 +1377,14 @@ def wgmma_tf32_kernel_name(tile: WgmmaTile, options: Options, precision: str) ->
 
 
 SPLIT_ITEMS = 128        # split-K aims at this many work items (about one per SM of an H200)
-SPLIT_MIN_SLICES = 3     # ... and at least this many slices of the reduction per range, on average
+# ... and leaves at least this many 64-deep slices of the reduction per range, on average. A
+# split costs a second launch and the partial sums' buffer: about 9 us of host time a call on the
+# H200 (25.6 against 16.2 for one launch). With 3, 18 float16 NHWC network layers split (batch
+# 32, tools/split_probe.py): replayed from a CUDA graph split-K took their geometric mean against
+# cuDNN only from 0.59x to 0.57x, one call at a time it lowered it from 0.81x to 0.70x; it saved
+# GPU time only on the deep 3x3 layers (resnet50.18, 36 slices: 27.4 -> 21.3 us; resnet50.22, 72
+# slices: 27.7 -> 21.8), not on the 1x1 layers of 15 to 32 slices (resnet50.21: 15.0 -> 15.4).
+SPLIT_MIN_SLICES = 18
 SPLITS = (2, 4, 8)       # the instantiated counts
 
 
@@ -1388,7 +1395,7 @@ def split_count(prob: Problem, tile: WgmmaTile, options: Options,
     SPLIT_MIN_SLICES slices per range on average (ranges of ceil(slices / splits), the last
     ones shorter or empty: their partial sums are zeros) and whose partial sums fit
     `workspace_limit`; 1 where none does, or with the persistent grid, the ring or
-    Options.split_k off. (A first rule, not measured yet.)"""
+    Options.split_k off."""
     if not (options.split_k and options.persistent and options.double_buffer):
         return 1
     tiles, slices = tma_tiles(prob, tile), tma_slices(prob)
