@@ -512,6 +512,11 @@ DEPTHWISE_CASES = [  # x (N, C, H, W), w (K, 1, R, S), keyword arguments; groups
     ((2, 3, 5, 5), (3, 1, 1, 3), dict(stride=(1, 2))),
     ((2, 8, 10, 23), (8, 1, 3, 3), dict(stride=(1, 3), dilation=(1, 2), padding=2)),  # general
     ((1, 16, 3, 30), (16, 1, 2, 4), dict(padding=(1, 2))),             # even width: general
+    # depthwise_tile_nhwc (NHWC, 16-byte vectors): a channel tile with a tail (9 vectors in
+    # tiles of 5), two column tiles and rows in tiles; 7x7 at stride 2; padding on one side.
+    ((3, 72, 15, 37), (72, 1, 5, 5), dict(padding=2)),
+    ((2, 40, 20, 19), (40, 1, 7, 7), dict(stride=2, padding=3)),
+    ((2, 48, 9, 9), (48, 1, 3, 3), dict(stride=2, padding=((0, 2), (1, 0)))),
 ]
 
 
@@ -523,6 +528,9 @@ def test_depthwise_matches_reference(rng, layout, dtype, x_shape, w_shape, kwarg
     kwargs = dict(kwargs, groups=x_shape[1])
     for algorithm in ("auto", "depthwise"):
         run(x, w, b, layout, kwargs, dtype=dtype, algorithm=algorithm)
+    if layout == "NHWC":                         # the register windows, reading x in place
+        run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise",
+            options=Options(smem=False))
 
 
 GROUPED_CASES = [  # x (N, C, H, W), w (K = C, C/G, R, S), keyword arguments: C/G of 2, 4, 8

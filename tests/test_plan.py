@@ -11,8 +11,9 @@ import pytest
 from helpers import contiguous_strides
 from im2win import reference
 from im2win.cuda import TILES, Options
-from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, Geometry, geometry, make_plan,
-                              reduction_taps, reduction_tables, specializations, window_bytes)
+from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, DepthwiseTile, Geometry,
+                              depthwise_tile, geometry, make_plan, reduction_taps,
+                              reduction_tables, specializations, window_bytes)
 from im2win.cuda.tuning import NO_MICRO_KERNEL, WGMMA_TILES, choose_tile
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
@@ -299,10 +300,34 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
 def test_depthwise_problems_get_their_own_kernel():
     nhwc = problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC")
     plan = plan_for(nhwc)
-    assert plan.algorithm == "depthwise"
-    assert plan.kernel == "depthwise_nhwc<half_t, float, 8, 1, 4, 3, 1>"   # a register window
+    assert plan.algorithm == "depthwise"         # the input window in shared memory
+    assert plan.kernel == "depthwise_tile_nhwc<half_t, float, 3, 3, 1, 1, 4>"
+    # 4 vectors of 8 channels, 8 columns (2 groups of 4) a row: all 7 rows in one tile, whose
+    # input window is 9 x 10 pixels
+    assert plan.geometry.ints == (2, 32, 9, 9, 7, 7, 0, 0, 7, 8, 4, 1)
+    assert plan.geometry.blocks == (1, 1, 2) and plan.geometry.block == (256, 1, 1)
+    assert plan.geometry.smem == 9 * (32 + 8) * 2 + 9 * 10 * 4 * 16
+    assert plan_for(nhwc, options=Options(smem=False)).kernel == \
+        "depthwise_nhwc<half_t, float, 8, 1, 4, 3, 1>"                  # a register window
     assert plan_for(nhwc, x_aligned=False).kernel == \
         "depthwise_nhwc<half_t, float, 1, 1, 4, 3, 1>"
+    big = problem((32, 14, 14, 672), (672, 5, 5, 1), np.float16, groups=672, layout="NHWC",
+                  padding=2)                                        # efficientnet_b0.32
+    tile = depthwise_tile(big, 8)
+    assert tile == DepthwiseTile(PT=8, QB=16, CV=8, QT=4)          # 11 tiles of 8 vectors
+    assert plan_for(big).geometry.blocks == (11, 2, 32)
+    small = problem((32, 28, 28, 192), (192, 7, 7, 1), np.float16, groups=192, layout="NHWC",
+                    padding=3)                                      # convnext_tiny.3
+    assert depthwise_tile(small, 8) == DepthwiseTile(PT=3, QB=28, CV=8, QT=2)
+    wide = problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96, layout="NHWC",
+                   padding=3)                                       # convnext_tiny.1: a large
+    assert depthwise_tile(wide, 8) is None                         # map keeps the registers
+    for odd in (problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC",
+                        dilation=2),                                # dilation: not compiled
+                problem((2, 9, 9, 32), (32, 3, 5, 1), np.float16, groups=32, layout="NHWC"),
+                problem((2, 9, 9, 32), (64, 3, 3, 1), np.float16, groups=32, layout="NHWC")):
+        assert depthwise_tile(odd, 8) is None and plan_for(odd).kernel.startswith(
+            "depthwise_nhwc<")
     mult = problem((2, 5, 9, 9), (10, 1, 3, 3), groups=5, stride=2)         # m = 2, NCHW
     assert plan_for(mult).kernel == "depthwise_nchw<float, float, 2, 3, 2>"
     dilated = problem((2, 5, 9, 9), (5, 1, 3, 3), groups=5, dilation=(1, 2))  # general form

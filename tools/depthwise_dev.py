@@ -1,19 +1,25 @@
-"""Develop the depthwise kernel in one GPU call: time variants of its two launch constants
-(channels per thread as bytes, output columns per thread) on some network layers, each checked
-against the float64 reference, with cuDNN alongside; a short table last.
+"""Develop the depthwise kernels in one GPU call: time variants of their launch constants on
+some network layers, each checked against the float64 reference, with cuDNN alongside; a short
+table last.
 
     python3 tools/depthwise_dev.py [--layers mobilenet_v2.4,convnext_tiny.1] [--configs
-        float16:NHWC,float32:NCHW] [--variants 16x4,8x4,16x2] [--batch 32]
+        float16:NHWC,float32:NCHW] [--variants tile,q2,16x4,16x2] [--batch 32]
 
-A variant BxQ sets im2win.cuda.plan.DEPTHWISE_VECTOR_BYTES to B and the output columns per
-thread to Q for every form ("auto": the planner's table, DEPTHWISE_WINDOWS) before planning
-(NVRTC compiles what the variant names); times are back-to-back calls between CUDA events,
-so the figure is the GPU's, and the bandwidth is of x, w and y, each moved once.
+Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_tile_nhwc where it takes the problem);
+"q2" / "q4" give depthwise_tile_nhwc 2 / 4 output columns per thread in every form, "iN" aims
+its blocks at N items (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads aiming at N items, "vN"
+caps its channel vectors per block at N;
+"BxQ" runs depthwise_nhwc / depthwise_nchw (Options(smem=False)) with
+DEPTHWISE_VECTOR_BYTES = B and Q output columns per thread for every form ("auto": the
+planner's table, DEPTHWISE_WINDOWS). Times are GPU microseconds per call replayed from a CUDA
+graph of 10 calls (no host time; cuDNN in PyTorch's graph) and, after the slash, back to back
+between CUDA events; the bandwidth is of x, w and y, each moved once, at the graph's time.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 import numpy as np
@@ -24,9 +30,43 @@ from im2win.cuda import plan as cuda_plan
 from im2win.networks import NETWORKS
 from im2win.problem import make_problem
 from im2win.testing import allowed_error, relative_error
+from suite_profile import graph_time
 
 PEAK = 4.3e12      # the H200's copy bandwidth, measured (issue 12)
 WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
+TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
+TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
+        cuda_plan.DEPTHWISE_TILE_THREADS)
+
+
+def configure(variant: str):
+    """Set the planner's constants for `variant` (knobs joined by "+"); return the Options to
+    call with."""
+    cuda_plan.DEPTHWISE_TILE_QT = dict(TILE_QT)
+    (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
+     cuda_plan.DEPTHWISE_TILE_THREADS) = TILE
+    cuda_plan.DEPTHWISE_VECTOR_BYTES, cuda_plan.DEPTHWISE_WINDOWS = 16, dict(WINDOWS)
+    cuda_plan.DEPTHWISE_QT = 4
+    options = None
+    for knob in variant.split("+"):
+        if "x" in knob:
+            vec_bytes, qt = knob.split("x")
+            cuda_plan.DEPTHWISE_VECTOR_BYTES = int(vec_bytes)
+            cuda_plan.DEPTHWISE_WINDOWS = {key: (auto if qt == "auto" else int(qt))
+                                           for key, auto in WINDOWS.items()}
+            cuda_plan.DEPTHWISE_QT = 4 if qt == "auto" else int(qt)
+            options = im2win.cuda.Options(smem=False)
+        elif knob in ("q2", "q4"):
+            cuda_plan.DEPTHWISE_TILE_QT = {key: int(knob[1]) for key in TILE_QT}
+        elif knob.startswith("t"):             # blocks of N threads aiming at N items
+            cuda_plan.DEPTHWISE_TILE_THREADS = cuda_plan.DEPTHWISE_TILE_ITEMS = int(knob[1:])
+        elif knob.startswith("i"):
+            cuda_plan.DEPTHWISE_TILE_ITEMS = int(knob[1:])
+        elif knob.startswith("v"):
+            cuda_plan.DEPTHWISE_TILE_VECTORS = (min(8, int(knob[1:])), int(knob[1:]))
+        elif knob != "tile":
+            raise ValueError(f"unknown variant {knob!r}")
+    return options
 
 
 def main(argv=None) -> int:
@@ -34,7 +74,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", default="mobilenet_v2.1,mobilenet_v2.4,mobilenet_v2.7,"
                         "efficientnet_b0.15,convnext_tiny.1,convnext_tiny.5")
     parser.add_argument("--configs", default="float16:NHWC,float32:NCHW,float32:NHWC")
-    parser.add_argument("--variants", default="16xauto,16x4,16x2,16x8")
+    parser.add_argument("--variants", default="tile,16xauto,q2,q4,i512")
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args(argv)
     import cupy
@@ -55,35 +95,32 @@ def main(argv=None) -> int:
             inputs = bench.rotation(x, device)
             row = [f"{name:18s} {dtype[:4]} {layout}"]
             for variant in args.variants.split(","):
-                vec_bytes, qt = variant.split("x")
-                cuda_plan.DEPTHWISE_VECTOR_BYTES = int(vec_bytes)
-                cuda_plan.DEPTHWISE_WINDOWS = {key: (auto if qt == "auto" else int(qt))
-                                               for key, auto in WINDOWS.items()}
-                cuda_plan.DEPTHWISE_QT = 4 if qt == "auto" else int(qt)
+                options = configure(variant)
                 im2win.cuda._calls.clear()         # remembered calls hold the last variant's plan
-                turn = iter(range(1 << 30))
-
-                def call():
-                    return im2win.conv2d(inputs[next(turn) % len(inputs)], w, layout=layout,
-                                         **kwargs)
+                call, _ = bench.bind(functools.partial(im2win.conv2d, options=options), inputs,
+                                     w, layout, kwargs)
                 try:
-                    y = im2win.conv2d(x, w, layout=layout, **kwargs)
+                    y = im2win.conv2d(x, w, layout=layout, options=options, **kwargs)
                     err = relative_error(cupy.asnumpy(y[:1]).astype(np.float64), ref)
                     ok = err <= allowed_error(np.dtype(x.dtype), prob.reduction)
                     wrong += not ok
+                    graph = graph_time(call, False)
                     seconds = device.back_to_back(call, calls=20, repeats=5)
-                    row.append(f"{variant} {seconds * 1e6:6.1f}us {moved / seconds / 1e12:4.2f}"
-                               f"{'' if ok else ' WRONG'}")
+                    row.append(f"{variant} {graph * 1e6:5.1f}/{seconds * 1e6:5.1f}us "
+                               f"{moved / graph / 1e12:4.2f}{'' if ok else ' WRONG'}")
                 except Exception as e:        # a variant that does not build or launch
                     row.append(f"{variant} ERR {type(e).__name__}: {str(e)[:120]}")
+            configure("tile")
             if bench.torch_cuda_available():
                 call, _ = bench.bind(bench.CUDNN, inputs, w, layout, kwargs)
+                graph = graph_time(call, True)
                 seconds = device.back_to_back(call, calls=20, repeats=5)
-                row.append(f"cudnn {seconds * 1e6:6.1f}us {moved / seconds / 1e12:4.2f}")
+                row.append(f"cudnn {graph * 1e6:5.1f}/{seconds * 1e6:5.1f}us "
+                           f"{moved / graph / 1e12:4.2f}")
             lines.append(" | ".join(row))
             print(lines[-1], flush=True)
-    print("\n".join(["", f"GPU us per call (back to back) and TB/s moved; peak {PEAK / 1e12} "
-                     f"TB/s (batch {args.batch})"] + lines))
+    print("\n".join(["", f"GPU us per call (graph replay / back to back) and TB/s moved at the "
+                     f"graph's time; peak {PEAK / 1e12} TB/s (batch {args.batch})"] + lines))
     return 1 if wrong else 0
 
 

@@ -8,8 +8,9 @@ every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA co
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
 filter and ping-pong consumers, split-K, a stem over its window columns, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
-depthwise kernel's forms (each register window and the general one, a channel multiplier,
-tails, groups of 2, 4 and 8 channels in NHWC) in every dtype and both layouts; with ``narrow``,
+depthwise kernels' forms (each register window and the general one, a channel multiplier,
+tails, groups of 2, 4 and 8 channels in NHWC; in NHWC the shared-memory tile kernel, then the
+register windows reading x in place) in every dtype and both layouts; with ``narrow``,
 narrow.cu's stems and groups (both 16-bit types, vector and element copies); with ``tf32``,
 float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
 the float32 NHWC CUDA-core kernels (im2win_ffma.cu's every tile and switch, wgrad_ffma.cu's
@@ -41,7 +42,10 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    ((1, 8, 9, 30), (8, 1, 7, 7), dict(padding=3)),
                    ((2, 5, 9, 10), (10, 1, 3, 3), dict(dilation=(2, 1), padding=2)),   # m = 2
                    ((2, 8, 10, 23), (8, 1, 3, 3), dict(stride=(1, 3), dilation=(1, 2),
-                                                       padding=2))]                   # general
+                                                       padding=2)),                   # general
+                   # depthwise_tile_nhwc: a channel tile's tail, two column tiles, 7x7 stride 2
+                   ((2, 72, 15, 37), (72, 1, 5, 5), dict(padding=2)),
+                   ((1, 40, 20, 19), (40, 1, 7, 7), dict(stride=2, padding=3))]
 ONLY_FLOAT16 = sys.argv[1:] == ["float16"]
 ONLY_WGMMA = sys.argv[1:] == ["wgmma"]
 ONLY_DEPTHWISE = sys.argv[1:] == ["depthwise"]
@@ -105,8 +109,9 @@ for layout in ("NCHW", "NHWC"):
                    (x_shape, w_shape, w_shape[0]))
         if layout == "NHWC":
             x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
-        im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), layout=layout,
-                      groups=x_shape[1], algorithm="depthwise", **kwargs)
+        for options in (None, Options(smem=False)):   # NHWC: the tile kernel, then not
+            im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), layout=layout,
+                          groups=x_shape[1], algorithm="depthwise", options=options, **kwargs)
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
     if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW:

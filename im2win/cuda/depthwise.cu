@@ -217,3 +217,118 @@ __global__ void __launch_bounds__(256)
     }
   }
 }
+
+// depthwise_tile_nhwc: the NHWC form of groups = C = K (one filter per channel) with 16-byte
+// channel vectors, for filters of R_ x S_ at strides SH x SW (no dilation), where a block's
+// input window fits shared memory. A block owns an output tile of PT rows x QB columns x CV
+// channel vectors (VEC = 16 bytes of T each) of one image:
+//   1. its filters, w[k][r][s], into shared memory as wsm[r*S_ + s][channel] (rows of KT + 8
+//      elements: 16-byte aligned, and the scattered 2-byte stores spread over the banks);
+//   2. the input rows and columns under the tile, (PT-1)*SH + R_ by (QB-1)*SW + S_ pixels of
+//      CV vectors, by 16-byte cp.async, zeros where a pixel lies in the padding (nothing read);
+//   3. each thread computes QT consecutive output columns of one output row and one channel
+//      vector, an item: for every filter row it loads the row's span of (QT-1)*SW + S_ vectors
+//      once, converted to Acc, and takes each tap from there, in window order (r, then s).
+// Consecutive threads take consecutive channel vectors of one pixel, so a warp's shared-memory
+// reads are whole 128-byte lines and its stores to y are contiguous. Items past P, columns past
+// Q and vectors past C are skipped. The grid is (channel tiles, row tiles x column tiles, images
+// (looped past 65535)); x's strides (xn, xh, xw) are in elements, its channels contiguous and
+// vectors aligned (the planner checks), and y is contiguous NHWC (scalar stores where `out` is
+// one element off a vector).
+__device__ __forceinline__ void depthwise_copy16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   (unsigned)__cvta_generic_to_shared(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+
+template <typename T, typename Acc, int R_, int S_, int SH, int SW, int QT>
+__global__ void __launch_bounds__(256)
+    depthwise_tile_nhwc(const T* __restrict__ x, const T* __restrict__ w,
+                        const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H, int W,
+                        int P, int Q, int pt, int pl, int PT, int QB, int CV, int col_tiles,
+                        i64 xn, i64 xc, i64 xh, i64 xw) {
+  constexpr int VEC = 16 / sizeof(T), RS = R_ * S_, J = (QT - 1) * SW + S_;
+  extern __shared__ __align__(16) unsigned char depthwise_smem[];
+  const int KT = CV * VEC, KP = KT + 8;                 // channels of the block, wsm's pitch
+  const int IH = (PT - 1) * SH + R_, IW = (QB - 1) * SW + S_;
+  T* wsm = reinterpret_cast<T*>(depthwise_smem);      // [RS][KP]
+  uint4* xsm = reinterpret_cast<uint4*>(depthwise_smem + RS * KP * sizeof(T));  // [IH][IW][CV]
+  const int k0 = blockIdx.x * KT;
+  const int tp = blockIdx.y / col_tiles, tq = blockIdx.y - tp * col_tiles;
+  const int p0 = tp * PT, q0 = tq * QB;
+  const int tid = threadIdx.x, threads = blockDim.x;
+  const int kn = min(KT, C - k0);                       // channels that exist (a multiple of VEC)
+
+  // 1. Filters: w's block of kn * RS elements is contiguous, read in order.
+  const T* wb = w + (i64)k0 * RS;
+  for (int i = tid; i < RS * KT; i += threads) {
+    const int kk = i / RS, rs = i - kk * RS;
+    wsm[rs * KP + kk] = kk < kn ? wb[i] : from_acc<T>(Acc(0));
+  }
+  const int items = PT * (QB / QT) * CV, groups = QB / QT;
+  const bool y_aligned = reinterpret_cast<unsigned long long>(y) % 16 == 0;
+
+  for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
+    // 2. The input window of the tile, zeros in the padding and past C.
+    const T* xb = x + n * xn;
+    const int h0 = p0 * SH - pt, w0 = q0 * SW - pl;
+    for (int i = tid; i < IH * IW * CV; i += threads) {
+      const int cv = i % CV, pix = i / CV;
+      const int ih = pix / IW, iw = pix - ih * IW;
+      const int h = h0 + ih, c = w0 + iw, k = cv * VEC;
+      const bool ok = h >= 0 && h < H && c >= 0 && c < W && k < kn;
+      depthwise_copy16(xsm + i, ok ? xb + h * xh + c * xw + k0 + k : x, ok);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();
+
+    // 3. Items: (output row, column group, channel vector), the vector fastest.
+    for (int item = tid; item < items; item += threads) {
+      const int cv = item % CV, rest = item / CV;
+      const int pr = rest / groups, qg = rest - pr * groups;
+      const int p = p0 + pr, q = q0 + qg * QT, k = cv * VEC;
+      if (p >= P || q >= Q || k >= kn) continue;
+      Acc acc[QT][VEC];
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) {
+        const Acc b = bias ? to_acc(bias[k0 + k + v], Acc()) : Acc(0);
+#pragma unroll
+        for (int qi = 0; qi < QT; ++qi) acc[qi][v] = b;
+      }
+#pragma unroll
+      for (int r = 0; r < R_; ++r) {
+        const uint4* row = xsm + ((pr * SH + r) * IW + qg * QT * SW) * CV + cv;
+        Acc win[J][VEC];
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          const uint4 raw = row[j * CV];
+          const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) win[j][v] = to_acc(e[v], Acc());
+        }
+#pragma unroll
+        for (int s = 0; s < S_; ++s) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(wsm + (r * S_ + s) * KP + k);
+          const T* f = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const Acc fv = to_acc(f[v], Acc());
+#pragma unroll
+            for (int qi = 0; qi < QT; ++qi)
+              acc[qi][v] = madd(win[qi * SW + s][v], fv, acc[qi][v]);
+          }
+        }
+      }
+#pragma unroll
+      for (int qi = 0; qi < QT; ++qi) {
+        if (q + qi >= Q) break;
+        Vec<T, VEC> o;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) o.v[v] = from_acc<T>(acc[qi][v]);
+        store_vec<T, VEC>(y + ((n * P + p) * Q + q + qi) * (i64)C + k0 + k, o, y_aligned);
+      }
+    }
+    __syncthreads();                                    // before the next image's window
+  }
+}

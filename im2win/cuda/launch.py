@@ -312,11 +312,14 @@ def im2col_gemm(prob: Problem, x, w, bias, y):
 FIXED_ARGS = np.dtype([("taps", np.uint64), ("geo", GEOMETRY), ("g0", np.int32)], align=True)
 # The split-K form's (im2win_wgmma_tma_split): its fifth pointer, the partial sums, is per call.
 SPLIT_ARGS = np.dtype([("geo", GEOMETRY), ("g0", np.int32)], align=True)
-# depthwise.cu's, likewise: sixteen ints (the problem's extents) and x's four i64 strides.
-DEPTHWISE_ARGS = np.dtype([("ints", np.int32, 16), ("strides", np.int64, 4)], align=True)
-DEPTHWISE_WAVES = 8          # blocks per SM the depthwise grid is sized to; the rest loop
-# narrow.cu's: eighteen ints (the extents and the block's output tile), x's four i64 strides.
-NARROW_ARGS = np.dtype([("ints", np.int32, 18), ("strides", np.int64, 4)], align=True)
+DEPTHWISE_WAVES = 8          # blocks per SM depthwise_nhwc's grid is sized to; the rest loop
+
+
+@functools.cache
+def ints_and_strides(count: int) -> np.dtype:
+    """The arguments of depthwise.cu's and narrow.cu's kernels after their four pointers:
+    `count` ints (the plan's `ints`: extents, the block's tile) and x's four i64 strides."""
+    return np.dtype([("ints", np.int32, count), ("strides", np.int64, 4)], align=True)
 
 
 def argument_offsets(record: np.dtype) -> list[int]:
@@ -358,7 +361,7 @@ class Executable:
     Holds the compiled kernel, the plan's reduction table on the device, and for every launch
     (chunks of images, groups in blocks of 65535) its offsets, grid and packed Geometry. A fused
     plan's launches, and the depthwise kernel's one launch (its grid sized to the device's SMs),
-    go straight to cuLaunchKernel with arguments packed once (`FIXED_ARGS`, `DEPTHWISE_ARGS`)
+    go straight to cuLaunchKernel with arguments packed once (`FIXED_ARGS`, `ints_and_strides`)
     behind four pointers that each thread writes into buffers of its own.
     """
 
@@ -379,7 +382,7 @@ class Executable:
         launches, record = [], FIXED_ARGS
         if plan.algorithm in ("depthwise", "narrow"):
             args = plan.geometry
-            record = DEPTHWISE_ARGS if plan.algorithm == "depthwise" else NARROW_ARGS
+            record = ints_and_strides(len(args.ints))
             sms = sm_count(cupy.cuda.runtime.getDevice())
             grid = args.grid(prob, DEPTHWISE_WAVES * sms if plan.algorithm == "depthwise" else sms)
             launches.append((0, prob.N, grid, (args.ints, args.x_strides)))

@@ -521,6 +521,25 @@ DEPTHWISE_QT = 4                      # columns per thread of the general form (
 DEPTHWISE_SMEM_LIMIT = 200 * 1024     # the block's filters in shared memory, at most
 
 
+# depthwise_tile_nhwc (NHWC, K = C, 16-byte channel vectors, no dilation): the block's input
+# window in shared memory. Its forms (R = S, sh = sw) -> output columns per thread.
+DEPTHWISE_TILE_QT = {(3, 1): 4, (5, 1): 4, (7, 1): 2, (3, 2): 2, (5, 2): 2, (7, 2): 2}
+# ... for output maps of at most this many pixels. tools/depthwise_dev.py (H200, float16 NHWC,
+# batch 32, GPU us replayed from a CUDA graph, register windows -> tile, cuDNN): small maps
+# gained, efficientnet_b0.32 (14x14, 5x5) 44.1 -> 27.7 (19.9), .39 (7x7, 5x5) 26.3 -> 18.2
+# (11.2), .15 (28x28 out, 5x5 stride 2) 39.9 -> 34.5 (24.3), mobilenet_v2.21 (14x14) 19.8 ->
+# 13.9 (10.6), convnext_tiny.5 (14x14, 7x7) 47.8 -> 28.0 (23.5); large ones lost,
+# mobilenet_v2.1 (112x112) 30.2 -> 33.5, .4 (56x56 out, stride 2) 40.0 -> 49.6,
+# convnext_tiny.1 (56x56, 7x7) 81.3 -> 90.9.
+DEPTHWISE_TILE_MAX_PIXELS = 28 * 28
+DEPTHWISE_TILE_SMEM = 48 * 1024       # a block's shared memory, at most
+DEPTHWISE_TILE_THREADS = 256          # a block's threads
+DEPTHWISE_TILE_ITEMS = 256            # (row, column group, vector) items a block aims at
+DEPTHWISE_TILE_COLUMNS = 32           # output columns of a block's tile, at most
+DEPTHWISE_TILE_VECTORS = (8, 16)      # channel vectors of a block: about the first, at most
+                                      # the second where a small map leaves too few items
+
+
 DEPTHWISE_GROUPS = (2, 4, 8)          # channels per group the kernel also takes (NHWC, K = C)
 # ... and those "auto" gives it: resnext50_32x4d's 3x3 of 4 channels per group (float16 NHWC,
 # batch 32, H200) took 71 us on it against 743 on the im2win kernel, but those of 8 took 169
@@ -601,6 +620,83 @@ class DepthwiseArgs(NamedTuple):
         return tiles, item_blocks, images
 
 
+class DepthwiseTile(NamedTuple):
+    """depthwise_tile_nhwc's block tile: PT output rows x QB columns x CV channel vectors,
+    QT columns per thread."""
+
+    PT: int
+    QB: int
+    CV: int
+    QT: int
+
+    def smem(self, prob: Problem, vec: int) -> int:
+        """Bytes: the filters (R*S rows of CV*vec + 8 elements) and the input window
+        ((PT-1)*sh + R rows by (QB-1)*sw + S columns of CV 16-byte vectors)."""
+        rows, cols = (self.PT - 1) * prob.sh + prob.R, (self.QB - 1) * prob.sw + prob.S
+        return (prob.R * prob.S * (self.CV * vec + 8) * prob.dtype.itemsize +
+                rows * cols * self.CV * 16)
+
+
+def depthwise_tile(prob: Problem, vec: int) -> DepthwiseTile | None:
+    """The block tile of depthwise_tile_nhwc for `prob` (None where the form is not compiled,
+    the output map is larger than DEPTHWISE_TILE_MAX_PIXELS or no tile fits
+    DEPTHWISE_TILE_SMEM): as many columns as Q has up to
+    DEPTHWISE_TILE_COLUMNS; channel vectors split evenly into tiles of about
+    DEPTHWISE_TILE_VECTORS[0] (more, up to the second, where the whole map leaves fewer than
+    DEPTHWISE_TILE_ITEMS items); then the fewest rows that make DEPTHWISE_TILE_ITEMS items
+    (more blocks, each with its halo), fewer where shared memory asks."""
+    qt = DEPTHWISE_TILE_QT.get((prob.S, prob.sw))
+    if (qt is None or prob.P * prob.Q > DEPTHWISE_TILE_MAX_PIXELS or prob.R != prob.S or
+            prob.sh != prob.sw or prob.dh != 1 or
+            prob.dw != 1 or prob.layout != "NHWC" or not is_depthwise(prob) or
+            prob.K != prob.C or vec * prob.dtype.itemsize != 16):
+        return None
+    QB = min(-(-prob.Q // qt) * qt, DEPTHWISE_TILE_COLUMNS // qt * qt)
+    groups, vectors = QB // qt, prob.C // vec
+    most, cap = DEPTHWISE_TILE_VECTORS
+    tiles = -(-vectors // most)
+    if groups * prob.P * most < DEPTHWISE_TILE_ITEMS:      # a small map: wider channel tiles
+        tiles = -(-vectors // cap)
+    CV = -(-vectors // tiles)
+    PT = min(prob.P, -(-DEPTHWISE_TILE_ITEMS // (groups * CV)))
+    while PT > 1 and DepthwiseTile(PT, QB, CV, qt).smem(prob, vec) > DEPTHWISE_TILE_SMEM:
+        PT -= 1
+    tile = DepthwiseTile(PT, QB, CV, qt)
+    return tile if tile.smem(prob, vec) <= DEPTHWISE_TILE_SMEM else None
+
+
+class DepthwiseTileArgs(NamedTuple):
+    """What a depthwise_tile_nhwc launch reads besides its four pointers and the grid: (N, C,
+    H, W, P, Q, pt, pl, PT, QB, CV, column tiles), x's element strides (N, C, H, W), the block,
+    its shared memory and the grid."""
+
+    ints: tuple[int, ...]
+    x_strides: tuple[int, int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    blocks: tuple[int, int, int]
+
+    def grid(self, prob: Problem, blocks_wanted: int) -> tuple[int, int, int]:
+        """The grid: one block per tile (channel tiles, row x column tiles, images)."""
+        return self.blocks
+
+
+def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, vec: int,
+                        x_strides) -> Plan:
+    T, Acc = CUDA_TYPES[prob.dtype.name]
+    name = f"depthwise_tile_nhwc<{T}, {Acc}, {prob.R}, {prob.S}, {prob.sh}, {prob.sw}, {tile.QT}>"
+    col_tiles = -(-prob.Q // tile.QB)
+    blocks = (-(-prob.C // (tile.CV * vec)), -(-prob.P // tile.PT) * col_tiles,
+              max(1, min(prob.N, MAX_GRID_YZ)))
+    if blocks[1] > MAX_GRID_YZ:
+        raise ValueError(f"algorithm='depthwise' tiles P x Q = {prob.P} x {prob.Q} into more "
+                         f"than {MAX_GRID_YZ} blocks")
+    args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
+                              tile.PT, tile.QB, tile.CV, col_tiles), tuple(x_strides),
+                             (DEPTHWISE_TILE_THREADS, 1, 1), tile.smem(prob, vec), blocks)
+    return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
+
+
 def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
     """The depthwise kernel's plan (any stride, padding, dilation; m = K/C filters per
     channel): its kernel, block, shared memory and scalar arguments (DepthwiseArgs); the
@@ -611,6 +707,9 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
                          f"filter) or, in NHWC, K == C with C/groups in {DEPTHWISE_GROUPS} and "
                          f"x's channels contiguous and aligned; got C={prob.C}, K={prob.K}, "
                          f"groups={prob.G}")
+    tile = depthwise_tile(prob, vec) if options.smem else None
+    if tile is not None:
+        return depthwise_tile_plan(prob, options, tile, vec, x_strides)
     group = prob.Cg
     if prob.layout == "NHWC" and prob.R * prob.S * 32 * vec * group * prob.dtype.itemsize > \
             DEPTHWISE_SMEM_LIMIT:
@@ -1534,6 +1633,10 @@ def specializations() -> list[tuple[str, str]]:
                                     vec % g == 0]:
                     out.add(("depthwise", depthwise_kernel_name(dtype, layout, vec, window,
                                                                 group)))
+            if layout == "NHWC":
+                for (S, sw), qt in DEPTHWISE_TILE_QT.items():
+                    out.add(("depthwise", f"depthwise_tile_nhwc<{T}, {Acc}, {S}, {S}, {sw}, "
+                                          f"{sw}, {qt}>"))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
             if prob.dtype.itemsize == 2:

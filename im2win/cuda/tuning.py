@@ -146,7 +146,9 @@ class Options:
     """Optimisations of the im2win kernels, each on by default and switchable alone.
 
     CUDA-core kernel (float32, float64; float16 with tensor_cores=False):
-        smem: shared-memory tiling of both operands (off: straight from global memory).
+        smem: shared-memory tiling of both operands (off: straight from global memory);
+            for depthwise layers of small maps in NHWC, the block's input window in shared
+            memory (depthwise_tile_nhwc; off: each thread's register window read from x).
         micro_kernel: each thread computes a TM x TN register tile (off: the 16x16 tile, one
             output per thread).
         vector_loads: 16-byte (float4) filter loads and shared-memory reads.
