@@ -305,7 +305,8 @@ def test_depthwise_problems_get_their_own_kernel():
     # 4 vectors of 8 channels, 8 columns (2 groups of 4) a row: all 7 rows in one tile, whose
     # input window is 9 x 10 pixels
     assert plan.geometry.ints == (2, 32, 9, 9, 7, 7, 0, 0, 7, 8, 4, 1)
-    assert plan.geometry.blocks == (1, 1, 2) and plan.geometry.block == (256, 1, 1)
+    assert plan.geometry.tiles == (1, 1) and plan.geometry.block == (256, 1, 1)
+    assert plan.geometry.grid(nhwc, 132) == (1, 1, 2)             # an image a block
     assert plan.geometry.smem == 9 * (32 + 8) * 2 + 9 * 10 * 4 * 16
     assert plan_for(nhwc, options=Options(smem=False)).kernel == \
         "depthwise_nhwc<half_t, float, 8, 1, 4, 3, 1>"                  # a register window
@@ -315,10 +316,10 @@ def test_depthwise_problems_get_their_own_kernel():
                   padding=2)                                        # efficientnet_b0.32
     tile = depthwise_tile(big, 8)
     assert tile == DepthwiseTile(PT=8, QB=16, CV=8, QT=4)          # 11 tiles of 8 vectors
-    assert plan_for(big).geometry.blocks == (11, 2, 32)
+    assert plan_for(big).geometry.grid(big, 132) == (11, 2, 32)
     small = problem((32, 28, 28, 192), (192, 7, 7, 1), np.float16, groups=192, layout="NHWC",
                     padding=3)                                      # convnext_tiny.3
-    assert depthwise_tile(small, 8) == DepthwiseTile(PT=3, QB=28, CV=8, QT=2)
+    assert depthwise_tile(small, 8) == DepthwiseTile(PT=3, QB=28, CV=8, QT=4)   # 48 KB
     wide = problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96, layout="NHWC",
                    padding=3)                                       # convnext_tiny.1: a large
     assert depthwise_tile(wide, 8) is None                         # map keeps the registers

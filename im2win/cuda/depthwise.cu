@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(256)
 // depthwise_tile_nhwc: the NHWC form of groups = C = K (one filter per channel) with 16-byte
 // channel vectors, for filters of R_ x S_ at strides SH x SW (no dilation), where a block's
 // input window fits shared memory. A block owns an output tile of PT rows x QB columns x CV
-// channel vectors (VEC = 16 bytes of T each) of one image:
+// channel vectors (VEC = 16 bytes of T each) of image blockIdx.z (and + gridDim.z, ... past
+// 65535 images):
 //   1. its filters, w[k][r][s], into shared memory as wsm[r*S_ + s][channel] (rows of KT + 8
 //      elements: 16-byte aligned, and the scattered 2-byte stores spread over the banks);
 //   2. the input rows and columns under the tile, (PT-1)*SH + R_ by (QB-1)*SW + S_ pixels of
@@ -231,10 +232,10 @@ __global__ void __launch_bounds__(256)
 //      once, converted to Acc, and takes each tap from there, in window order (r, then s).
 // Consecutive threads take consecutive channel vectors of one pixel, so a warp's shared-memory
 // reads are whole 128-byte lines and its stores to y are contiguous. Items past P, columns past
-// Q and vectors past C are skipped. The grid is (channel tiles, row tiles x column tiles, images
-// (looped past 65535)); x's strides (xn, xh, xw) are in elements, its channels contiguous and
-// vectors aligned (the planner checks), and y is contiguous NHWC (scalar stores where `out` is
-// one element off a vector).
+// Q and vectors past C are skipped. The grid is (channel tiles, row tiles x column tiles,
+// images); x's strides (xn, xh, xw) are in elements, its channels contiguous and vectors
+// aligned (the planner checks), and y is contiguous NHWC (scalar stores where `out` is one
+// element off a vector).
 __device__ __forceinline__ void depthwise_copy16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
                    (unsigned)__cvta_generic_to_shared(dst)),
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(256)
   constexpr int VEC = 16 / sizeof(T), RS = R_ * S_, J = (QT - 1) * SW + S_;
   extern __shared__ __align__(16) unsigned char depthwise_smem[];
   const int KT = CV * VEC, KP = KT + 8;                 // channels of the block, wsm's pitch
-  const int IH = (PT - 1) * SH + R_, IW = (QB - 1) * SW + S_;
+  const int IH = (PT - 1) * SH + R_, IW = (QB - 1) * SW + S_, window = IH * IW * CV;
   T* wsm = reinterpret_cast<T*>(depthwise_smem);      // [RS][KP]
   uint4* xsm = reinterpret_cast<uint4*>(depthwise_smem + RS * KP * sizeof(T));  // [IH][IW][CV]
   const int k0 = blockIdx.x * KT;
@@ -267,19 +268,23 @@ __global__ void __launch_bounds__(256)
   }
   const int items = PT * (QB / QT) * CV, groups = QB / QT;
   const bool y_aligned = reinterpret_cast<unsigned long long>(y) % 16 == 0;
+  const int h0 = p0 * SH - pt, w0 = q0 * SW - pl;
 
-  for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
-    // 2. The input window of the tile, zeros in the padding and past C.
+  // 2. Image n's input window into `to`, zeros in the padding and past C.
+  auto copy_window = [&](i64 n, uint4* to) {
     const T* xb = x + n * xn;
-    const int h0 = p0 * SH - pt, w0 = q0 * SW - pl;
-    for (int i = tid; i < IH * IW * CV; i += threads) {
+    for (int i = tid; i < window; i += threads) {
       const int cv = i % CV, pix = i / CV;
       const int ih = pix / IW, iw = pix - ih * IW;
       const int h = h0 + ih, c = w0 + iw, k = cv * VEC;
       const bool ok = h >= 0 && h < H && c >= 0 && c < W && k < kn;
-      depthwise_copy16(xsm + i, ok ? xb + h * xh + c * xw + k0 + k : x, ok);
+      depthwise_copy16(to + i, ok ? xb + h * xh + c * xw + k0 + k : x, ok);
     }
     asm volatile("cp.async.commit_group;\n" ::);
+  };
+
+  for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
+    copy_window(n, xsm);
     asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
 
@@ -329,6 +334,6 @@ __global__ void __launch_bounds__(256)
         store_vec<T, VEC>(y + ((n * P + p) * Q + q + qi) * (i64)C + k0 + k, o, y_aligned);
       }
     }
-    __syncthreads();                                    // before the next image's window
+    __syncthreads();                                    // before the window is refilled
   }
 }

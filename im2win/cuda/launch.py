@@ -312,9 +312,6 @@ def im2col_gemm(prob: Problem, x, w, bias, y):
 FIXED_ARGS = np.dtype([("taps", np.uint64), ("geo", GEOMETRY), ("g0", np.int32)], align=True)
 # The split-K form's (im2win_wgmma_tma_split): its fifth pointer, the partial sums, is per call.
 SPLIT_ARGS = np.dtype([("geo", GEOMETRY), ("g0", np.int32)], align=True)
-DEPTHWISE_WAVES = 8          # blocks per SM depthwise_nhwc's grid is sized to; the rest loop
-
-
 @functools.cache
 def ints_and_strides(count: int) -> np.dtype:
     """The arguments of depthwise.cu's and narrow.cu's kernels after their four pointers:
@@ -384,7 +381,7 @@ class Executable:
             args = plan.geometry
             record = ints_and_strides(len(args.ints))
             sms = sm_count(cupy.cuda.runtime.getDevice())
-            grid = args.grid(prob, DEPTHWISE_WAVES * sms if plan.algorithm == "depthwise" else sms)
+            grid = args.grid(prob, sms)
             launches.append((0, prob.N, grid, (args.ints, args.x_strides)))
         elif plan.algorithm in ("im2win", "im2win_fused"):
             for g0 in range(0, prob.G, 65535):

@@ -519,18 +519,25 @@ DEPTHWISE_VECTOR_BYTES = 16           # channels per thread in NHWC, as bytes
 DEPTHWISE_WINDOWS = {(3, 1): 4, (3, 2): 2, (5, 1): 4, (5, 2): 2, (7, 1): 8, (7, 2): 2}
 DEPTHWISE_QT = 4                      # columns per thread of the general form (S = 0)
 DEPTHWISE_SMEM_LIMIT = 200 * 1024     # the block's filters in shared memory, at most
+DEPTHWISE_WAVES = 8                   # blocks per SM depthwise_nhwc's grid is sized to
 
 
 # depthwise_tile_nhwc (NHWC, K = C, 16-byte channel vectors, no dilation): the block's input
-# window in shared memory. Its forms (R = S, sh = sw) -> output columns per thread.
-DEPTHWISE_TILE_QT = {(3, 1): 4, (5, 1): 4, (7, 1): 2, (3, 2): 2, (5, 2): 2, (7, 2): 2}
+# window in shared memory. Its forms (R = S, sh = sw) -> output columns per thread (7x7: 4
+# against 2 took convnext_tiny.5 from 35.8 to 26.9 us and .3 from 52.2 to 50.0, measured with
+# the window in two buffers, below).
+DEPTHWISE_TILE_QT = {(3, 1): 4, (5, 1): 4, (7, 1): 4, (3, 2): 2, (5, 2): 2, (7, 2): 2}
 # ... for output maps of at most this many pixels. tools/depthwise_dev.py (H200, float16 NHWC,
-# batch 32, GPU us replayed from a CUDA graph, register windows -> tile, cuDNN): small maps
-# gained, efficientnet_b0.32 (14x14, 5x5) 44.1 -> 27.7 (19.9), .39 (7x7, 5x5) 26.3 -> 18.2
-# (11.2), .15 (28x28 out, 5x5 stride 2) 39.9 -> 34.5 (24.3), mobilenet_v2.21 (14x14) 19.8 ->
-# 13.9 (10.6), convnext_tiny.5 (14x14, 7x7) 47.8 -> 28.0 (23.5); large ones lost,
-# mobilenet_v2.1 (112x112) 30.2 -> 33.5, .4 (56x56 out, stride 2) 40.0 -> 49.6,
-# convnext_tiny.1 (56x56, 7x7) 81.3 -> 90.9.
+# batch 32, GPU us replayed from a CUDA graph; register windows -> tile, cuDNN): small maps
+# gained, mobilenet_v2.12 (28x28, 3x3) 17.7 -> 16.2 (12.5), .21 (14x14) 19.7 -> 13.6 (10.4),
+# .26 (7x7) 7.9 -> 6.7 (6.1), efficientnet_b0.18 (28x28, 5x5) 48.3 -> 34.4 (25.7), .32 (14x14)
+# 44.1 -> 27.5 (19.9), .39 (7x7) 26.4 -> 18.4 (11.5), convnext_tiny.3 (28x28, 7x7, 2 columns a
+# thread) 59.8 -> 47.9 (43.3); large maps lost, mobilenet_v2.1 (112x112) 30.6 -> 32.7, .4 (56x56
+# out, stride 2) 40.1 -> 49.4, .7 (56x56) 39.0 -> 41.8, convnext_tiny.1 (56x56, 7x7) 81.8 ->
+# 95.4. A second window buffer (the block's next image copied while one is computed, grids of
+# 2 blocks per SM looping over the images) lost on most layers (convnext_tiny.5 28.4 -> 35.8,
+# .3 47.9 -> 52.2, mobilenet_v2.12 16.2 -> 18.1) and gained on two (efficientnet_b0.32 27.5 ->
+# 25.4, .18 34.4 -> 33.1), so a block computes one image; blocks of 128 threads lost on all.
 DEPTHWISE_TILE_MAX_PIXELS = 28 * 28
 DEPTHWISE_TILE_SMEM = 48 * 1024       # a block's shared memory, at most
 DEPTHWISE_TILE_THREADS = 256          # a block's threads
@@ -589,6 +596,12 @@ def depthwise_kernel_name(dtype: str, layout: str, vec: int,
     return f"depthwise_nchw<{T}, {Acc}, {qt}, {S}, {sw}>"
 
 
+def even(work: int, at_most: int) -> int:
+    """How many blocks share `work` units evenly, at most `at_most` (at least 1)."""
+    work = max(work, 1)
+    return -(-work // -(-work // max(1, min(work, at_most))))
+
+
 class DepthwiseArgs(NamedTuple):
     """What a depthwise.cu launch reads besides its four pointers and the grid: the problem's
     extents (N, C, H, W, K, m, R, S, P, Q, sh, sw, dh, dw, pt, pl), x's element strides (N, C,
@@ -602,14 +615,11 @@ class DepthwiseArgs(NamedTuple):
     channels: int
     columns: int
 
-    def grid(self, prob: Problem, blocks_wanted: int) -> tuple[int, int, int]:
-        """The grid for about `blocks_wanted` blocks (the kernels loop over the rest):
-        NCHW (item blocks of an image, images, 1); NHWC (channel tiles, item blocks of an
-        image, images)."""
-        def even(work: int, at_most: int) -> int:     # blocks that share `work` evenly
-            work = max(work, 1)
-            return -(-work // -(-work // max(1, min(work, at_most))))
-
+    def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
+        """The grid for about DEPTHWISE_WAVES blocks per SM of the device's `sms` (the
+        kernels loop over the rest): NCHW (item blocks of an image, images, 1); NHWC (channel
+        tiles, item blocks of an image, images)."""
+        blocks_wanted = DEPTHWISE_WAVES * sms
         column_groups = -(-prob.Q // self.columns)
         if prob.layout == "NCHW":
             blocks = even(-(-prob.K * prob.P * column_groups // self.block[0]), blocks_wanted)
@@ -668,32 +678,36 @@ def depthwise_tile(prob: Problem, vec: int) -> DepthwiseTile | None:
 class DepthwiseTileArgs(NamedTuple):
     """What a depthwise_tile_nhwc launch reads besides its four pointers and the grid: (N, C,
     H, W, P, Q, pt, pl, PT, QB, CV, column tiles), x's element strides (N, C, H, W), the block,
-    its shared memory and the grid."""
+    its shared memory and the tiles (channel tiles, row x column tiles)."""
 
     ints: tuple[int, ...]
     x_strides: tuple[int, int, int, int]
     block: tuple[int, int, int]
     smem: int
-    blocks: tuple[int, int, int]
+    tiles: tuple[int, int]
 
-    def grid(self, prob: Problem, blocks_wanted: int) -> tuple[int, int, int]:
-        """The grid: one block per tile (channel tiles, row x column tiles, images)."""
-        return self.blocks
+    def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
+        """(channel tiles, row x column tiles, images): a block per tile of an image (the
+        kernel loops past 65535 images)."""
+        return (*self.tiles, max(1, min(prob.N, MAX_GRID_YZ)))
+
+
+def depthwise_tile_kernel_name(T: str, Acc: str, S: int, sw: int, qt: int) -> str:
+    return f"depthwise_tile_nhwc<{T}, {Acc}, {S}, {S}, {sw}, {sw}, {qt}>"
 
 
 def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, vec: int,
                         x_strides) -> Plan:
     T, Acc = CUDA_TYPES[prob.dtype.name]
-    name = f"depthwise_tile_nhwc<{T}, {Acc}, {prob.R}, {prob.S}, {prob.sh}, {prob.sw}, {tile.QT}>"
+    name = depthwise_tile_kernel_name(T, Acc, prob.S, prob.sw, tile.QT)
     col_tiles = -(-prob.Q // tile.QB)
-    blocks = (-(-prob.C // (tile.CV * vec)), -(-prob.P // tile.PT) * col_tiles,
-              max(1, min(prob.N, MAX_GRID_YZ)))
-    if blocks[1] > MAX_GRID_YZ:
+    tiles = (-(-prob.C // (tile.CV * vec)), -(-prob.P // tile.PT) * col_tiles)
+    if tiles[1] > MAX_GRID_YZ:
         raise ValueError(f"algorithm='depthwise' tiles P x Q = {prob.P} x {prob.Q} into more "
                          f"than {MAX_GRID_YZ} blocks")
     args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
                               tile.PT, tile.QB, tile.CV, col_tiles), tuple(x_strides),
-                             (DEPTHWISE_TILE_THREADS, 1, 1), tile.smem(prob, vec), blocks)
+                             (DEPTHWISE_TILE_THREADS, 1, 1), tile.smem(prob, vec), tiles)
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
@@ -1635,8 +1649,7 @@ def specializations() -> list[tuple[str, str]]:
                                                                 group)))
             if layout == "NHWC":
                 for (S, sw), qt in DEPTHWISE_TILE_QT.items():
-                    out.add(("depthwise", f"depthwise_tile_nhwc<{T}, {Acc}, {S}, {S}, {sw}, "
-                                          f"{sw}, {qt}>"))
+                    out.add(("depthwise", depthwise_tile_kernel_name(T, Acc, S, sw, qt)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
             if prob.dtype.itemsize == 2:
