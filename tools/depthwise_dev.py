@@ -9,9 +9,8 @@ Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_tile_n
 takes the problem);
 "q2" / "q4" give depthwise_tile_nhwc 2 / 4 output columns per thread in every form, "iN" aims
 its blocks at N items (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads aiming at N items, "vN"
-caps its channel vectors per block at N, "nodb" gives it one window buffer (an image a block),
-"wN" sizes its grid of two buffers to N blocks per SM (DEPTHWISE_TILE_WAVES), "all" gives
-it every map size (DEPTHWISE_TILE_MAX_PIXELS);
+caps its channel vectors per block at N, "all" gives it every map size
+(DEPTHWISE_TILE_MAX_PIXELS);
 "BxQ" runs depthwise_nhwc / depthwise_nchw (Options(smem=False)) with
 DEPTHWISE_VECTOR_BYTES = B and Q output columns per thread for every form ("auto": the
 planner's table, DEPTHWISE_WINDOWS). Times are GPU microseconds per call replayed from a CUDA
@@ -39,8 +38,7 @@ PEAK = 4.3e12      # the H200's copy bandwidth, measured (issue 12)
 WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
 TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
 TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
-        cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_WAVES,
-        cuda_plan.DEPTHWISE_TILE_MAX_PIXELS)
+        cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS)
 
 
 def configure(variant: str):
@@ -48,8 +46,7 @@ def configure(variant: str):
     call with."""
     cuda_plan.DEPTHWISE_TILE_QT = dict(TILE_QT)
     (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
-     cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_WAVES,
-     cuda_plan.DEPTHWISE_TILE_MAX_PIXELS) = TILE
+     cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS) = TILE
     cuda_plan.DEPTHWISE_VECTOR_BYTES, cuda_plan.DEPTHWISE_WINDOWS = 16, dict(WINDOWS)
     cuda_plan.DEPTHWISE_QT = 4
     options = {}
@@ -71,10 +68,6 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_TILE_ITEMS = int(knob[1:])
         elif knob == "all":                   # every map size
             cuda_plan.DEPTHWISE_TILE_MAX_PIXELS = 1 << 62
-        elif knob == "nodb":
-            options["double_buffer"] = False
-        elif knob.startswith("w"):
-            cuda_plan.DEPTHWISE_TILE_WAVES = int(knob[1:])
         elif knob.startswith("v"):
             cuda_plan.DEPTHWISE_TILE_VECTORS = (min(8, int(knob[1:])), int(knob[1:]))
         else:

@@ -524,9 +524,9 @@ DEPTHWISE_WAVES = 8                   # blocks per SM depthwise_nhwc's grid is s
 
 # depthwise_tile_nhwc (NHWC, K = C, 16-byte channel vectors, no dilation): the block's input
 # window in shared memory. Its forms (R = S, sh = sw) -> output columns per thread (7x7: 4
-# against 2 took convnext_tiny.5 from 35.8 to 26.9 us and .3 from 52.2 to 50.0, measured with
-# the window in two buffers, below).
-DEPTHWISE_TILE_QT = {(3, 1): 4, (5, 1): 4, (7, 1): 4, (3, 2): 2, (5, 2): 2, (7, 2): 2}
+# against 2 took convnext_tiny.5, 14x14, from 27.9 to 25.4 us but .3, 28x28, from 46.2 to 54.4,
+# whose rows then fit the 48 KB three at a time).
+DEPTHWISE_TILE_QT = {(3, 1): 4, (5, 1): 4, (7, 1): 2, (3, 2): 2, (5, 2): 2, (7, 2): 2}
 # ... for output maps of at most this many pixels. tools/depthwise_dev.py (H200, float16 NHWC,
 # batch 32, GPU us replayed from a CUDA graph; register windows -> tile, cuDNN): small maps
 # gained, mobilenet_v2.12 (28x28, 3x3) 17.7 -> 16.2 (12.5), .21 (14x14) 19.7 -> 13.6 (10.4),
