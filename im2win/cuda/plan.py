@@ -538,6 +538,8 @@ DEPTHWISE_TILE_QT = {(3, 1): 4, (5, 1): 4, (7, 1): 2, (3, 2): 2, (5, 2): 2, (7, 
 # 2 blocks per SM looping over the images) lost on most layers (convnext_tiny.5 28.4 -> 35.8,
 # .3 47.9 -> 52.2, mobilenet_v2.12 16.2 -> 18.1) and gained on two (efficientnet_b0.32 27.5 ->
 # 25.4, .18 34.4 -> 33.1), so a block computes one image; blocks of 128 threads lost on all.
+# float32 NHWC (an earlier build of the same kernel) mostly gained too: efficientnet_b0.32
+# 32.9 -> 26.5, .39 20.3 -> 14.5, mobilenet_v2.21 16.6 -> 15.0, but .15 57.3 -> 63.5.
 DEPTHWISE_TILE_MAX_PIXELS = 28 * 28
 DEPTHWISE_TILE_SMEM = 48 * 1024       # a block's shared memory, at most
 DEPTHWISE_TILE_THREADS = 256          # a block's threads
