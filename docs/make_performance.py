@@ -671,6 +671,13 @@ timed with CUDA events after warm-up, so host time per call counts for both. A l
 every class it belongs to (`NetConv.kinds`); a network's ratio is the total time of its
 convolutions, each as often as it runs. Targets: 1.0x overall in each dtype, no class below
 0.8x.
+
+Most of these layers take 10-60 µs a call, and single calls of both libraries move between
+runs: on 2026-12-03 two float16 runs of efficientnet_b0 twenty minutes apart, on kernels that
+differed only in its depthwise layers, measured cuDNN's total at 2.16 ms and 3.45 ms (im2win's
+2.49 and 3.22). The class means move less (float16 depthwise 0.85x and 0.84x in those runs);
+the kernel work behind each change is measured on the GPU alone, replayed from CUDA graphs
+(`tools/suite_profile.py`, `tools/depthwise_dev.py`).
 """
 
 

@@ -523,7 +523,10 @@ DEPTHWISE_CASES = [  # x (N, C, H, W), w (K, 1, R, S), keyword arguments; groups
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", DEPTHWISE_CASES)
-def test_depthwise_matches_reference(rng, layout, dtype, x_shape, w_shape, kwargs):
+def test_depthwise_matches_reference(rng, monkeypatch, layout, dtype, x_shape, w_shape,
+                                     kwargs):
+    from im2win import cuda
+    from im2win.cuda import plan as cuda_plan
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
     kwargs = dict(kwargs, groups=x_shape[1])
     for algorithm in ("auto", "depthwise"):
@@ -531,6 +534,11 @@ def test_depthwise_matches_reference(rng, layout, dtype, x_shape, w_shape, kwarg
     if layout == "NHWC":                         # the register windows, reading x in place
         run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise",
             options=Options(smem=False))
+        # depthwise_tile_nhwc's threads of the other width (8 bytes of channels, or 16)
+        monkeypatch.setattr(cuda_plan, "DEPTHWISE_TILE_THREAD_BYTES",
+                            24 - cuda_plan.DEPTHWISE_TILE_THREAD_BYTES)
+        monkeypatch.setattr(cuda, "_calls", {})
+        run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
 
 
 GROUPED_CASES = [  # x (N, C, H, W), w (K = C, C/G, R, S), keyword arguments: C/G of 2, 4, 8

@@ -301,7 +301,7 @@ def test_depthwise_problems_get_their_own_kernel():
     nhwc = problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC")
     plan = plan_for(nhwc)
     assert plan.algorithm == "depthwise"         # the input window in shared memory
-    assert plan.kernel == "depthwise_tile_nhwc<half_t, float, 3, 3, 1, 1, 4>"
+    assert plan.kernel == "depthwise_tile_nhwc<half_t, float, 3, 3, 1, 1, 4, 8>"
     # 4 vectors of 8 channels, 8 columns (2 groups of 4) a row: all 7 rows in one tile, whose
     # input window is 9 x 10 pixels
     assert plan.geometry.ints == (2, 32, 9, 9, 7, 7, 0, 0, 7, 8, 4, 1)

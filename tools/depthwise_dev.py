@@ -9,7 +9,8 @@ Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_tile_n
 takes the problem);
 "q2" / "q4" give depthwise_tile_nhwc 2 / 4 output columns per thread in every form, "iN" aims
 its blocks at N items (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads aiming at N items, "vN"
-caps its channel vectors per block at N, "all" gives it every map size
+caps its channel vectors per block at N, "hB" gives its threads B bytes of channels
+(DEPTHWISE_TILE_THREAD_BYTES, 16 or 8), "all" gives it every map size
 (DEPTHWISE_TILE_MAX_PIXELS);
 "BxQ" runs depthwise_nhwc / depthwise_nchw (Options(smem=False)) with
 DEPTHWISE_VECTOR_BYTES = B and Q output columns per thread for every form ("auto": the
@@ -38,7 +39,8 @@ PEAK = 4.3e12      # the H200's copy bandwidth, measured (issue 12)
 WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
 TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
 TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
-        cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS)
+        cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS,
+        cuda_plan.DEPTHWISE_TILE_THREAD_BYTES)
 
 
 def configure(variant: str):
@@ -46,7 +48,8 @@ def configure(variant: str):
     call with."""
     cuda_plan.DEPTHWISE_TILE_QT = dict(TILE_QT)
     (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
-     cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS) = TILE
+     cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS,
+     cuda_plan.DEPTHWISE_TILE_THREAD_BYTES) = TILE
     cuda_plan.DEPTHWISE_VECTOR_BYTES, cuda_plan.DEPTHWISE_WINDOWS = 16, dict(WINDOWS)
     cuda_plan.DEPTHWISE_QT = 4
     options = {}
@@ -66,6 +69,8 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_TILE_THREADS = cuda_plan.DEPTHWISE_TILE_ITEMS = int(knob[1:])
         elif knob.startswith("i"):
             cuda_plan.DEPTHWISE_TILE_ITEMS = int(knob[1:])
+        elif knob.startswith("h"):             # a thread's channels as bytes
+            cuda_plan.DEPTHWISE_TILE_THREAD_BYTES = int(knob[1:])
         elif knob == "all":                   # every map size
             cuda_plan.DEPTHWISE_TILE_MAX_PIXELS = 1 << 62
         elif knob.startswith("v"):

@@ -227,11 +227,13 @@ __global__ void __launch_bounds__(256)
 //      elements: 16-byte aligned, and the scattered 2-byte stores spread over the banks);
 //   2. the input rows and columns under the tile, (PT-1)*SH + R_ by (QB-1)*SW + S_ pixels of
 //      CV vectors, by 16-byte cp.async, zeros where a pixel lies in the padding (nothing read);
-//   3. each thread computes QT consecutive output columns of one output row and one channel
-//      vector, an item: for every filter row it loads the row's span of (QT-1)*SW + S_ vectors
-//      once, converted to Acc, and takes each tap from there, in window order (r, then s).
-// Consecutive threads take consecutive channel vectors of one pixel, so a warp's shared-memory
-// reads are whole 128-byte lines and its stores to y are contiguous. Items past P, columns past
+//   3. each thread computes QT consecutive output columns of one output row and TB bytes of
+//      channels (TV = TB / sizeof(T); TB is 16, a whole vector, or 8, half of one: fewer
+//      registers), an item: for every filter row it loads the row's span of (QT-1)*SW + S_
+//      pixels once, converted to Acc, and takes each tap from there, in window order (r, then
+//      s).
+// Consecutive threads take consecutive channels of one pixel, so a warp's shared-memory reads
+// are whole 128-byte lines and its stores to y are contiguous. Items past P, columns past
 // Q and vectors past C are skipped. The grid is (channel tiles, row tiles x column tiles,
 // images); x's strides (xn, xh, xw) are in elements, its channels contiguous and vectors
 // aligned (the planner checks), and y is contiguous NHWC (scalar stores where `out` is one
@@ -242,13 +244,19 @@ __device__ __forceinline__ void depthwise_copy16(void* dst, const void* src, boo
                "l"(src), "r"(valid ? 16 : 0));
 }
 
-template <typename T, typename Acc, int R_, int S_, int SH, int SW, int QT>
+template <int TB> struct RawBytes;
+template <> struct RawBytes<16> { typedef uint4 type; };
+template <> struct RawBytes<8> { typedef uint2 type; };
+
+template <typename T, typename Acc, int R_, int S_, int SH, int SW, int QT, int TB>
 __global__ void __launch_bounds__(256)
     depthwise_tile_nhwc(const T* __restrict__ x, const T* __restrict__ w,
                         const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H, int W,
                         int P, int Q, int pt, int pl, int PT, int QB, int CV, int col_tiles,
                         i64 xn, i64 xc, i64 xh, i64 xw) {
   constexpr int VEC = 16 / sizeof(T), RS = R_ * S_, J = (QT - 1) * SW + S_;
+  constexpr int TV = TB / sizeof(T), SPLIT = 16 / TB;  // a thread's channels; per vector
+  typedef typename RawBytes<TB>::type Raw;
   extern __shared__ __align__(16) unsigned char depthwise_smem[];
   const int KT = CV * VEC, KP = KT + 8;                 // channels of the block, wsm's pitch
   const int IH = (PT - 1) * SH + R_, IW = (QB - 1) * SW + S_, window = IH * IW * CV;
@@ -266,8 +274,9 @@ __global__ void __launch_bounds__(256)
     const int kk = i / RS, rs = i - kk * RS;
     wsm[rs * KP + kk] = kk < kn ? wb[i] : from_acc<T>(Acc(0));
   }
-  const int items = PT * (QB / QT) * CV, groups = QB / QT;
-  const bool y_aligned = reinterpret_cast<unsigned long long>(y) % 16 == 0;
+  const int CT = CV * SPLIT;                            // a pixel's thread channel groups
+  const int items = PT * (QB / QT) * CT, groups = QB / QT;
+  const bool y_aligned = reinterpret_cast<unsigned long long>(y) % TB == 0;
   const int h0 = p0 * SH - pt, w0 = q0 * SW - pl;
 
   // 2. Image n's input window into `to`, zeros in the padding and past C.
@@ -288,36 +297,37 @@ __global__ void __launch_bounds__(256)
     asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
 
-    // 3. Items: (output row, column group, channel vector), the vector fastest.
+    // 3. Items: (output row, column group, TV channels), the channels fastest.
+    const Raw* xr = reinterpret_cast<const Raw*>(xsm);
     for (int item = tid; item < items; item += threads) {
-      const int cv = item % CV, rest = item / CV;
+      const int ct = item % CT, rest = item / CT;
       const int pr = rest / groups, qg = rest - pr * groups;
-      const int p = p0 + pr, q = q0 + qg * QT, k = cv * VEC;
+      const int p = p0 + pr, q = q0 + qg * QT, k = ct * TV;
       if (p >= P || q >= Q || k >= kn) continue;
-      Acc acc[QT][VEC];
+      Acc acc[QT][TV];
 #pragma unroll
-      for (int v = 0; v < VEC; ++v) {
+      for (int v = 0; v < TV; ++v) {
         const Acc b = bias ? to_acc(bias[k0 + k + v], Acc()) : Acc(0);
 #pragma unroll
         for (int qi = 0; qi < QT; ++qi) acc[qi][v] = b;
       }
 #pragma unroll
       for (int r = 0; r < R_; ++r) {
-        const uint4* row = xsm + ((pr * SH + r) * IW + qg * QT * SW) * CV + cv;
-        Acc win[J][VEC];
+        const Raw* row = xr + ((pr * SH + r) * IW + qg * QT * SW) * CT + ct;
+        Acc win[J][TV];
 #pragma unroll
         for (int j = 0; j < J; ++j) {
-          const uint4 raw = row[j * CV];
+          const Raw raw = row[j * CT];
           const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) win[j][v] = to_acc(e[v], Acc());
+          for (int v = 0; v < TV; ++v) win[j][v] = to_acc(e[v], Acc());
         }
 #pragma unroll
         for (int s = 0; s < S_; ++s) {
-          const uint4 raw = *reinterpret_cast<const uint4*>(wsm + (r * S_ + s) * KP + k);
+          const Raw raw = *reinterpret_cast<const Raw*>(wsm + (r * S_ + s) * KP + k);
           const T* f = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) {
+          for (int v = 0; v < TV; ++v) {
             const Acc fv = to_acc(f[v], Acc());
 #pragma unroll
             for (int qi = 0; qi < QT; ++qi)
@@ -328,10 +338,10 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
       for (int qi = 0; qi < QT; ++qi) {
         if (q + qi >= Q) break;
-        Vec<T, VEC> o;
+        Vec<T, TV> o;
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) o.v[v] = from_acc<T>(acc[qi][v]);
-        store_vec<T, VEC>(y + ((n * P + p) * Q + q + qi) * (i64)C + k0 + k, o, y_aligned);
+        for (int v = 0; v < TV; ++v) o.v[v] = from_acc<T>(acc[qi][v]);
+        store_vec<T, TV>(y + ((n * P + p) * Q + q + qi) * (i64)C + k0 + k, o, y_aligned);
       }
     }
     __syncthreads();                                    // before the window is refilled
