@@ -6,15 +6,13 @@ table last.
         float16:NHWC,float32:NCHW] [--variants tile,q2,16x4,16x2] [--batch 32]
 
 Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_tile_nhwc where it
-takes the problem);
-"q2" / "q4" give depthwise_tile_nhwc 2 / 4 output columns per thread in every form, "iN" aims
-its blocks at N items (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads aiming at N items, "vN"
-caps its channel vectors per block at N, "hB" gives its threads B bytes of channels
-(DEPTHWISE_TILE_THREAD_BYTES, 16 or 8), "all" gives it every map size
-(DEPTHWISE_TILE_MAX_PIXELS);
-"BxQ" runs depthwise_nhwc / depthwise_nchw (Options(smem=False)) with
-DEPTHWISE_VECTOR_BYTES = B and Q output columns per thread for every form ("auto": the
-planner's table, DEPTHWISE_WINDOWS). Times are GPU microseconds per call replayed from a CUDA
+takes the problem); "q2" / "q4" give depthwise_tile_nhwc 2 / 4 output columns per thread in
+every form, "iN" aims its blocks at N items (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads
+(at most 256) aiming at N items, "vN" caps its channel vectors per block at N, "hB" gives its
+threads B bytes of channels (DEPTHWISE_TILE_THREAD_BYTES, 16 or 8), "all" gives it every map
+size (DEPTHWISE_TILE_MAX_PIXELS); "BxQ" runs depthwise_nhwc / depthwise_nchw
+(Options(smem=False)) with DEPTHWISE_VECTOR_BYTES = B and Q output columns per thread for
+every form ("auto": the planner's table, DEPTHWISE_WINDOWS). Times are GPU microseconds per call replayed from a CUDA
 graph of 10 calls (no host time; cuDNN in PyTorch's graph) and, after the slash, back to back
 between CUDA events; the bandwidth is of x, w and y, each moved once, at the graph's time.
 """
@@ -82,10 +80,10 @@ def configure(variant: str):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--layers", default="mobilenet_v2.1,mobilenet_v2.4,mobilenet_v2.7,"
+    parser.add_argument("--layers", default="mobilenet_v2.1,mobilenet_v2.21,efficientnet_b0.32,"
                         "efficientnet_b0.15,convnext_tiny.1,convnext_tiny.5")
     parser.add_argument("--configs", default="float16:NHWC,float32:NCHW,float32:NHWC")
-    parser.add_argument("--variants", default="tile,16xauto,q2,q4,i512")
+    parser.add_argument("--variants", default="tile,16xauto,q2,q4,h16")
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args(argv)
     import cupy

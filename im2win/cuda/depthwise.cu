@@ -29,6 +29,10 @@
 // NCHW (depthwise_nchw): consecutive threads along the column groups of the (filter, output
 // row, column group) items of one image (coalesced row reads; small maps still fill a block);
 // the filter's taps are read through the cache.
+//
+// NHWC small maps (depthwise_tile_nhwc, at the end of this file: K = C, 16-byte channel
+// vectors, no dilation): a block copies its output tile's input window into shared memory and
+// its threads take their register windows from there.
 
 template <typename T, int VEC> struct Vec {
   T v[VEC];

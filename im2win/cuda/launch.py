@@ -357,8 +357,8 @@ class Executable:
 
     Holds the compiled kernel, the plan's reduction table on the device, and for every launch
     (chunks of images, groups in blocks of 65535) its offsets, grid and packed Geometry. A fused
-    plan's launches, and the depthwise kernel's one launch (its grid sized to the device's SMs),
-    go straight to cuLaunchKernel with arguments packed once (`FIXED_ARGS`, `ints_and_strides`)
+    plan's launches, and the one launch of depthwise.cu or narrow.cu (its grid from the plan's
+    args and the device's SM count), go straight to cuLaunchKernel with arguments packed once (`FIXED_ARGS`, `ints_and_strides`)
     behind four pointers that each thread writes into buffers of its own.
     """
 

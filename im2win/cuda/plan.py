@@ -93,8 +93,8 @@ class Plan:
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry for one launch of `chunk` images; the depthwise
-            kernel's DepthwiseArgs; the narrow kernel's NarrowArgs; the GEMM's GemmArgs; None
-            for the others.
+            kernels' DepthwiseArgs or DepthwiseTileArgs; the narrow kernel's NarrowArgs; the
+            GEMM's GemmArgs; None for the others.
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
             every t, zeros past the reduction up to a multiple of 32 entries; empty when
             offsets are computed in the kernel.
@@ -119,7 +119,7 @@ class Plan:
     file: str | None
     kernel: str | None
     chunk: int
-    geometry: Geometry | DepthwiseArgs | NarrowArgs | GemmArgs | None
+    geometry: Geometry | DepthwiseArgs | DepthwiseTileArgs | NarrowArgs | GemmArgs | None
     taps: bytes = dataclasses.field(repr=False)
     workspace_bytes: int
     tma: "TmaArgs | None" = None
@@ -723,9 +723,11 @@ def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, ve
 
 
 def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
-    """The depthwise kernel's plan (any stride, padding, dilation; m = K/C filters per
-    channel): its kernel, block, shared memory and scalar arguments (DepthwiseArgs); the
-    launch layer sizes the grid to the device."""
+    """The depthwise kernels' plan (any stride, padding, dilation; m = K/C filters per
+    channel): depthwise_tile_nhwc where `depthwise_tile` takes the problem and Options.smem
+    is on (DepthwiseTileArgs: a block per tile), else depthwise_nhwc or depthwise_nchw
+    (DepthwiseArgs: the launch layer sizes the grid to the device); the kernel, block, shared
+    memory and scalar arguments."""
     vec = depthwise_vector(prob, x_strides, x_aligned)
     if not (is_depthwise(prob) or small_groups(prob, vec)):
         raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
