@@ -358,8 +358,9 @@ class Executable:
     Holds the compiled kernel, the plan's reduction table on the device, and for every launch
     (chunks of images, groups in blocks of 65535) its offsets, grid and packed Geometry. A fused
     plan's launches, and the one launch of depthwise.cu or narrow.cu (its grid from the plan's
-    args and the device's SM count), go straight to cuLaunchKernel with arguments packed once (`FIXED_ARGS`, `ints_and_strides`)
-    behind four pointers that each thread writes into buffers of its own.
+    args and the device's SM count), go straight to cuLaunchKernel with arguments packed once
+    (`FIXED_ARGS`, `ints_and_strides`) behind four pointers that each thread writes into
+    buffers of its own.
     """
 
     def __init__(self, prob: Problem, plan: Plan):
@@ -380,8 +381,7 @@ class Executable:
         if plan.algorithm in ("depthwise", "narrow"):
             args = plan.geometry
             record = ints_and_strides(len(args.ints))
-            sms = sm_count(cupy.cuda.runtime.getDevice())
-            grid = args.grid(prob, sms)
+            grid = args.grid(prob, sm_count(cupy.cuda.runtime.getDevice()))
             launches.append((0, prob.N, grid, (args.ints, args.x_strides)))
         elif plan.algorithm in ("im2win", "im2win_fused"):
             for g0 in range(0, prob.G, 65535):

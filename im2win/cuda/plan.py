@@ -670,14 +670,13 @@ def depthwise_tile(prob: Problem, vec: int) -> DepthwiseTile | None:
         return None
     QB = min(-(-prob.Q // qt) * qt, DEPTHWISE_TILE_COLUMNS // qt * qt)
     groups, vectors = QB // qt, prob.C // vec
+    split = 16 // DEPTHWISE_TILE_THREAD_BYTES               # a vector's items
     most, cap = DEPTHWISE_TILE_VECTORS
     tiles = -(-vectors // most)
-    if groups * prob.P * most * 16 // DEPTHWISE_TILE_THREAD_BYTES < DEPTHWISE_TILE_ITEMS:
-        # a small map: wider channel tiles
+    if groups * prob.P * most * split < DEPTHWISE_TILE_ITEMS:   # a small map: wider tiles
         tiles = -(-vectors // cap)
     CV = -(-vectors // tiles)
-    per_pixel = CV * 16 // DEPTHWISE_TILE_THREAD_BYTES       # items of a pixel
-    PT = min(prob.P, -(-DEPTHWISE_TILE_ITEMS // (groups * per_pixel)))
+    PT = min(prob.P, -(-DEPTHWISE_TILE_ITEMS // (groups * CV * split)))
     while PT > 1 and DepthwiseTile(PT, QB, CV, qt).smem(prob, vec) > DEPTHWISE_TILE_SMEM:
         PT -= 1
     tile = DepthwiseTile(PT, QB, CV, qt)
@@ -817,9 +816,8 @@ class NarrowArgs(NamedTuple):
     def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
         """(blocks over the tiles, channel blocks, 1): as many blocks as fit the device at
         once, each looping over an even share of the tiles."""
-        slots = max(1, self.per_sm * sms // self.channel_blocks)
-        rounds = -(-self.tiles // slots)
-        return -(-self.tiles // rounds), self.channel_blocks, 1
+        return even(self.tiles, self.per_sm * sms // self.channel_blocks), \
+            self.channel_blocks, 1
 
 
 class NarrowTile(NamedTuple):
