@@ -58,6 +58,9 @@ def _exact(value):
     raise _NoKey
 
 
+_PLAIN = frozenset((int, str, type(None)))
+
+
 def _array_key(a, aligned: bool = False):
     if a is None:
         return None
@@ -74,11 +77,19 @@ def call_key(x, w, bias, out, stride, padding, dilation, groups, layout, algorit
     arguments with their types); None when an argument has no exact form."""
     if options is not None and type(options) is not Options:
         return None
+    args = (stride, padding, dilation, groups, layout, algorithm, workspace_limit, precision)
     try:
-        return (_array_key(x, True), _array_key(w, True), _array_key(bias), _array_key(out),
-                _exact(stride), _exact(padding), _exact(dilation), _exact(groups),
-                _exact(layout), _exact(algorithm), options, _exact(workspace_limit),
-                _exact(precision))
+        if not _PLAIN.issuperset(map(type, args)):     # plain values are their own keys
+            args = tuple(map(_exact, args))
+        ndarray = sys.modules["cupy"].ndarray
+        if type(x) is not ndarray or type(w) is not ndarray:
+            return None
+        xd, wd = x.data, w.data         # flat: this key is made on every call (host time)
+        key = (x.shape, x.strides, x.dtype, xd.device_id, xd.ptr % 16 == 0, w.shape,
+               w.strides, w.dtype, wd.device_id, wd.ptr % 16 == 0, options, args)
+        if bias is None and out is None:
+            return key
+        return key + (_array_key(bias), _array_key(out))
     except _NoKey:
         return None
 
