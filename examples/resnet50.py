@@ -1,13 +1,15 @@
-"""A torchvision ResNet-50 forward pass with every convolution computed by im2win.
+"""A ResNet-50 forward pass with every convolution computed by im2win.
 
 ``python examples/resnet50.py [--batch 32] [--device cuda|cpu] [--dtype float32|float16]``
 
 Each ``torch.nn.Conv2d`` of the network (random weights) is swapped for one that hands its
-tensors to ``im2win.conv2d`` without a copy (DLPack: CuPy arrays on the GPU, NumPy arrays on
-the CPU) and hands the result back the same way; float16 runs channels-last (NHWC), im2win's
-and cuDNN's fast layout there. The script checks the output against PyTorch's own forward pass
-(cuDNN on the GPU, TF32 off) and times both, CUDA events after warm-up. Needs torch and
-torchvision (and CuPy for the GPU).
+tensors to ``im2win.conv2d`` (CUDA tensors without a copy, the result a tensor; CPU tensors
+through NumPy); float16 runs channels-last (NHWC), im2win's and cuDNN's fast layout there.
+The script checks the output against PyTorch's own forward pass
+(cuDNN on the GPU, TF32 off) and times both, CUDA events after warm-up. The network is
+torchvision's ``resnet50`` where torchvision is installed, else the same architecture built
+here (`resnet50`: torchvision's v1.5 layers and initialisation). Needs torch (and CuPy for
+the GPU).
 """
 
 import argparse
@@ -17,7 +19,6 @@ import time
 
 import numpy as np
 import torch
-import torchvision
 
 import im2win
 
@@ -35,18 +36,57 @@ class Im2winConv2d(torch.nn.Module):
                            groups=conv.groups, layout=layout)
 
     def forward(self, x):
-        # x is NCHW, or an NCHW view of channels-last memory: hand im2win the NHWC array.
+        # x is NCHW, or an NCHW view of channels-last memory: hand im2win the NHWC tensor.
+        # CUDA tensors run on the GPU without a copy and come back as a tensor (a call seen
+        # before goes straight to its kernel); CPU tensors run through NumPy.
         x = x.permute(0, 2, 3, 1) if self.layout == "NHWC" else x.contiguous()
-        if x.is_cuda:
-            import cupy
-            y = torch.from_dlpack(im2win.conv2d(*(None if t is None else cupy.from_dlpack(t)
-                                                  for t in (x, self.weight, self.bias)),
-                                                **self.kwargs))
-        else:
-            y = torch.from_numpy(im2win.conv2d(*(None if t is None else t.numpy()
-                                                 for t in (x, self.weight, self.bias)),
-                                               **self.kwargs))
+        y = im2win.conv2d(x, self.weight, self.bias, **self.kwargs)
+        y = y if isinstance(y, torch.Tensor) else torch.from_numpy(y)
         return y.permute(0, 3, 1, 2) if self.layout == "NHWC" else y
+
+
+class Bottleneck(torch.nn.Module):
+    """torchvision's ResNet-50 block (v1.5: the stride in the 3x3 convolution)."""
+
+    def __init__(self, cin: int, width: int, stride: int):
+        super().__init__()
+        nn, cout = torch.nn, 4 * width
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + identity)
+
+
+def resnet50() -> torch.nn.Module:
+    """ResNet-50 with random weights: torchvision's, or where torchvision is missing the same
+    layers (stem, 3-4-6-3 bottlenecks, classifier) and initialisation built here."""
+    try:
+        import torchvision
+        return torchvision.models.resnet50(weights=None)
+    except Exception:                   # not installed, or a torch it was not built for
+        pass
+    nn = torch.nn
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+            cin = 4 * width
+    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000))
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    return model
 
 
 def swap_convolutions(model: torch.nn.Module, layout: str) -> torch.nn.Module:
@@ -90,7 +130,7 @@ def main(argv=None):
     layout = "NHWC" if args.dtype == "float16" else "NCHW"
     torch.manual_seed(0)
     memory = torch.channels_last if layout == "NHWC" else torch.contiguous_format
-    reference = torchvision.models.resnet50(weights=None).eval().to(args.device, dtype)
+    reference = resnet50().eval().to(args.device, dtype)
     reference = reference.to(memory_format=memory)
     ours = swap_convolutions(copy.deepcopy(reference), layout)     # the same weights
     x = torch.randn(args.batch, 3, 224, 224, device=args.device, dtype=dtype)

@@ -112,12 +112,19 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     """
     key = None
     if not on_gpu(x):
+        torch_key = None if out is not None else cuda.torch_call_key(
+            x, w, bias, stride, padding, dilation, groups, layout, algorithm, options,
+            workspace_limit, precision)
+        call = cuda.cached_call(torch_key)
+        if call is not None:        # PyTorch tensors of a call seen before: run on them
+            return call(x, w, bias)
         family = interop.gpu_family({"x": x, "w": w, "bias": bias, "out": out})
         if family is not None:      # PyTorch, JAX, Numba ... CUDA arrays: CuPy views of them
-            return interop.call(conv2d, family, x, w, bias, out, stride=stride,
-                                padding=padding, dilation=dilation, groups=groups,
-                                layout=layout, algorithm=algorithm, options=options,
-                                workspace_limit=workspace_limit, precision=precision)
+            return interop.call(conv2d, family, x, w, bias, out, torch_key=torch_key,
+                                stride=stride, padding=padding, dilation=dilation,
+                                groups=groups, layout=layout, algorithm=algorithm,
+                                options=options, workspace_limit=workspace_limit,
+                                precision=precision)
     else:
         # A call seen before (same shapes, strides, dtypes, devices and arguments) was
         # validated and planned then: only the overlap of `out` depends on this call's pointers.

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
+import numpy as np
+
 # DLPack device types of CUDA memory (dlpack.h: kDLCUDA, kDLCUDAHost is host memory, kDLCUDAManaged)
 DLPACK_CUDA = (2, 13)
 ACCEPTED = ("NumPy arrays or array-likes (CPU), CuPy arrays, or CUDA arrays of one other library "
@@ -27,8 +29,11 @@ def library(a) -> str:
 
 def on_cuda(a) -> bool:
     """Whether `a` (not a CuPy array) is a CUDA array another library exposes."""
-    if hasattr(a, "__cuda_array_interface__"):
-        return True
+    try:
+        if hasattr(a, "__cuda_array_interface__"):
+            return True
+    except Exception:          # PyTorch refuses it for a tensor that requires grad
+        pass
     device = getattr(a, "__dlpack_device__", None)
     if device is None or not hasattr(a, "__dlpack__"):
         return False
@@ -54,6 +59,37 @@ def gpu_family(named: dict) -> str | None:
     return families.pop()
 
 
+_TORCH_DTYPES: dict = {}     # torch dtype -> NumPy dtype, the real types im2win takes
+
+
+def cupy_view(t):
+    """A CuPy array over the memory of the PyTorch CUDA tensor t (its shape, strides and
+    dtype; it keeps t alive), made directly: `cupy.from_dlpack` of a tensor took 23 us of host
+    time on the H200's host, this about 4. Through DLPack for what it does not cover (dtypes
+    other than float16, bfloat16, float32 and float64; tensors that are not strided). A tensor
+    that requires grad is refused (TypeError), as DLPack refuses it: the result would not."""
+    import cupy
+    import torch
+    if not _TORCH_DTYPES:
+        import ml_dtypes
+        _TORCH_DTYPES.update({torch.float16: np.dtype(np.float16),
+                              torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+                              torch.float32: np.dtype(np.float32),
+                              torch.float64: np.dtype(np.float64)})
+    if t.requires_grad:
+        raise TypeError("im2win.conv2d does not record autograd: pass tensors that do not "
+                        "require grad (tensor.detach(), or torch.no_grad() for results)")
+    dtype = _TORCH_DTYPES.get(t.dtype)
+    if dtype is None or t.layout is not torch.strided:
+        return cupy.from_dlpack(t)
+    size = dtype.itemsize
+    nbytes = 0 if t.numel() == 0 else \
+        (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * size
+    memory = cupy.cuda.UnownedMemory(t.data_ptr(), nbytes, t, t.get_device())
+    return cupy.ndarray(tuple(t.shape), dtype, cupy.cuda.MemoryPointer(memory, 0),
+                        tuple(s * size for s in t.stride()))
+
+
 class Door:
     """Foreign CUDA arrays of one library in, CuPy views out, and the way back."""
 
@@ -69,6 +105,8 @@ class Door:
         """A CuPy array viewing a's memory (no copy), or None for None."""
         if a is None:
             return None
+        if self.family == "torch":
+            return cupy_view(a)
         if hasattr(a, "__dlpack__"):
             return self.cupy.from_dlpack(a)
         return self.cupy.asarray(a)        # __cuda_array_interface__: a view as well
@@ -99,12 +137,20 @@ class Door:
         return y                            # another producer: the CuPy array itself
 
 
-def call(fn, family: str, x, w, bias, out, **kwargs):
+def call(fn, family: str, x, w, bias, out, torch_key=None, **kwargs):
     """fn(x, w, bias, out=out, **kwargs) on CuPy views of foreign CUDA arrays, on the caller's
-    stream; the result in the caller's array type."""
+    stream; the result in the caller's array type. `torch_key` (PyTorch tensors: their
+    `cuda.torch_call_key`): remember the Call made for the views under it, so that the next
+    call of that key runs on the tensors directly (`launch.TorchCall`)."""
     door = Door(family)
     args = [door.enter(a) for a in (x, w, bias, out)]
     device = args[0].device
     with device, door.stream(x):
         y = fn(*args[:3], out=args[3], **kwargs)
+        if torch_key is not None:
+            from im2win import cuda
+            names = ("stride", "padding", "dilation", "groups", "layout", "algorithm",
+                     "options", "workspace_limit", "precision")
+            cuda.remember_torch_call(torch_key, cuda.cached_call(cuda.call_key(
+                *args, *(kwargs[n] for n in names))))
     return door.leave(y, out)

@@ -79,8 +79,7 @@ def call_key(x, w, bias, out, stride, padding, dilation, groups, layout, algorit
         return None
     args = (stride, padding, dilation, groups, layout, algorithm, workspace_limit, precision)
     try:
-        if not _PLAIN.issuperset(map(type, args)):     # plain values are their own keys
-            args = tuple(map(_exact, args))
+        args = _exact_args(args)
         ndarray = sys.modules["cupy"].ndarray
         if type(x) is not ndarray or type(w) is not ndarray:
             return None
@@ -92,6 +91,37 @@ def call_key(x, w, bias, out, stride, padding, dilation, groups, layout, algorit
         return key + (_array_key(bias), _array_key(out))
     except _NoKey:
         return None
+
+
+def torch_call_key(x, w, bias, stride, padding, dilation, groups, layout, algorithm, options,
+                   workspace_limit, precision=None):
+    """The memo key of an `im2win.conv2d` call on PyTorch CUDA tensors with no `out`, made of
+    what `call_key` takes from the CuPy views of them, read off the tensors themselves (their
+    torch dtype and device); None for anything else (other arrays, CPU tensors, subclasses,
+    tensors that require grad, an argument with no exact form)."""
+    torch = sys.modules.get("torch")
+    if torch is None or (options is not None and type(options) is not Options):
+        return None
+    tensor = torch.Tensor
+    if type(x) is not tensor or type(w) is not tensor or not x.is_cuda or \
+            x.requires_grad or w.requires_grad or (bias is not None and (
+                type(bias) is not tensor or bias.requires_grad)):
+        return None
+    args = (stride, padding, dilation, groups, layout, algorithm, workspace_limit, precision)
+    try:
+        args = _exact_args(args)
+    except _NoKey:
+        return None
+    key = ("torch", x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, w.shape,
+           w.stride(), w.dtype, w.device, w.data_ptr() % 16 == 0, options, args)
+    if bias is None:
+        return key
+    return key + (bias.shape, bias.stride(), bias.dtype, bias.device)
+
+
+def _exact_args(args: tuple) -> tuple:
+    """The call's non-array arguments as a key (plain values are their own)."""
+    return args if _PLAIN.issuperset(map(type, args)) else tuple(map(_exact, args))
 
 
 def backward_key(make, a, b, shape, kwargs):
@@ -117,8 +147,16 @@ def remember_backward(key, checked) -> None:
 
 
 def cached_call(key):
-    """The remembered Call of `key` (from `call_key`), or None."""
+    """The remembered Call of `key` (from `call_key`; a TorchCall from `torch_call_key`), or
+    None."""
     return None if key is None else _calls.get(key)
+
+
+def remember_torch_call(key, call) -> None:
+    """Remember, under `torch_call_key`'s key, the Call made for CuPy views of those tensors."""
+    from im2win.cuda import launch
+    if key is not None and call is not None:
+        _remember(_calls, key, launch.TorchCall(call))
 
 
 def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None, precision="float32"):

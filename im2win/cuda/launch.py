@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import sys
 import threading
 import weakref
 
@@ -26,6 +27,7 @@ import cupy
 import numpy as np
 
 from im2win import baselines
+from im2win.interop import cupy_view
 from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan,
                               columns_stage, nhwc_twin, source)
 from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
@@ -340,11 +342,13 @@ class TmaMaps:
     def __init__(self, encode):
         self.encode, self.memo, self.lock = encode, {}, threading.Lock()
 
-    def bytes_for(self, a, b) -> bytes:
-        key = (a.data.ptr, b.data.ptr)
+    def bytes_for(self, a_ptr: int, b_ptr: int, arrays) -> bytes:
+        """The descriptors of the arrays at these pointers; `arrays()` gives the two arrays
+        (CuPy) when they must be encoded."""
+        key = (a_ptr, b_ptr)
         found = self.memo.get(key)
         if found is None:
-            found = b"".join(ctypes.string_at(m.getPtr(), 128) for m in self.encode(a, b))
+            found = b"".join(ctypes.string_at(m.getPtr(), 128) for m in self.encode(*arrays()))
             with self.lock:
                 if len(self.memo) >= self.MEMO:
                     self.memo.pop(next(iter(self.memo)))
@@ -523,11 +527,16 @@ class Executable:
     def launch_into(self, x, w, bias, y_ptr: int, stream: int) -> None:
         """The one launch of a `single` Executable: conv(x, w) + bias into the contiguous
         output at y_ptr on `stream`; w and bias contiguous."""
+        self.launch_pointers(x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
+                             y_ptr, stream, lambda: (x, w))
+
+    def launch_pointers(self, x: int, w: int, bias: int, y: int, stream: int, arrays) -> None:
+        """`launch_into` by the arrays' pointers (bias 0: none); `arrays()` gives x and w as
+        CuPy arrays where a TMA descriptor must be encoded."""
         pointers, _, params, _, maps_at = self._argument_buffers()
-        pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y_ptr
-        pointers[2] = 0 if bias is None else bias.data.ptr
+        pointers[0], pointers[1], pointers[2], pointers[3] = x, w, bias, y
         if self.tma is not None:
-            ctypes.memmove(maps_at, self.tma.bytes_for(x, w), 256)
+            ctypes.memmove(maps_at, self.tma.bytes_for(x, w, arrays), 256)
         grid = self.launches[0][2]
         cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block, self.smem, stream,
                                       params[0], 0)
@@ -558,7 +567,8 @@ class Executable:
                 w = split
             pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
             if self.tma is not None:
-                ctypes.memmove(maps_at, self.tma.bytes_for(x, w), 256)
+                ctypes.memmove(maps_at, self.tma.bytes_for(x.data.ptr, w.data.ptr,
+                                                           lambda: (x, w)), 256)
             pointers[2] = 0 if bias is None else bias.data.ptr
             partial = None
             if self.reduce is not None:         # split-K: partial sums, then their sum
@@ -584,6 +594,42 @@ class Executable:
             self.function(grid, self.block, (x_win, w_win, b, y[n0:n0 + images], self.taps,
                                              geo, np.int32(g0)), shared_mem=self.smem)
         return y
+
+
+class TorchCall:
+    """A remembered Call run on PyTorch CUDA tensors of its key (`torch_call_key`).
+
+    Where the Call is one launch into a new y (`Call.fast`) on the current device, y is a
+    torch tensor from PyTorch's allocator and the kernel goes onto PyTorch's current stream by
+    the tensors' pointers: no DLPack exchange (`cupy.from_dlpack` of a tensor took 23 us of
+    host time, `torch.from_dlpack` of the result 8, on the H200's host). Otherwise the Call
+    runs on CuPy views of the tensors (`interop.cupy_view`) on that stream, and y comes back
+    through DLPack.
+    """
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: Call):
+        self.call = call
+
+    def __call__(self, x, w, bias):
+        torch, call = sys.modules["torch"], self.call
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # what torch's own
+        # compiled code reads: the public current_stream() took 5-7 us of host time
+        stream = raw(x.get_device()) if raw else torch.cuda.current_stream(x.device).cuda_stream
+        if call.fast and cupy.cuda.runtime.getDevice() == call.device:
+            exe = call.exe
+            if cupy.cuda.runtime.streamIsCapturing(stream):
+                _captured.add(exe)               # the graph holds its table's address
+            y = x.new_empty(call.y_shape)
+            exe.launch_pointers(x.data_ptr(), w.data_ptr(),
+                                0 if bias is None else bias.data_ptr(), y.data_ptr(), stream,
+                                lambda: (cupy_view(x), cupy_view(w)))
+            return y
+        with cupy.cuda.Device(call.device), cupy.cuda.ExternalStream(stream, call.device):
+            y = call(cupy_view(x), cupy_view(w), None if bias is None else cupy_view(bias),
+                     None)
+        return torch.from_dlpack(y)
 
 
 # Executables by (device, problem, plan), shared by every call of that problem and plan. Weak:

@@ -318,7 +318,7 @@ class Runner:
         import cupy
 
         pointers, _, at, params, reduce = self._buffers()
-        ctypes.memmove(at, self.maps.bytes_for(x, dy), 256)
+        ctypes.memmove(at, self.maps.bytes_for(x.data.ptr, dy.data.ptr, lambda: (x, dy)), 256)
         partial = None
         if self.reduce:
             partial = cupy.empty(self.splits * self.size, np.float32)
