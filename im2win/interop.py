@@ -65,7 +65,7 @@ _TORCH_DTYPES: dict = {}     # torch dtype -> NumPy dtype, the real types im2win
 def cupy_view(t):
     """A CuPy array over the memory of the PyTorch CUDA tensor t (its shape, strides and
     dtype; it keeps t alive), made directly: `cupy.from_dlpack` of a tensor took 23 us of host
-    time on the H200's host, this about 4. Through DLPack for what it does not cover (dtypes
+    time on the H200's host, where an ndarray over given memory takes 3. Through DLPack for what it does not cover (dtypes
     other than float16, bfloat16, float32 and float64; tensors that are not strided). A tensor
     that requires grad is refused (TypeError), as DLPack refuses it: the result would not."""
     import cupy

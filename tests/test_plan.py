@@ -134,12 +134,32 @@ def test_every_tile_the_planner_picks_for_the_layers_is_compiled_in_ci():
                 x_shape, w_shape = layer.shapes(128, layout)
                 prob = problem(x_shape, w_shape, dtype, stride=layer.stride, layout=layout)
                 for algorithm in ("im2win", "im2win_fused"):
-                    for options in [*Options.ablations().values(),
-                                    *Options.ablations(tensor_cores=True).values(),
-                                    *Options.ablations(hopper=True).values()]:
+                    # bfloat16 under the full set only: each switch's code is float16's
+                    sets = [Options()] if dtype is ml_dtypes.bfloat16 else [
+                        *Options.ablations().values(),
+                        *Options.ablations(tensor_cores=True).values(),
+                        *Options.ablations(hopper=True).values()]
+                    for options in sets:
                         for arch in (80, 90):
                             assert plan_for(prob, algorithm=algorithm, options=options,
                                             arch=arch).kernel in compiled
+
+
+def test_every_tensor_core_kernel_the_planner_picks_for_the_networks_is_compiled_in_ci():
+    """Under each optimisation off alone only the tiles `Family.choose` can pick are compiled
+    (plan.tensor_core_specializations): every network layer's plan is among them."""
+    from im2win.networks import NETWORKS
+    compiled = {expr for _, expr in specializations()}
+    option_sets = {*Options.ablations(tensor_cores=True).values(),
+                   *Options.ablations(hopper=True).values()}
+    for conv in (c for net in NETWORKS.values() for c in net):
+        for layout in ("NCHW", "NHWC"):
+            x_shape, w_shape = conv.shapes(32, layout)
+            prob = problem(x_shape, w_shape, np.float16, layout=layout, **conv.kwargs)
+            for options in option_sets:
+                for arch in (80, 90):
+                    plan = plan_for(prob, algorithm="im2win_fused", options=options, arch=arch)
+                    assert plan.kernel in compiled, (conv.name, layout, options, arch)
 
 
 def test_workspace_limit_chunks_whole_images():

@@ -614,8 +614,9 @@ class TorchCall:
 
     def __call__(self, x, w, bias):
         torch, call = sys.modules["torch"], self.call
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # what torch's own
-        # compiled code reads: the public current_stream() took 5-7 us of host time
+        # The stream as torch's compiled code reads it (the public current_stream() took
+        # 3-7 us of host time on the H200's host, this 0.2)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         stream = raw(x.get_device()) if raw else torch.cuda.current_stream(x.device).cuda_stream
         if call.fast and cupy.cuda.runtime.getDevice() == call.device:
             exe = call.exe

@@ -1626,16 +1626,20 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
 
 
 def specializations() -> list[tuple[str, str]]:
-    """Every (file, name expression) the planner can instantiate.
+    """Every (file, name expression) CI compiles: what the planner can instantiate, bfloat16
+    under the full optimisation set only.
 
-    CI compiles each of them with nvcc for sm_80 and sm_90, so no specialisation reaches a GPU
-    untested by the compiler: for every dtype, layout and window mode, every tile the planner
-    picks under every optimisation set (full, and each optimisation off alone), with and
-    without 16-byte filter loads (they depend on alignment) and the reduction table (it depends
-    on whether the offsets fit 32 bits); every other tile (autotuning) with the full set; and for
-    float16 every Tensor-Core tile of both Tensor-Core kernels (mma.sync for sm_80, wgmma for
-    sm_90a) under every optimisation set of that kernel, with and without 16-byte copies of
-    either operand and tables; bfloat16 the same tiles under the full set.
+    CI compiles each of them with nvcc for sm_80 and sm_90: for every dtype, layout and window
+    mode, every tile the planner picks under every optimisation set (full, and each
+    optimisation off alone), with and without 16-byte filter loads (they depend on alignment)
+    and the reduction table (it depends on whether the offsets fit 32 bits); every other tile
+    (autotuning) with the full set; and for float16 and bfloat16 every Tensor-Core tile of both
+    Tensor-Core kernels (mma.sync for sm_80, wgmma for sm_90a) under the full set, with and
+    without 16-byte copies of either operand and tables, and for float16 the tiles the planner
+    picks under each optimisation of that kernel off alone. bfloat16 differs from float16 in
+    its MMA instruction and conversions, which the full set compiles; a bfloat16 call with an
+    optimisation off (the ablation runs float16) is compiled where it runs (NVRTC), as every
+    kernel is.
     """
     from im2win.cuda.tuning import TILES, choose_tile
     out = set()
@@ -1703,14 +1707,21 @@ def specializations() -> list[tuple[str, str]]:
 def tensor_core_specializations(prob: Problem, fused: bool) -> set:
     """The mma.sync and wgmma instantiations of one (dtype, layout, window mode): every tile,
     every alignment case (16-byte copies of the filter, and in NHWC of the window, each on or
-    off), with and without tables, under the full option set; and every tile under each
+    off), with and without tables, under the full option set (autotuning reaches every tile
+    under it); and for float16 each tile the planner can pick (`Family.choose`) under each
     optimisation off alone, with tables as that set says."""
     out = set()
     vectors = [(f, x) for f in (False, True) for x in (False, prob.layout == "NHWC")]
     for hopper, family in ((False, MMA), (True, WGMMA)):
         sets = Options.ablations(tensor_cores=True, hopper=hopper)
+        picked = {family.choose(dataclasses.replace(prob, K=Kg, C=reduction, N=pixels))
+                  for Kg in (16, 32, 64, 96, 128, 256) for reduction in (27, 300, 5000)
+                  for pixels in (1, 1 << 21)}
         for label, options in sets.items():
-            for tile in family.tiles.values():
+            if label != "full" and prob.dtype.name != "float16":
+                continue      # bfloat16's own code is its MMA instruction: the full set has it
+            for tile in (family.tiles[name] for name in family.tiles
+                         if label == "full" or name in picked):
                 for vector_w, vector_x in set(vectors):
                     for tables in ({True, False} if label == "full" else {options.index_tables}):
                         out.add((family.file, family.name(prob, fused, tile, options, tables,
