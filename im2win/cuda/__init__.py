@@ -112,11 +112,12 @@ def torch_call_key(x, w, bias, stride, padding, dilation, groups, layout, algori
         args = _exact_args(args)
     except _NoKey:
         return None
-    key = ("torch", x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, w.shape,
-           w.stride(), w.dtype, w.device, w.data_ptr() % 16 == 0, options, args)
+    # devices by index (get_device: -1 on the CPU)
+    key = ("torch", x.shape, x.stride(), x.dtype, x.get_device(), x.data_ptr() % 16 == 0,
+           w.shape, w.stride(), w.dtype, w.get_device(), w.data_ptr() % 16 == 0, options, args)
     if bias is None:
         return key
-    return key + (bias.shape, bias.stride(), bias.dtype, bias.device)
+    return key + (bias.shape, bias.stride(), bias.dtype, bias.get_device())
 
 
 def _exact_args(args: tuple) -> tuple:
