@@ -67,7 +67,9 @@ def cupy_view(t):
     dtype; it keeps t alive), made directly: `cupy.from_dlpack` of a tensor took 23 us of host
     time on the H200's host, where an ndarray over given memory takes 3. Through DLPack for what it does not cover (dtypes
     other than float16, bfloat16, float32 and float64; tensors that are not strided). A tensor
-    that requires grad is refused (TypeError), as DLPack refuses it: the result would not."""
+    that requires grad is refused (TypeError), as DLPack refuses it: the result would not
+    carry a gradient; so is one with its negative or conjugate bit set (its values are not
+    what its memory holds)."""
     import cupy
     import torch
     if not _TORCH_DTYPES:
@@ -79,6 +81,9 @@ def cupy_view(t):
     if t.requires_grad:
         raise TypeError("im2win.conv2d does not record autograd: pass tensors that do not "
                         "require grad (tensor.detach(), or torch.no_grad() for results)")
+    if t.is_neg() or t.is_conj():
+        raise TypeError("a tensor with its negative or conjugate bit set is not read as it "
+                        "lies: pass tensor.resolve_neg() (or resolve_conj())")
     dtype = _TORCH_DTYPES.get(t.dtype)
     if dtype is None or t.layout is not torch.strided:
         return cupy.from_dlpack(t)
@@ -153,4 +158,6 @@ def call(fn, family: str, x, w, bias, out, torch_key=None, **kwargs):
                      "options", "workspace_limit", "precision")
             cuda.remember_torch_call(torch_key, cuda.cached_call(cuda.call_key(
                 *args, *(kwargs[n] for n in names))))
-    return door.leave(y, out)
+        # inside the stream's context: y's producer and consumer streams are then one, and
+        # DLPack makes no event (which a graph capture would not take)
+        return door.leave(y, out)

@@ -81,7 +81,8 @@ def test_torch_runs_on_the_callers_stream(torch_cuda):
     with torch.cuda.stream(side):
         x = torch.empty((4, 32, 64, 64), device="cuda")
         w = torch.empty((64, 32, 3, 3), device="cuda")
-        for _ in range(3):                  # keep the stream busy before the values land
+        torch.cuda._sleep(50_000_000)       # keep the stream busy before the values land
+        for _ in range(3):
             x.uniform_(-1, 1)
             w.uniform_(-1, 1)
         y = im2win.conv2d(x, w)
@@ -90,37 +91,44 @@ def test_torch_runs_on_the_callers_stream(torch_cuda):
     assert_close(y.double().cpu().numpy(), ref.cpu().numpy(), np.float32, 288)
 
 
-def torch_case(torch, x_shape, w_shape, dtype, layout, seed=0):
-    """x, w (PyTorch CUDA tensors, in `layout`; NCHW shapes given) and the float64 result."""
+def torch_case(torch, x_shape, w_shape, dtype, layout, seed=0, bias=False):
+    """x, w, bias or None (PyTorch CUDA tensors, in `layout`; NCHW shapes given) and the
+    float64 result."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.rand(x_shape, device="cuda", generator=gen, dtype=dtype) - 0.5
     w = torch.rand(w_shape, device="cuda", generator=gen, dtype=dtype) - 0.5
-    expected = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
+    b = torch.rand(w_shape[:1], device="cuda", generator=gen, dtype=dtype) if bias else None
+    expected = torch.nn.functional.conv2d(x.double(), w.double(),
+                                          None if b is None else b.double(), padding=1)
     if layout == "NHWC":
         x, w = x.permute(0, 2, 3, 1).contiguous(), w.permute(0, 2, 3, 1).contiguous()
         expected = expected.permute(0, 2, 3, 1)
-    return x, w, expected.cpu().numpy()
+    return x, w, b, expected.cpu().numpy()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, layout, C", [("float16", "NHWC", 16), ("float16", "NHWC", 64),
                                               ("float32", "NCHW", 16), ("float16", "NCHW", 64)])
-def test_a_torch_call_seen_before_runs_on_the_tensors(torch_cuda, dtype, layout, C):
-    """The second call of a key goes through its TorchCall (one launch on the tensors'
-    pointers where the plan is one kernel, else CuPy views); fresh tensors each call, so a
-    TMA plan (64 channels on Hopper) encodes descriptors for new pointers."""
-    from im2win import cuda
+def test_a_torch_call_seen_before_runs_on_the_tensors(torch_cuda, monkeypatch, dtype, layout,
+                                                      C):
+    """After the first call of a key, each call goes through its TorchCall (one launch on the
+    tensors' pointers where the plan is one kernel, else CuPy views); fresh tensors each call,
+    so a TMA plan (64 channels on Hopper) encodes descriptors for new pointers."""
     from im2win.cuda.launch import TorchCall
     torch = torch_cuda
     kind = getattr(torch, dtype)
+    ran, run = [], TorchCall.__call__
+    monkeypatch.setattr(TorchCall, "__call__",
+                        lambda self, *a: ran.append(self.call.fast) or run(self, *a))
     for seed in range(3):
-        x, w, expected = torch_case(torch, (2, C, 12, 11), (24, C, 3, 3), kind, layout, seed)
-        y = im2win.conv2d(x, w, padding=1, layout=layout)
+        x, w, b, expected = torch_case(torch, (2, C, 12, 11), (24, C, 3, 3), kind, layout,
+                                       seed, bias=True)
+        y = im2win.conv2d(x, w, b, padding=1, layout=layout)
         assert isinstance(y, torch.Tensor) and y.dtype == kind and y.device == x.device
         assert y.shape == expected.shape and y.is_contiguous()
         assert_close(y.double().cpu().numpy(), expected, np.dtype(dtype), 9 * C)
-    key = cuda.torch_call_key(x, w, None, 1, 1, 1, 1, layout, "auto", None, None)
-    assert isinstance(cuda.cached_call(key), TorchCall)
+        assert len(ran) == seed                     # the first call was checked in full
+    assert ran[0] or layout == "NCHW"       # one kernel into a new y: the pointers' launch
 
 
 @pytest.mark.gpu
@@ -128,13 +136,13 @@ def test_a_remembered_torch_call_keeps_the_callers_stream_and_graphs(torch_cuda)
     """Seen before, a call still runs on the caller's stream (values written there just
     before) and can be captured into a PyTorch CUDA graph whose replays read new inputs."""
     torch = torch_cuda
-    x, w, _ = torch_case(torch, (4, 64, 16, 16), (64, 64, 3, 3), torch.float16, "NHWC")
+    x, w, _, _ = torch_case(torch, (4, 64, 16, 16), (64, 64, 3, 3), torch.float16, "NHWC")
     im2win.conv2d(x, w, padding=1, layout="NHWC")            # remembered from here on
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(3):                  # keep the stream busy before the values land
-            x.uniform_(-1, 1)
+        torch.cuda._sleep(50_000_000)       # keep the stream busy before the values land
+        x.uniform_(-1, 1)
         y = im2win.conv2d(x, w, padding=1, layout="NHWC")
         ref = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2).double(),
                                          w.permute(0, 3, 1, 2).double(), padding=1)
@@ -155,12 +163,17 @@ def test_a_remembered_torch_call_keeps_the_callers_stream_and_graphs(torch_cuda)
 
 
 @pytest.mark.gpu
-def test_torch_tensors_that_require_grad_are_refused(torch_cuda):
+def test_torch_tensors_not_read_as_they_lie_are_refused(torch_cuda):
     torch = torch_cuda
-    x, w, _ = torch_case(torch, (1, 8, 6, 6), (4, 8, 3, 3), torch.float32, "NCHW")
+    x, w, _, _ = torch_case(torch, (1, 8, 6, 6), (4, 8, 3, 3), torch.float32, "NCHW")
     im2win.conv2d(x, w, padding=1)
     with pytest.raises(TypeError, match="does not record autograd"):
-        im2win.conv2d(x, w.requires_grad_(), padding=1)
+        im2win.conv2d(x, w.clone().requires_grad_(), padding=1)
+    # a view whose values are the negated memory (the negative bit), of w's shape
+    negated = torch.complex(torch.zeros_like(w), -w).conj().imag
+    assert negated.is_neg() and torch.equal(negated, w)
+    with pytest.raises(TypeError, match="negative or conjugate bit"):
+        im2win.conv2d(x, negated, padding=1)
 
 
 @pytest.mark.gpu

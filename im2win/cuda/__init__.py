@@ -97,16 +97,18 @@ def torch_call_key(x, w, bias, stride, padding, dilation, groups, layout, algori
                    workspace_limit, precision=None):
     """The memo key of an `im2win.conv2d` call on PyTorch CUDA tensors with no `out`, made of
     what `call_key` takes from the CuPy views of them, read off the tensors themselves (their
-    torch dtype and device); None for anything else (other arrays, CPU tensors, subclasses,
-    tensors that require grad, an argument with no exact form)."""
+    torch dtype and device); None for anything else (other arrays, tensors off CUDA,
+    subclasses, tensors that require grad, are not strided or have their negative bit set, an
+    argument with no exact form): those take the checks of a first call every time."""
     torch = sys.modules.get("torch")
     if torch is None or (options is not None and type(options) is not Options):
         return None
-    tensor = torch.Tensor
-    if type(x) is not tensor or type(w) is not tensor or not x.is_cuda or \
-            x.requires_grad or w.requires_grad or (bias is not None and (
-                type(bias) is not tensor or bias.requires_grad)):
-        return None
+    tensor, strided = torch.Tensor, torch.strided
+    for a in (x, w) if bias is None else (x, w, bias):
+        # plain dense CUDA tensors read as they lie (a negative bit would flip the sign)
+        if type(a) is not tensor or not a.is_cuda or a.requires_grad or \
+                a.layout is not strided or a.is_neg():
+            return None
     args = (stride, padding, dilation, groups, layout, algorithm, workspace_limit, precision)
     try:
         args = _exact_args(args)

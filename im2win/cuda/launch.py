@@ -630,7 +630,7 @@ class TorchCall:
         with cupy.cuda.Device(call.device), cupy.cuda.ExternalStream(stream, call.device):
             y = call(cupy_view(x), cupy_view(w), None if bias is None else cupy_view(bias),
                      None)
-        return torch.from_dlpack(y)
+            return torch.from_dlpack(y)      # on y's stream: DLPack makes no event
 
 
 # Executables by (device, problem, plan), shared by every call of that problem and plan. Weak:
