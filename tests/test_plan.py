@@ -1,6 +1,7 @@
 """The GPU planner is pure: its choices, offsets and errors are tested here without a GPU."""
 
 import dataclasses
+import itertools
 import re
 import types
 
@@ -157,9 +158,10 @@ def test_every_tensor_core_kernel_the_planner_picks_for_the_networks_is_compiled
             x_shape, w_shape = conv.shapes(32, layout)
             prob = problem(x_shape, w_shape, np.float16, layout=layout, **conv.kwargs)
             for options in option_sets:
-                for arch in (80, 90):
-                    plan = plan_for(prob, algorithm="im2win_fused", options=options, arch=arch)
-                    assert plan.kernel in compiled, (conv.name, layout, options, arch)
+                for arch, algorithm in itertools.product((80, 90), ("auto", "im2win_fused")):
+                    plan = plan_for(prob, algorithm=algorithm, options=options, arch=arch)
+                    for kernel in (plan.kernel, plan.inner and plan.inner.kernel):
+                        assert kernel in compiled | {None}, (conv.name, layout, options, arch)
 
 
 def test_workspace_limit_chunks_whole_images():

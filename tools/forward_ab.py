@@ -5,7 +5,7 @@ them, against PyTorch's own forward, in one process (`examples/resnet50.py`'s mo
 and float32 NCHW, each round times (median of 10 forward passes between CUDA events after a
 warm-up, and the host's time to issue one pass, unsynchronised): im2win on the tensors (a call
 seen before through `launch.TorchCall`), im2win with that memo off (CuPy views made at every
-call, the first-call path), and PyTorch (cuDNN, TF32 off).
+call by `interop.Door`, then the remembered CuPy call), and PyTorch (cuDNN, TF32 off).
 """
 
 import argparse

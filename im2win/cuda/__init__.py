@@ -16,7 +16,8 @@ __all__ = ["ALGORITHMS", "MAX_CALLS", "TILES", "Options", "autotune", "conv2d", 
 
 # How many distinct calls (argument shapes, strides, dtypes, hyper-parameters, devices) are
 # remembered, validated and planned, so that repeating one costs only its launch; the oldest is
-# forgotten first. A ResNet-50 has about 50 distinct convolutions, a model zoo a few hundred.
+# forgotten first. A ResNet-50 has about 50 distinct convolutions, a model zoo a few hundred
+# (a PyTorch call takes two entries: its CuPy views' Call and its TorchCall).
 # Autotuned winners are bounded the same way.
 MAX_CALLS = 4096
 
