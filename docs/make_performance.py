@@ -670,7 +670,10 @@ made once (what a PyTorch user's call costs: `bench.CUDNN`), each a median of si
 timed with CUDA events after warm-up, so host time per call counts for both. A layer counts in
 every class it belongs to (`NetConv.kinds`); a network's ratio is the total time of its
 convolutions, each as often as it runs. Targets: 1.0x overall in each dtype, no class below
-0.8x.
+0.8x (one call at a time). The "back to back" columns time the same calls issued ten at a
+time without waiting (the run's "GPU ms"): there the host's time per call is hidden where it
+is shorter than the GPU's, so they show the kernels, and the other columns what a call costs
+a Python loop that waits for each.
 
 Most of these layers take 10-60 µs a call, and single calls of both libraries move between
 runs: on 2026-12-03 two float16 runs of efficientnet_b0 twenty minutes apart, on kernels that
@@ -718,19 +721,22 @@ def suite_section(paths):
     records = [json.loads(p.read_text()) for p in paths]
     summaries = {}
     for record in records:
-        config = (record["dtype"], record["layout"])
-        summaries.setdefault(config, []).extend(types.SimpleNamespace(**row)
-                                                for row in record["rows"])
+        for timing in ("time_ms", "gpu_ms"):     # single calls, and back to back
+            config = (record["dtype"], record["layout"], timing)
+            summaries.setdefault(config, []).extend(
+                types.SimpleNamespace(**dict(row, time_ms=row[timing]))
+                for row in record["rows"])
     for config, rows in summaries.items():
         summaries[config] = suite_summary(rows, [convs[name] for name in
                                                  dict.fromkeys(row.layer for row in rows)])
     configs = list(summaries)
-    head = "| | " + " | ".join(f"{d} {l}" for d, l in configs) + " |"
+    head = "| | " + " | ".join(f"{d} {l}, {'one call at a time' if t == 'time_ms' else 'back to back'}"
+                               for d, l, t in configs) + " |"
     rule = "|---|" + "---|" * len(configs)
     commands = dict.fromkeys(re.sub(r"--suite \S+", "--suite NETWORK",
                                     r["command"].split(" --json")[0]) for r in records)
     nets = list(dict.fromkeys(n for summary in summaries.values() for n in summary["networks"]))
-    dates = {}                          # the runs' days, per column
+    dates = {}                          # the runs' days, per dtype and layout
     for record in records:
         dates.setdefault(record["date"][:10], set()).add(f"{record['dtype']} {record['layout']}")
     when = " and ".join(f"{day} ({', '.join(sorted(cols))})" if len(dates) > 1 else day
