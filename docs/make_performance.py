@@ -730,8 +730,8 @@ def suite_section(paths):
         summaries[config] = suite_summary(rows, [convs[name] for name in
                                                  dict.fromkeys(row.layer for row in rows)])
     configs = list(summaries)
-    head = "| | " + " | ".join(f"{d} {l}, {'one call at a time' if t == 'time_ms' else 'back to back'}"
-                               for d, l, t in configs) + " |"
+    timings = {"time_ms": "one call at a time", "gpu_ms": "back to back"}
+    head = "| | " + " | ".join(f"{d} {l}, {timings[t]}" for d, l, t in configs) + " |"
     rule = "|---|" + "---|" * len(configs)
     commands = dict.fromkeys(re.sub(r"--suite \S+", "--suite NETWORK",
                                     r["command"].split(" --json")[0]) for r in records)

@@ -179,9 +179,11 @@ def test_asv_section_summarises_the_committed_results(tmp_path, make_performance
 
 def test_suite_section_summarises_classes_and_networks(tmp_path, make_performance):
     """Two synthetic networks' records: class ratios are geometric means of cuDNN time over
-    im2win time per layer, networks the ratio of their total times (bench.suite_summary)."""
+    im2win time per layer, networks the ratio of their total times (bench.suite_summary), one
+    call at a time (time_ms) and back to back (gpu_ms: im2win's half its single time here)."""
     def record(net, layers, dtype):
-        rows = [dict(layer=name, impl=impl, time_ms=t) for name, (ours, theirs) in layers.items()
+        rows = [dict(layer=name, impl=impl, time_ms=t, gpu_ms=t / 2 if impl == "im2win" else t)
+                for name, (ours, theirs) in layers.items()
                 for impl, t in (("im2win", ours), ("cudnn", theirs))]
         return dict(command=f"python -m im2win --suite {net} --compare --dtype {dtype} "
                             f"--layout NHWC --json x.json", date="2026-12-01T00:00:00",
@@ -192,7 +194,9 @@ def test_suite_section_summarises_classes_and_networks(tmp_path, make_performanc
         paths.append(tmp_path / f"suite-{net}-float16-NHWC.json")
         paths[-1].write_text(json.dumps(record(net, layers, "float16")))
     text = make_performance.suite_section(paths)
-    assert "| depthwise | 4.00x (1, 4.00x) |" in text and "| 1x1 | 0.50x (1, 0.50x) |" in text
-    assert "| **all** | **1.41x** (2) |" in text
-    assert "| resnet50 | 0.50x (2.00 ms / 1.00 ms) |" in text
+    assert "| depthwise | 4.00x (1, 4.00x) | 8.00x (1, 8.00x) |" in text
+    assert "| 1x1 | 0.50x (1, 0.50x) | 1.00x (1, 1.00x) |" in text
+    assert "| **all** | **1.41x** (2) | **2.83x** (2) |" in text
+    assert "| resnet50 | 0.50x (2.00 ms / 1.00 ms) | 1.00x (1.00 ms / 1.00 ms) |" in text
+    assert "| | float16 NHWC, one call at a time | float16 NHWC, back to back |" in text
     assert "`python -m im2win --suite NETWORK --compare --dtype float16 --layout NHWC`" in text
