@@ -569,7 +569,9 @@ def host_overhead(device, calls: int = 200, repeats: int = 5) -> dict:
     """Microseconds per cached call of OVERHEAD_CASE, by implementation, after a warm-up call:
     "host", the wall-clock time to issue `calls` calls (what the host spends; the GPU runs
     behind it), and "synchronised", the same run timed until the device has finished them
-    (no less than the GPU's time). Medians of `repeats` runs."""
+    (no less than the GPU's time). Medians of `repeats` runs. Implementations: im2win on the
+    device's arrays, on the GPU im2win on PyTorch tensors of them ("im2win_torch"), and
+    torch.nn.functional.conv2d where PyTorch runs there."""
     x_shape, w_shape, padding = OVERHEAD_CASE
     rng = np.random.default_rng(0)
     x = device.asarray(rng.standard_normal(x_shape, dtype=np.float32))
@@ -578,6 +580,8 @@ def host_overhead(device, calls: int = 200, repeats: int = 5) -> dict:
     view = torch_viewer(device)
     if view is not None:
         import torch
+        if device.name == "gpu":        # PyTorch CUDA tensors in and out (launch.TorchCall)
+            impls["im2win_torch"] = (im2win.conv2d, view(x), view(w))
         impls["torch"] = (torch.nn.functional.conv2d, view(x), view(w))
     result = {}
     for name, (fn, a, b) in impls.items():
@@ -609,7 +613,7 @@ def overhead_main(args, device) -> int:
         for kind in ("host", "synchronised"):
             ratio = f" ({value[kind] / us['torch'][kind]:.2f}x torch)" if "torch" in us else ""
             cells.append(f"{kind} {value[kind]:7.2f} us{ratio}")
-        print(f"{name:>8}: " + ", ".join(cells))
+        print(f"{name:>12}: " + ", ".join(cells))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": "python -m im2win overhead", "case": OVERHEAD_CASE,

@@ -166,9 +166,10 @@ class PrecisionGPU(_Conv2d):
 
 class HostTimeGPU:
     """Host microseconds per cached call of a tiny convolution (`bench.OVERHEAD_CASE`), as
-    ``python -m im2win overhead``: im2win against torch.nn.functional.conv2d."""
+    ``python -m im2win overhead``: im2win on CuPy arrays and on PyTorch tensors against
+    torch.nn.functional.conv2d."""
 
-    params = (["im2win", "torch"],)
+    params = (["im2win", "im2win_torch", "torch"],)
     param_names = ["implementation"]
     timeout = 120
 
@@ -176,11 +177,14 @@ class HostTimeGPU:
         if not hasattr(bench, "host_overhead"):
             raise NotImplementedError("this commit's im2win.bench has no host_overhead")
         self.device = bench.select_device("gpu")
-        if impl == "torch" and bench.torch_viewer(self.device) is None:
+        if impl != "im2win" and bench.torch_viewer(self.device) is None:
             raise NotImplementedError("needs PyTorch with CUDA")
 
     def track_host_us(self, impl):
-        return bench.host_overhead(self.device)[impl]["host"]
+        us = bench.host_overhead(self.device)
+        if impl not in us:               # a commit before im2win_torch was measured
+            raise NotImplementedError(f"this commit's host_overhead has no {impl!r}")
+        return us[impl]["host"]
 
     track_host_us.unit = "us"
 
