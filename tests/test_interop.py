@@ -114,9 +114,11 @@ def test_a_torch_call_seen_before_runs_on_the_tensors(torch_cuda, monkeypatch, d
     """After the first call of a key, each call goes through its TorchCall (one launch on the
     tensors' pointers where the plan is one kernel, else CuPy views); fresh tensors each call,
     so a TMA plan (64 channels on Hopper) encodes descriptors for new pointers."""
+    from im2win import cuda
     from im2win.cuda.launch import TorchCall
     torch = torch_cuda
     kind = getattr(torch, dtype)
+    monkeypatch.setattr(cuda, "_calls", {})        # no call of these shapes seen before
     ran, run = [], TorchCall.__call__
     monkeypatch.setattr(TorchCall, "__call__",
                         lambda self, *a: ran.append(self.call.fast) or run(self, *a))
