@@ -7,7 +7,10 @@ call, its key, the remembered Call, the Executable alone (y made once), the bare
 cuLaunchKernel, CuPy's output allocation; then single calls between CUDA events of the whole
 call (on one x, and cycling through `bench.rotation`'s copies as `python -m im2win --suite`
 does), of the same call with y's array made before the launch (`launch.Call.fast` off), of
-the bare launch and of cuDNN (one x, and rotated), and cuDNN's host time. A cProfile of the whole call closes each layer when --profile is given.
+the bare launch and of cuDNN (one x, and rotated), and cuDNN's host time; then, in the
+suite's order, the rotated call after half a second of host work (the reference's), cuDNN
+next, and the call again. A cProfile of the whole call closes each layer when --profile is
+given.
 """
 
 import cProfile
@@ -30,18 +33,10 @@ LAYERS = ["resnet50.13", "mobilenet_v2.11", "efficientnet_b0.37", "efficientnet_
 CALLS = 200
 
 
-def host_us(fn) -> float:
-    """Median over 5 runs of host microseconds per call of fn(), CALLS calls unsynchronised."""
-    fn()
-    cupy.cuda.get_current_stream().synchronize()
-    runs = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
-            fn()
-        runs.append((time.perf_counter() - t0) / CALLS * 1e6)
-        cupy.cuda.get_current_stream().synchronize()
-    return statistics.median(runs)
+def host_us(device, fn) -> float:
+    """Median over 5 runs of host microseconds per call of fn(), CALLS calls unsynchronised
+    (`bench.GPU.host_time`)."""
+    return statistics.median(device.host_time(fn, CALLS) for _ in range(5)) * 1e6
 
 
 def main():
@@ -83,7 +78,7 @@ def main():
                                                   exe.smem, stream, ats[0], 0)
                 exe(x, w, None, y, launch.Scratch())     # its buffers hold these pointers
                 stages["launch"] = bare
-        host = {k: host_us(f) for k, f in stages.items()}
+        host = {k: host_us(device, f) for k, f in stages.items()}
         single = {"api": device.time(lambda: im2win.conv2d(x, w, **kw)) * 1e6}
         if "launch" in stages:
             single["launch"] = device.time(stages["launch"]) * 1e6
@@ -97,7 +92,7 @@ def main():
         if have_torch:
             call_t, _ = bind(bench.CUDNN, [x], w, layout, conv.kwargs)
             single["cudnn"] = device.time(call_t) * 1e6
-            host["torch"] = host_us(call_t)
+            host["torch"] = host_us(device, call_t)
             call_t, _ = bind(bench.CUDNN, inputs, w, layout, conv.kwargs)
             single["cudnn rotated"] = device.time(call_t) * 1e6
         if have_torch:          # the suite's order: host work (the reference), then each

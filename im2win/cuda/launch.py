@@ -533,13 +533,19 @@ class Executable:
     def launch_pointers(self, x: int, w: int, bias: int, y: int, stream: int, arrays) -> None:
         """`launch_into` by the arrays' pointers (bias 0: none); `arrays()` gives x and w as
         CuPy arrays where a TMA descriptor must be encoded."""
+        _, params = self._set_pointers(x, w, bias, y, arrays)
+        grid = self.launches[0][2]
+        cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block, self.smem, stream,
+                                      params[0], 0)
+
+    def _set_pointers(self, x: int, w: int, bias: int, y: int, arrays):
+        """This call's four pointers, and its TMA descriptors, into this thread's argument
+        buffers; (the pointer slots, each launch's parameter array address)."""
         pointers, _, params, _, maps_at = self._argument_buffers()
         pointers[0], pointers[1], pointers[2], pointers[3] = x, w, bias, y
         if self.tma is not None:
             ctypes.memmove(maps_at, self.tma.bytes_for(x, w, arrays), 256)
-        grid = self.launches[0][2]
-        cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block, self.smem, stream,
-                                      params[0], 0)
+        return pointers, params
 
     def __call__(self, x, w, bias, y, scratch: Scratch):
         """Write conv(x, w) + bias into the contiguous y; w and bias contiguous."""
@@ -559,17 +565,14 @@ class Executable:
             return self.through_columns(x, w, bias, y, scratch)
         if plan.algorithm in ("im2win_fused", "depthwise", "narrow"):
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
-            pointers, _, params, _, maps_at = self._argument_buffers()
             if self.split is not None:          # "3xtf32": the filter's big and small parts
                 split = scratch.empty((2 * w.size,), np.float32)
                 self.split((min(-(-w.size // 256), 8 * 65535), 1, 1), (256, 1, 1),
                            scratch.stream, w.data.ptr, split.data.ptr, w.size)
                 w = split
-            pointers[0], pointers[1], pointers[3] = x.data.ptr, w.data.ptr, y.data.ptr
-            if self.tma is not None:
-                ctypes.memmove(maps_at, self.tma.bytes_for(x.data.ptr, w.data.ptr,
-                                                           lambda: (x, w)), 256)
-            pointers[2] = 0 if bias is None else bias.data.ptr
+            pointers, params = self._set_pointers(
+                x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr, y.data.ptr,
+                lambda: (x, w))
             partial = None
             if self.reduce is not None:         # split-K: partial sums, then their sum
                 partial = scratch.empty((plan.splits * y.size,), np.float32)
