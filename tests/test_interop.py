@@ -91,7 +91,7 @@ def test_torch_runs_on_the_callers_stream(torch_cuda):
     assert_close(y.double().cpu().numpy(), ref.cpu().numpy(), np.float32, 288)
 
 
-def torch_case(torch, x_shape, w_shape, dtype, layout, seed=0, bias=False):
+def torch_case(torch, x_shape, w_shape, dtype, layout, seed=0, bias=False, padding=1):
     """x, w, bias or None (PyTorch CUDA tensors, in `layout`; NCHW shapes given) and the
     float64 result."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -99,7 +99,7 @@ def torch_case(torch, x_shape, w_shape, dtype, layout, seed=0, bias=False):
     w = torch.rand(w_shape, device="cuda", generator=gen, dtype=dtype) - 0.5
     b = torch.rand(w_shape[:1], device="cuda", generator=gen, dtype=dtype) if bias else None
     expected = torch.nn.functional.conv2d(x.double(), w.double(),
-                                          None if b is None else b.double(), padding=1)
+                                          None if b is None else b.double(), padding=padding)
     if layout == "NHWC":
         x, w = x.permute(0, 2, 3, 1).contiguous(), w.permute(0, 2, 3, 1).contiguous()
         expected = expected.permute(0, 2, 3, 1)
@@ -162,6 +162,49 @@ def test_a_remembered_torch_call_keeps_the_callers_stream_and_graphs(torch_cuda)
                                          w.permute(0, 3, 1, 2).double(), padding=1)
         assert_close(y.double().cpu().numpy(), ref.permute(0, 2, 3, 1).cpu().numpy(),
                      np.float16, 576)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w_shape, padding, algorithm", [((48, 32, 1, 1), 0, "gemm"),
+                                                         ((48, 32, 3, 3), 1, "im2win_nhwc")])
+def test_a_remembered_torch_call_of_several_launches_runs_on_the_tensors(
+        torch_cuda, monkeypatch, w_shape, padding, algorithm):
+    """A remembered call that is not one launch (cuBLAS's GEMM; the channels-last twin's
+    copies around its kernel) runs on views of the tensors and of a y from PyTorch's
+    allocator (TorchCall._run), on the caller's stream, and inside a PyTorch CUDA graph
+    (its scratch then the graph's own memory)."""
+    from im2win import cuda
+    from im2win.cuda.launch import TorchCall
+    torch = torch_cuda
+    monkeypatch.setattr(cuda, "_calls", {})
+    ran, run = [], TorchCall._run
+    monkeypatch.setattr(TorchCall, "_run", lambda self, *a: ran.append(
+        self.call.exe.plan.algorithm) or run(self, *a))
+    x, w, b, _ = torch_case(torch, (2, 32, 12, 11), w_shape, torch.float32, "NCHW", bias=True,
+                            padding=padding)
+    kw = dict(padding=padding, algorithm=algorithm)
+    im2win.conv2d(x, w, b, **kw)                              # remembered from here on
+
+    def expected():
+        return torch.nn.functional.conv2d(x.double(), w.double(), b.double(),
+                                          padding=padding).cpu().numpy()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)       # keep the stream busy before the values land
+        x.uniform_(-1, 1)
+        y = im2win.conv2d(x, w, b, **kw)
+    side.synchronize()
+    assert ran == [algorithm] and isinstance(y, torch.Tensor) and y.is_contiguous()
+    assert_close(y.double().cpu().numpy(), expected(), np.float32, 9 * 32)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = im2win.conv2d(x, w, b, **kw)
+    for _ in range(2):
+        x.uniform_(-1, 1)
+        y.fill_(float("nan"))
+        graph.replay()
+        assert_close(y.double().cpu().numpy(), expected(), np.float32, 9 * 32)
 
 
 @pytest.mark.gpu

@@ -1,11 +1,16 @@
 """ResNet-50 forward passes with im2win's convolutions, the ways a PyTorch tensor can reach
 them, against PyTorch's own forward, in one process (`examples/resnet50.py`'s model).
 
-``python3 tools/forward_ab.py [--batch 32] [--rounds 3]`` on the GPU machine. For float16 NHWC
-and float32 NCHW, each round times (median of 10 forward passes between CUDA events after a
-warm-up, and the host's time to issue one pass, unsynchronised): im2win on the tensors (a call
-seen before through `launch.TorchCall`), im2win with that memo off (CuPy views made at every
-call by `interop.Door`, then the remembered CuPy call), and PyTorch (cuDNN, TF32 off).
+``python3 tools/forward_ab.py [--batch 32] [--rounds 3] [--layers]`` on the GPU machine. For
+float16 NHWC and float32 NCHW, each round times (median of 10 forward passes between CUDA
+events after a warm-up, and the host's time to issue one pass, unsynchronised): im2win on the
+tensors (a call seen before through `launch.TorchCall`), the same with TorchCall's direct
+path off for calls of more than one launch (views in, y back through DLPack), im2win with
+that memo off (CuPy views made at every call by `interop.Door`, then the remembered CuPy
+call), and PyTorch (cuDNN, TF32 off). With --layers, each convolution's host microseconds a
+call (its input from one forward pass; 100 calls unsynchronised, median of 5) through
+TorchCall and through torch.nn.functional.conv2d, with the plan's algorithm, summed by
+algorithm.
 """
 
 import argparse
@@ -18,6 +23,7 @@ from pathlib import Path
 import torch
 
 from im2win import cuda
+from im2win.cuda import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,6 +44,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layers", action="store_true")
     args = ap.parse_args()
     example = runpy.run_path(str(ROOT / "examples" / "resnet50.py"))
     torch.backends.cudnn.benchmark = True
@@ -51,21 +58,84 @@ def main():
         ours = example["swap_convolutions"](copy.deepcopy(ref), layout)
         x = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=dtype)
         x = x.to(memory_format=memory)
-        ways = {"im2win (TorchCall)": (ours, key),
-                "im2win (views each call)": (ours, lambda *a, **k: None),
-                "PyTorch": (ref, key)}
+        ways = {"TorchCall": (ours, key, True),
+                "TorchCall, DLPack back": (ours, key, False),
+                "views each call": (ours, lambda *a, **k: None, True),
+                "PyTorch": (ref, key, True)}
         with torch.no_grad():
+            ours(x)
             for rnd in range(args.rounds):
                 cells = []
-                for name, (model, keyer) in ways.items():
+                for name, (model, keyer, direct) in ways.items():
                     cuda.torch_call_key = keyer
+                    set_direct(direct)
                     try:
                         ms = example["timed"](lambda: model(x), "cuda")
                         host = host_ms(lambda: model(x))
                     finally:
                         cuda.torch_call_key = key
+                        set_direct(True)
                     cells.append(f"{name} {ms:.2f} ms (host {host:.2f})")
                 print(f"{dtype} {layout} round {rnd}: " + "; ".join(cells), flush=True)
+            if args.layers:
+                per_layer(ours, x, dtype, layout)
+
+
+def set_direct(on: bool) -> None:
+    """TorchCall's direct path for calls that are not one launch, on or off, in every
+    remembered TorchCall (the first call of a key makes it with the path on)."""
+    for call in list(cuda._calls.values()):
+        if isinstance(call, launch.TorchCall):
+            call.direct = on and not (call.call.copy_w or call.call.copy_bias)
+
+
+def host_us(fn, calls=100) -> float:
+    runs = []
+    for _ in range(5):
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        runs.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(runs)
+
+
+def per_layer(model, x, dtype, layout) -> None:
+    """Each swapped convolution's host time a call, ours against F.conv2d on the same tensors."""
+    inputs = {}
+    hooks = [m.register_forward_pre_hook(lambda m, a: inputs.setdefault(m, a[0]))
+             for m in model.modules() if hasattr(m, "kwargs") and hasattr(m, "layout")]
+    model(x)
+    for h in hooks:
+        h.remove()
+    totals = {}
+    print(f"{dtype} {layout}: layer | algorithm | fast | ours us | F.conv2d us")
+    for i, (m, xin) in enumerate(inputs.items()):
+        kw = {k: v for k, v in m.kwargs.items() if k != "layout"}
+        weight = m.weight.permute(0, 3, 1, 2) if layout == "NHWC" else m.weight
+        ours = host_us(lambda: m(xin))
+        theirs = host_us(lambda: torch.nn.functional.conv2d(xin, weight, m.bias, **kw))
+        xv = xin.permute(0, 2, 3, 1) if layout == "NHWC" else xin.contiguous()
+        tc = cuda.cached_call(key_of(xv, m))
+        algorithm = tc.call.exe.plan.algorithm if tc is not None else "?"
+        fast = tc.call.fast if tc is not None else "?"
+        t = totals.setdefault(algorithm, [0, 0.0, 0.0])
+        t[0] += 1
+        t[1] += ours
+        t[2] += theirs
+        print(f"{i} {tuple(m.weight.shape)} {kw['stride']} | {algorithm} | {fast} | "
+              f"{ours:.1f} | {theirs:.1f}", flush=True)
+    for algorithm, (n, ours, theirs) in totals.items():
+        print(f"{dtype} {layout} {algorithm}: {n} layers, ours {ours:.0f} us, "
+              f"F.conv2d {theirs:.0f} us")
+
+
+def key_of(x, m):
+    kw = m.kwargs
+    return cuda.torch_call_key(x, m.weight, m.bias, kw["stride"], kw["padding"], kw["dilation"],
+                               kw["groups"], kw["layout"], "auto", None, None, None)
 
 
 if __name__ == "__main__":

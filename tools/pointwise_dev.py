@@ -1,10 +1,10 @@
 """The WIP streaming 1x1 kernel (docs/wip/pointwise.cu, not in the planner) on the float16 NHWC
 network layers it takes: checked against float64, then timed next to im2win's default and cuDNN.
 
-``python3 tools/pointwise_dev.py [--blocks-per-sm 4] [--layers NAME,...]`` on the GPU machine.
+``python3 tools/pointwise_dev.py [--blocks-per-sm 4] [--layers NAME,...] [--min-pixels 25088]`` on the GPU machine.
 Layers: the stride-1 1x1 layers of `im2win.networks` of one group with C and K multiples of 8,
-K at most 160 and the shared memory within 227 KB (default: those over at least 25088
-pixels). Per layer: the relative error of
+K at most 160 and the shared memory within 227 KB (default: those over at least
+--min-pixels pixels). Per layer: the relative error of
 the first and last 4096 pixels against float64 (y filled with NaN first); GPU microseconds a
 call replayed from a CUDA graph (`suite_profile.graph_time`) of the kernel, im2win's default
 and cuDNN; and the kernel's rate against the bytes it must move (x, w and y once).
@@ -46,6 +46,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks-per-sm", type=int, default=4)
     ap.add_argument("--layers")
+    ap.add_argument("--min-pixels", type=int, default=25088)
     args = ap.parse_args()
     device = GPU()
     have_torch = bench.torch_cuda_available()
@@ -53,7 +54,7 @@ def main():
     if args.layers:
         convs = [c for c in convs if c.name in args.layers.split(",")]
     else:
-        convs = [c for c in convs if SUITE_BATCH["gpu"] * c.H * c.W >= 25088]
+        convs = [c for c in convs if SUITE_BATCH["gpu"] * c.H * c.W >= args.min_pixels]
     shapes = sorted({(c.C, c.K) for c in convs})
     names = [f"pointwise_nhwc<{C}, {K}>" for C, K in shapes]
     module = cupy.RawModule(code=(ROOT / "docs" / "wip" / "pointwise.cu").read_text(),

@@ -602,26 +602,33 @@ class Executable:
 class TorchCall:
     """A remembered Call run on PyTorch CUDA tensors of its key (`torch_call_key`).
 
-    Where the Call is one launch into a new y (`Call.fast`) on the current device, y is a
-    torch tensor from PyTorch's allocator and the kernel goes onto PyTorch's current stream by
-    the tensors' pointers: no DLPack exchange (`cupy.from_dlpack` of a tensor took 23 us of
-    host time, `torch.from_dlpack` of the result 8, on the H200's host). Otherwise the Call
-    runs on CuPy views of the tensors (`interop.cupy_view`) on that stream, and y comes back
-    through DLPack.
+    Where the Call needs no copy of w or bias first (a contiguous w and bias), y is a torch
+    tensor from PyTorch's allocator and the work goes onto PyTorch's current stream:
+    - one launch into y (`Call.fast`, on the current device): by the tensors' pointers, no
+      array made at all;
+    - anything else (cuBLAS's GEMM, the channels-last twin's copies, split-K ...): the
+      Executable on CuPy views of the tensors and of y (`interop.cupy_view`, 3 us each),
+      PyTorch's stream made CuPy's current one (`_external_stream`, made once per stream).
+    No DLPack exchange either way (`cupy.from_dlpack` of a tensor took 23 us of host time, and
+    `torch.from_dlpack` of the result 8, on the H200's host). Otherwise the Call runs on CuPy
+    views on that stream, and y comes back through DLPack.
     """
 
-    __slots__ = ("call",)
+    __slots__ = ("call", "direct")
 
     def __init__(self, call: Call):
         self.call = call
+        self.direct = not (call.copy_w or call.copy_bias)
 
     def __call__(self, x, w, bias):
         torch, call = sys.modules["torch"], self.call
         # The stream as torch's compiled code reads it (the public current_stream() took
         # 3-7 us of host time on the H200's host, this 0.2)
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        stream = raw(x.get_device()) if raw else torch.cuda.current_stream(x.device).cuda_stream
-        if call.fast and cupy.cuda.runtime.getDevice() == call.device:
+        device = x.get_device()
+        stream = raw(device) if raw else torch.cuda.current_stream(x.device).cuda_stream
+        same_device = cupy.cuda.runtime.getDevice() == call.device
+        if call.fast and same_device:
             exe = call.exe
             if cupy.cuda.runtime.streamIsCapturing(stream):
                 _captured.add(exe)               # the graph holds its table's address
@@ -630,10 +637,44 @@ class TorchCall:
                                 0 if bias is None else bias.data_ptr(), y.data_ptr(), stream,
                                 lambda: (cupy_view(x), cupy_view(w)))
             return y
-        with cupy.cuda.Device(call.device), cupy.cuda.ExternalStream(stream, call.device):
+        if self.direct:
+            y = x.new_empty(call.y_shape)
+            if call.N > 0 and call.nbytes > 0:
+                if same_device:
+                    self._run(x, w, bias, y, stream)
+                else:
+                    with cupy.cuda.Device(call.device):
+                        self._run(x, w, bias, y, stream)
+            return y
+        with cupy.cuda.Device(call.device), _external_stream(stream, call.device):
             y = call(cupy_view(x), cupy_view(w), None if bias is None else cupy_view(bias),
                      None)
             return torch.from_dlpack(y)      # on y's stream: DLPack makes no event
+
+    def _run(self, x, w, bias, y, stream: int) -> None:
+        """The Executable on views of the tensors, on `stream` (the current device's)."""
+        exe = self.call.exe
+        with _external_stream(stream, self.call.device):
+            scratch = Scratch()
+            if scratch.capturing:
+                _captured.add(exe)               # the graph holds its table's address
+            exe(cupy_view(x), cupy_view(w), None if bias is None else cupy_view(bias),
+                cupy_view(y), scratch)
+            scratch.release()
+
+
+_streams: dict = {}
+
+
+def _external_stream(ptr: int, device: int):
+    """A CuPy stream object for the foreign stream `ptr` of `device`, made once (making one
+    takes host time): it owns nothing, so one object serves every call on that stream."""
+    stream = _streams.get((ptr, device))
+    if stream is None:
+        if len(_streams) >= 64:
+            _streams.clear()
+        stream = _streams.setdefault((ptr, device), cupy.cuda.ExternalStream(ptr, device))
+    return stream
 
 
 # Executables by (device, problem, plan), shared by every call of that problem and plan. Weak:
