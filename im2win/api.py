@@ -59,13 +59,17 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             "im2col_gemm", "depthwise" (groups = C, one input channel per filter, and in NHWC
             groups of 2, 4 or 8 channels with K = C), "narrow" (float16 and bfloat16 NHWC
             on Tensor Cores: stems of at most 8 channels, and groups of 8, 16 or 32 channels
-            with K = C) or "gemm" (a 1x1 convolution, no
+            with K = C), "pointwise" (float16 and bfloat16 NHWC 1x1 convolutions at stride 1,
+            no padding, one group, C and K multiples of 8, K at most 96, x's pixels evenly
+            strided by a multiple of 8 elements and x 16-byte aligned: the filter resident in
+            shared memory, x streamed through once) or "gemm" (a 1x1 convolution, no
             padding, one group, as one cuBLAS GEMM: at stride 1 on x and w in place, at a
             larger stride on the pixels it reads gathered into workspace first); "auto" takes
-            "depthwise" where it applies (groups of 2 or 4 channels, not 8) and "gemm" for
-            float32 and float64 problems of at least 16 channels, and float16 and bfloat16
-            ones of at most 32 channels over at least 65536 pixels (plan.gemm_pays), where the
-            gathered pixels fit `workspace_limit`.
+            "depthwise" where it applies (groups of 2 or 4 channels, not 8), "pointwise" where
+            it runs with C at most 240, and "gemm" for float32 and float64 problems of at
+            least 16 channels, and float16 and bfloat16 ones of at most 32 channels over at
+            least 65536 pixels (plan.gemm_pays), where the gathered pixels fit
+            `workspace_limit`.
             "im2win_nhwc": a float16, bfloat16 or float32 NCHW problem run on its NHWC twin
             (x, w and y copied through channels-last workspace); "auto" takes it on Hopper
             where the twin runs the wgmma kernel, and for float32 where it runs im2win_ffma.cu

@@ -445,6 +445,21 @@ def test_buffers_past_two_to_the_31_elements(rng):
         del y
 
 
+def test_pointwise_past_two_to_the_31_elements(rng):
+    """pointwise.cu on x and y of 2.15e9 float16 elements each: 64-bit pixel offsets."""
+    N, H, W, C, K = 2, 8200, 16384, 8, 8
+    x = cupy.full((N, H, W, C), 0.5, cupy.float16)
+    assert x.size > 2**31
+    rows = cupy.asarray(rng.uniform(-1, 1, (2, W, C)), cupy.float16)
+    x[-1, -2:] = rows
+    w_host = rng.uniform(-1, 1, (K, 1, 1, C)).astype(np.float16)
+    y = im2win.conv2d(x, cupy.asarray(w_host), layout="NHWC", algorithm="pointwise")
+    ref = cupy.asnumpy(rows).astype(np.float64) @ w_host.reshape(K, C).astype(np.float64).T
+    assert_close(cupy.asnumpy(y[-1, -2:]), ref, np.float16, C)
+    first = 0.5 * w_host.reshape(K, C).astype(np.float64).sum(1)
+    assert_close(cupy.asnumpy(y[0, 0, :3]), np.broadcast_to(first, (3, K)), np.float16, C)
+
+
 def test_autotune_times_candidates_and_remembers_the_winner(rng):
     from im2win import cuda
     x, w, b = random_arrays(rng, (4, 16, 20, 20), (32, 16, 3, 3), 32, np.float32)
@@ -630,6 +645,49 @@ def test_narrow_views_and_misaligned_out(rng):
     for x_gpu in (wide[..., ::2], cupy.asarray(xs)[1:], cupy.asarray(xs)):
         y = im2win.conv2d(x_gpu, cupy.asarray(ws), algorithm="narrow", **kwargs)
         assert_close(cupy.asnumpy(y), ref[-len(x_gpu):], np.float16, 27)
+
+
+POINTWISE_CASES = [  # x (N, C, H, W), w (K, C, 1, 1): pointwise.cu's 1x1 forms
+    ((2, 16, 9, 7), (24, 16, 1, 1)),        # 126 pixels: a full tile and a tail
+    ((1, 8, 5, 3), (8, 8, 1, 1)),           # C = K = 8, fewer pixels than one tile
+    ((3, 24, 11, 13), (96, 24, 1, 1)),      # C = 16 + 8 (zero columns), K at its most
+    ((2, 240, 6, 9), (40, 240, 1, 1)),      # C = 240: 15 steps of 16
+    ((4, 32, 29, 31), (16, 32, 1, 1)),      # 3596 pixels: many tiles a block
+    ((2, 104, 3, 5), (56, 104, 1, 1)),      # K = 8 * 7
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape", POINTWISE_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_pointwise_matches_reference(rng, dtype, x_shape, w_shape, bias):
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], bias=bias)
+    run(x, w, b, "NHWC", {}, dtype=dtype, algorithm="pointwise")
+
+
+def test_pointwise_views_misaligned_out_and_filter(rng):
+    """x a channel slice of a wider array (pixels 40 apart, read in place), an out and a
+    filter one element off 16 bytes (element stores and loads), and "auto" taking it."""
+    x, w, b = random_arrays(rng, (3, 24, 7, 10), (32, 24, 1, 1), 32, bias=True)
+    xs, ws = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+    bs = b.astype(np.float16)
+    ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), bs.astype(np.float64),
+                           layout="NHWC")
+    wide = cupy.zeros((3, 7, 10, 40), cupy.float16)
+    wide[..., 8:32] = cupy.asarray(xs)
+    base = cupy.full(ref.size + 1, np.nan, cupy.float16)
+    out = base[1:].reshape(ref.shape)
+    w_base = cupy.zeros(ws.size + 1, cupy.float16)
+    w_base[1:] = cupy.asarray(ws).ravel()
+    w_off = w_base[1:].reshape(ws.shape)                 # contiguous, 2 bytes off 16
+    im2win.conv2d(wide[..., 8:32], w_off, cupy.asarray(bs), out=out, layout="NHWC",
+                  algorithm="pointwise")
+    assert_close(cupy.asnumpy(out), ref, np.float16, 24)
+    y = im2win.conv2d(cupy.asarray(xs), cupy.asarray(ws), cupy.asarray(bs), layout="NHWC")
+    assert_close(cupy.asnumpy(y), ref, np.float16, 24)
+    with pytest.raises(ValueError, match="16-byte copies"):     # pixels 36 apart: not 8s
+        im2win.conv2d(cupy.zeros((3, 7, 10, 36), cupy.float16)[..., :24], cupy.asarray(ws),
+                      layout="NHWC", algorithm="pointwise")
 
 
 GEMM_CASES = [  # x (N, C, H, W), w (K, C, 1, 1): 1x1, stride 1, no padding

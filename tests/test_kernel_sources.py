@@ -88,7 +88,8 @@ def test_kernel_files_ship_with_the_package():
                                                            "window.cu", "im2win_conv.cu",
                                                            "im2win_ffma.cu", "wgrad_ffma.cu",
                                                            "im2win_mma.cu", "im2win_wgmma.cu",
-                                                           "depthwise.cu", "narrow.cu", "layout.cu"}
+                                                           "depthwise.cu", "narrow.cu",
+                                                           "pointwise.cu", "layout.cu"}
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here")

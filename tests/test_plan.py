@@ -432,10 +432,12 @@ def test_pointwise_problems_are_one_gemm_on_x_in_place():
     assert nhwc.C == GEMM_MIN_CHANNELS and gemm_pays(nhwc) and plan_for(nhwc) == plan
     few = problem((2, 5, 7, 8), (24, 1, 1, 8), np.float32, layout="NHWC")   # a tiny reduction
     assert not gemm_pays(few) and plan_for(few).algorithm == "im2win_fused"
-    half = problem((32, 56, 56, 64), (64, 1, 1, 64), np.float16, layout="NHWC")
+    half = problem((32, 56, 56, 128), (128, 1, 1, 128), np.float16, layout="NHWC")
     assert plan_for(half).algorithm == "im2win_fused"           # the Tensor-Core kernel is faster
-    few_channels = problem((32, 112, 112, 16), (96, 1, 1, 16), np.float16, layout="NHWC")
+    few_channels = problem((32, 112, 112, 16), (112, 1, 1, 16), np.float16, layout="NHWC")
     assert gemm_pays(few_channels) and plan_for(few_channels).algorithm == "gemm"
+    few_filters = problem((32, 112, 112, 16), (96, 1, 1, 16), np.float16, layout="NHWC")
+    assert plan_for(few_filters).algorithm == "pointwise"       # pointwise.cu first
     few_pixels = problem((32, 28, 28, 32), (192, 1, 1, 32), np.float16, layout="NHWC")
     assert plan_for(few_pixels).algorithm == "im2win_fused"
     for dtype in (np.float16, np.float32):               # no channels: y is the bias
@@ -465,6 +467,58 @@ def test_pointwise_problems_are_one_gemm_on_x_in_place():
         make_plan(column, x_strides=(46, 1, 9, 5), w_aligned=True, algorithm="gemm")
     with pytest.raises(ValueError, match="evenly strided"):
         make_plan(nchw, x_strides=(560, 35, 14, 2), w_aligned=True, algorithm="gemm")
+
+
+def test_1x1_layers_of_few_filters_get_the_pointwise_kernel():
+    """pointwise.cu (float16 and bfloat16 NHWC, 1x1 at stride 1, C and K multiples of 8, K at
+    most 96): the plan, its grid, what "auto" gives it, and what it refuses."""
+    from im2win.cuda.plan import (POINTWISE_MAX_K, PointwiseArgs, pointwise_refusal,
+                                  pointwise_smem)
+    compiled = {expr for _, expr in specializations()}
+    prob = problem((32, 56, 56, 96), (24, 1, 1, 96), np.float16, layout="NHWC")
+    plan = plan_for(prob)
+    assert plan.algorithm == "pointwise" and plan.kernel == "pointwise_nhwc<half_t, 3>"
+    assert plan.kernel in compiled and plan.workspace_bytes == 0
+    smem = 2 * ((24 + 128) * 104 + 64 * 32)          # filter, two stages, the staged outputs
+    assert plan.smem == pointwise_smem(96, 24) == smem
+    tiles = 32 * 56 * 56 // 64
+    assert plan.geometry == PointwiseArgs((32, 56, 56, 96, 96), (56 * 56 * 96, 1, 56 * 96, 96),
+                                          (128, 1, 1), smem, tiles, 6)
+    assert plan.geometry.grid(prob, 132) == (784, 1, 1)             # two tiles a block
+    bf16 = problem((3, 5, 7, 40), (96, 1, 1, 40), ml_dtypes.bfloat16, layout="NHWC")
+    assert plan_for(bf16).kernel == "pointwise_nhwc<bf16_t, 12>" and \
+        plan_for(bf16).geometry.per_sm == 4
+    # a channel slice of a wider array: pixels 104 apart, read in place
+    sliced = make_plan(prob, x_strides=(56 * 56 * 104, 1, 56 * 104, 104), w_aligned=True)
+    assert sliced.algorithm == "pointwise" and sliced.geometry.ints[-1] == 104
+    wide = problem((2, 5, 7, 256), (64, 1, 1, 256), np.float16, layout="NHWC")
+    assert plan_for(wide).algorithm != "pointwise"                  # C past 240: not "auto"
+    assert plan_for(wide, algorithm="pointwise").kernel == "pointwise_nhwc<half_t, 8>"
+    refused = [problem((2, 16, 5, 7), (24, 16, 1, 1), np.float16),          # NCHW
+               problem((2, 5, 7, 16), (24, 1, 1, 16), np.float32, layout="NHWC"),
+               problem((2, 5, 7, 16), (24, 3, 3, 16), np.float16, layout="NHWC"),
+               problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC", stride=2),
+               problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC", padding=1),
+               problem((2, 5, 7, 16), (24, 1, 1, 8), np.float16, layout="NHWC", groups=2),
+               problem((2, 5, 7, 12), (24, 1, 1, 12), np.float16, layout="NHWC"),
+               problem((2, 5, 7, 16), (20, 1, 1, 16), np.float16, layout="NHWC"),
+               problem((2, 5, 7, 16), (POINTWISE_MAX_K + 8, 1, 1, 16), np.float16,
+                       layout="NHWC"),
+               problem((2, 5, 7, 0), (24, 1, 1, 0), np.float16, layout="NHWC")]
+    for other in refused:
+        assert plan_for(other).algorithm != "pointwise"
+        with pytest.raises(ValueError, match="algorithm='pointwise' takes NHWC"):
+            plan_for(other, algorithm="pointwise")
+    for strides, aligned in (((56 * 56 * 100, 1, 56 * 100, 100), True),   # 100: not 8s
+                             ((56 * 56 * 96, 1, 56 * 96, 96), False),      # x misaligned
+                             ((56 * 56 * 96 * 2, 1, 56 * 96, 96), True),   # images apart
+                             ((56 * 56 * 96, 56 * 56, 56, 1), True)):      # channels strided
+        assert pointwise_refusal(prob, strides, aligned) is not None
+        plan = make_plan(prob, x_strides=strides, w_aligned=True, x_aligned=aligned)
+        assert plan.algorithm != "pointwise"
+        with pytest.raises(ValueError, match="16-byte copies"):
+            make_plan(prob, x_strides=strides, w_aligned=True, x_aligned=aligned,
+                      algorithm="pointwise")
 
 
 def test_strided_pointwise_problems_gather_the_pixels_they_read_then_one_gemm():

@@ -5,8 +5,8 @@
 #   bash tools/gpu_run.sh sanitize float16      (the mma.sync kernel's cases only; wgmma: the Hopper
 #                                               kernel's; tma: its TMA copies only; depthwise: the
 #                                               depthwise kernel's; narrow: narrow.cu's;
-#                                               ffma: the float32 NHWC
-#                                               CUDA-core kernels)
+#                                               pointwise: pointwise.cu's; ffma: the float32
+#                                               NHWC CUDA-core kernels)
 #   DTYPES=float16 bash tools/gpu_run.sh bench  (default: float32 float16)
 #   bash tools/gpu_run.sh asv [tools/asv_gpu.sh arguments: --bench REGEX --old REV]
 #   SUITES='float32:NCHW float16:NHWC' bash tools/gpu_run.sh suite   (the five networks)

@@ -2,7 +2,7 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|ffma]``: with ``float16``, every tile
+``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|pointwise|ffma]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
@@ -11,7 +11,9 @@ filter and ping-pong consumers, split-K, a stem over its window columns, float32
 depthwise kernels' forms (each register window and the general one, a channel multiplier,
 tails, groups of 2, 4 and 8 channels in NHWC; in NHWC the shared-memory tile kernel, then the
 register windows reading x in place) in every dtype and both layouts; with ``narrow``,
-narrow.cu's stems and groups (both 16-bit types, vector and element copies); with ``tf32``,
+narrow.cu's stems and groups (both 16-bit types, vector and element copies); with
+``pointwise``, pointwise.cu's 1x1 forms (both 16-bit types, x in place and a channel slice, y
+and w off 16 bytes); with ``tf32``,
 float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
 the float32 NHWC CUDA-core kernels (im2win_ffma.cu's every tile and switch, wgrad_ffma.cu's
 every tile, both x loads and split counts, backward data's window gradients of many
@@ -53,6 +55,12 @@ ONLY_TMA = sys.argv[1:] == ["tma"]
 ONLY_FFMA = sys.argv[1:] == ["ffma"]
 ONLY_TF32 = sys.argv[1:] == ["tf32"]
 ONLY_NARROW = sys.argv[1:] == ["narrow"]
+ONLY_POINTWISE = sys.argv[1:] == ["pointwise"]
+# pointwise.cu's forms (NHWC 1x1, 16-bit): tails, C of 16 + 8 (zero columns), K from 8 to 96,
+# x a channel slice, y and w one element off 16 bytes: x, w (NCHW-lettered).
+POINTWISE_CASES = [((2, 16, 9, 7), (24, 16, 1, 1)), ((1, 8, 5, 3), (8, 8, 1, 1)),
+                   ((3, 24, 11, 13), (96, 24, 1, 1)), ((2, 240, 6, 9), (40, 240, 1, 1)),
+                   ((4, 32, 29, 31), (16, 32, 1, 1))]
 # narrow.cu's forms (NHWC, 16-bit): stems of C <= 8, groups of 8, 16 and 32, tails, strides,
 # dilation, vector and element copies: x, w (NCHW-lettered), kwargs.
 NARROW_CASES = [((2, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),
@@ -89,9 +97,26 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
                           **kwargs)
 
 
+for (x_shape, w_shape), dtype in itertools.product(POINTWISE_CASES,
+                                                   (np.float16, ml_dtypes.bfloat16)):
+    if not (ONLY_POINTWISE or len(sys.argv) == 1):
+        break
+    x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
+               (x_shape, w_shape, w_shape[0]))
+    x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
+    im2win.conv2d(x, w, cupy.asarray(b), layout="NHWC", algorithm="pointwise")
+    wide = cupy.zeros(x.shape[:3] + (x.shape[3] + 8,), x.dtype)     # pixels C + 8 apart
+    wide[..., 8:] = x
+    y_shape = x.shape[:3] + (w.shape[0],)
+    out = cupy.empty(int(np.prod(y_shape)) + 1, x.dtype)[1:].reshape(y_shape)
+    w_off = cupy.empty(w.size + 1, w.dtype)
+    w_off[1:] = w.ravel()
+    im2win.conv2d(wide[..., 8:], w_off[1:].reshape(w.shape), layout="NHWC",
+                  algorithm="pointwise", out=out)
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         NARROW_CASES, (np.float16, ml_dtypes.bfloat16)):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_DEPTHWISE:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_DEPTHWISE or \
+            ONLY_POINTWISE:
         break
     x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
                (x_shape, w_shape, w_shape[0]))
@@ -101,7 +126,8 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
     wide[..., ::2] = x
     im2win.conv2d(wide[..., ::2], w, layout="NHWC", algorithm="narrow", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW or \
+            ONLY_POINTWISE:
         break
     for (x_shape, w_shape, kwargs), dtype in itertools.product(
             DEPTHWISE_CASES, (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)):
@@ -114,7 +140,8 @@ for layout in ("NCHW", "NHWC"):
                           groups=x_shape[1], algorithm="depthwise", options=options, **kwargs)
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW:
+    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW or \
+            ONLY_POINTWISE:
         break
     if dtype == np.float32 and w_shape[1] == 8:
         continue                                  # 8 channels are more than a float32 vector
@@ -123,7 +150,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
                   cupy.asarray(w.transpose(0, 2, 3, 1).copy()), layout="NHWC",
                   algorithm="depthwise", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_DEPTHWISE or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW:
+    if ONLY_DEPTHWISE or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW or ONLY_POINTWISE:
         break
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
@@ -181,7 +208,8 @@ def float32_on_tensor_cores():
 
 
 # The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64 or 32), every tile, both 16-bit types.
-if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW):
+if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW or
+                   ONLY_POINTWISE):
     for dtype in (np.float16, ml_dtypes.bfloat16):
         x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 128)).astype(dtype))
         w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 128)).astype(dtype))
@@ -280,7 +308,8 @@ elif HOPPER and ONLY_TF32:
 # float32 NHWC on CUDA cores: im2win_ffma.cu (every tile and switch; tails of pixels and
 # filters, padding, stride, groups), wgrad_ffma.cu (every tile, float4 and scalar x loads,
 # one split and several), and window gradients of many channels (backward data, cv12's form).
-if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA or ONLY_TF32 or ONLY_NARROW):
+if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA or ONLY_TF32 or ONLY_NARROW or
+        ONLY_POINTWISE):
     from im2win.cuda import launch, wgrad_ffma
     from im2win.cuda.tuning import FFMA_TILES
     from im2win.problem import make_backward_filter_problem

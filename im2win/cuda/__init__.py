@@ -240,7 +240,8 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
         x, w, bias, stride, padding, dilation, groups, layout: as `im2win.conv2d` (CuPy).
         algorithms: candidates among "im2win_fused", "im2win", "direct", "im2col_gemm",
             "depthwise" (groups = C only), "narrow" (float16 and bfloat16 NHWC stems and
-            groups of 8, 16 or 32 channels), "gemm" (1x1, no padding, one group).
+            groups of 8, 16 or 32 channels), "pointwise" (float16 and bfloat16 NHWC 1x1 at
+            stride 1, K at most 96), "gemm" (1x1, no padding, one group).
         tiles: tile names to try for the im2win algorithms (default: for float16 and
             bfloat16 every Tensor-Core tile, of both kernels on Hopper; otherwise every
             CUDA-core tile with a register micro-kernel whose shared memory fits the dtype,

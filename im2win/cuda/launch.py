@@ -28,7 +28,7 @@ import numpy as np
 
 from im2win import baselines
 from im2win.interop import cupy_view
-from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan,
+from im2win.cuda.plan import (CUDA_TYPES, ONE_LAUNCH, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan,
                               columns_stage, nhwc_twin, source)
 from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
 from im2win.problem import Problem
@@ -316,7 +316,8 @@ FIXED_ARGS = np.dtype([("taps", np.uint64), ("geo", GEOMETRY), ("g0", np.int32)]
 SPLIT_ARGS = np.dtype([("geo", GEOMETRY), ("g0", np.int32)], align=True)
 @functools.cache
 def ints_and_strides(count: int) -> np.dtype:
-    """The arguments of depthwise.cu's and narrow.cu's kernels after their four pointers:
+    """The arguments of depthwise.cu's, narrow.cu's and pointwise.cu's kernels after their
+    four pointers:
     `count` ints (the plan's `ints`: extents, the block's tile) and x's four i64 strides."""
     return np.dtype([("ints", np.int32, count), ("strides", np.int64, 4)], align=True)
 
@@ -382,7 +383,7 @@ class Executable:
                 self.taps = cupy.asarray(np.frombuffer(plan.taps, np.int32))
             stream.synchronize()
         launches, record = [], FIXED_ARGS
-        if plan.algorithm in ("depthwise", "narrow"):
+        if plan.algorithm in ONE_LAUNCH:
             args = plan.geometry
             record = ints_and_strides(len(args.ints))
             grid = args.grid(prob, sm_count(cupy.cuda.runtime.getDevice()))
@@ -402,7 +403,7 @@ class Executable:
             if plan.splits > 1:
                 record = SPLIT_ARGS
         self.launches = tuple(launches)
-        self.block = plan.geometry.block if plan.algorithm in ("depthwise", "narrow") else \
+        self.block = plan.geometry.block if plan.algorithm in ONE_LAUNCH else \
             (plan.block, 1, 1)
         self.fixed = np.zeros(len(launches), record)
         for i, (_, _, _, fixed) in enumerate(launches):
@@ -439,7 +440,7 @@ class Executable:
         self.local = threading.local()
         # One cuLaunchKernel with no kernel before or after it and nothing in scratch: a call
         # can launch it with y's pointer before y's array exists (Call.__call__).
-        self.single = plan.algorithm in ("im2win_fused", "depthwise", "narrow") and \
+        self.single = (plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH) and \
             len(launches) == 1 and self.reduce is None and self.split is None
 
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
@@ -563,7 +564,7 @@ class Executable:
             return self.through_nhwc(x, w, bias, y, scratch)
         if plan.algorithm == "im2win_columns":
             return self.through_columns(x, w, bias, y, scratch)
-        if plan.algorithm in ("im2win_fused", "depthwise", "narrow"):
+        if plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH:
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
             if self.split is not None:          # "3xtf32": the filter's big and small parts
                 split = scratch.empty((2 * w.size,), np.float32)
@@ -666,14 +667,30 @@ class TorchCall:
 _streams: dict = {}
 
 
+class _RawStream:
+    """A CUDA stream handle offered through the CUDA stream protocol."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __cuda_stream__(self):
+        return 0, self.ptr
+
+
 def _external_stream(ptr: int, device: int):
-    """A CuPy stream object for the foreign stream `ptr` of `device`, made once (making one
-    takes host time): it owns nothing, so one object serves every call on that stream."""
+    """A CuPy stream object for the foreign stream `ptr` of `device` (the current one), made
+    once (making one takes host time): it owns nothing, so one object serves every call on
+    that stream."""
     stream = _streams.get((ptr, device))
     if stream is None:
         if len(_streams) >= 64:
             _streams.clear()
-        stream = _streams.setdefault((ptr, device), cupy.cuda.ExternalStream(ptr, device))
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)
+        made = from_external(_RawStream(ptr)) if from_external else \
+            cupy.cuda.ExternalStream(ptr, device)
+        stream = _streams.setdefault((ptr, device), made)
     return stream
 
 

@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from im2win.cuda.tuning import (ALGORITHMS, FFMA_TILES, MMA_BK, MMA_TILES, NO_MICRO_KERNEL,
+from im2win.cuda.tuning import (ALGORITHMS, ONE_LAUNCH, FFMA_TILES, MMA_BK, MMA_TILES, NO_MICRO_KERNEL,
                                 THREE_TF32_TILES, TILES, WGMMA_BK, WGMMA_TILES, MmaTile, Options,
                                 Tile, WgmmaTile, choose_ffma_tile, choose_mma_tile,
                                 choose_tf32_tile, choose_tile, choose_wgmma_tile,
@@ -80,7 +80,8 @@ class Plan:
     Attributes:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm",
             "depthwise" (depthwise.cu: groups = C, one input channel per filter), "narrow"
-            (narrow.cu: NHWC stems of C <= 8 and groups of C/G = K/G in NARROW_GROUPS), "gemm"
+            (narrow.cu: NHWC stems of C <= 8 and groups of C/G = K/G in NARROW_GROUPS),
+            "pointwise" (pointwise.cu: NHWC 1x1 layers of few filters), "gemm"
             (a 1x1 convolution as one cuBLAS GEMM on x and w in place, or at a stride on
             x's pixels it reads gathered first: GemmArgs.gather), "im2win_nhwc" (an
             NCHW problem run on its NHWC twin between layout copies, layout.cu) or
@@ -94,7 +95,7 @@ class Plan:
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry for one launch of `chunk` images; the depthwise
             kernels' DepthwiseArgs or DepthwiseTileArgs; the narrow kernel's NarrowArgs; the
-            GEMM's GemmArgs; None for the others.
+            pointwise kernel's PointwiseArgs; the GEMM's GemmArgs; None for the others.
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
             every t, zeros past the reduction up to a multiple of 32 entries; empty when
             offsets are computed in the kernel.
@@ -119,7 +120,8 @@ class Plan:
     file: str | None
     kernel: str | None
     chunk: int
-    geometry: Geometry | DepthwiseArgs | DepthwiseTileArgs | NarrowArgs | GemmArgs | None
+    geometry: (Geometry | DepthwiseArgs | DepthwiseTileArgs | NarrowArgs | "PointwiseArgs" |
+               GemmArgs | None)
     taps: bytes = dataclasses.field(repr=False)
     workspace_bytes: int
     tma: "TmaArgs | None" = None
@@ -158,7 +160,7 @@ class Plan:
     @property
     def smem(self) -> int:
         """Dynamic shared memory per block, bytes."""
-        if self.algorithm in ("depthwise", "narrow"):
+        if self.algorithm in ONE_LAUNCH:
             return self.geometry.smem
         if self.file != "im2win_wgmma":
             return 0
@@ -386,6 +388,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "depthwise"
         elif narrow_pays(prob) and narrow_refusal(prob, x_strides, x_aligned) is None:
             algorithm = "narrow"
+        elif pointwise_pays(prob) and pointwise_refusal(prob, x_strides, x_aligned) is None:
+            algorithm = "pointwise"
         elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None and (
                 workspace_limit is None or gemm_gather_bytes(prob) <= workspace_limit):
             algorithm = "gemm"
@@ -400,6 +404,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         return depthwise_plan(prob, options, x_strides, x_aligned)
     if algorithm == "narrow":
         return narrow_plan(prob, options, x_strides, x_aligned)
+    if algorithm == "pointwise":
+        return pointwise_plan(prob, options, x_strides, x_aligned)
     if algorithm == "im2win_nhwc":
         return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch)
     if algorithm == "im2win_columns":
@@ -939,6 +945,100 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> 
     return Plan("narrow", None, options, "narrow",
                 narrow_kernel_name(prob.dtype.name, cp, tile.kb, tile.nw, tile.mt, stem, vx),
                 max(prob.N, 1), args, b"", 0)
+
+
+POINTWISE_DTYPES = ("float16", "bfloat16")
+POINTWISE_THREADS = 128            # a block: 4 warps
+POINTWISE_BM = 64                  # pixels per tile
+POINTWISE_MAX_K = 96               # K = 8*NT filters, NT at most 12 (the compiled forms)
+POINTWISE_SMEM_LIMIT = 227 * 1024  # a block's shared memory, at most
+POINTWISE_BLOCKS = {8: 8, 16: 8, 24: 6}   # blocks an SM by K, as __launch_bounds__ allows; 4 else
+# What "auto" gives it, read off tools/pointwise_dev.py (float16 NHWC, batch 32, H200, GPU us
+# from CUDA graphs; pointwise, the default before it, cuDNN): every stride-1 1x1 layer of the
+# five networks with C at most 240 and K at most 96 ran faster than the default before it
+# (mobilenet_v2.2 and efficientnet_b0.4, 32 -> 16 over 401408 pixels: 10.3 against cuBLAS's
+# 14.1, cuDNN 14.6; mobilenet_v2.5, 96 -> 24: 7.8 against 13.0, cuDNN 8.9; .8, 144 -> 24: 10.4
+# against 16.2, 8.4; efficientnet_b0.21, 240 -> 40: 8.8 against 10.0, 5.3; .23, 240 -> 80 over
+# 6272: 7.0 against 8.5, 5.6; efficientnet_b0.5, 16 -> 96: 30.0 against 32.2, 32.0), and none
+# with more: resnet50.4, 256 -> 64: 26.6 against 19.8; mobilenet_v2.18, 384 -> 64: 8.3 against
+# 7.0; resnext50_32x4d.1, 64 -> 128: 15.3 against 15.3 (the filter's share of shared memory
+# leaves too few tiles in flight, or the accumulators too few warps).
+POINTWISE_AUTO_MAX_C = 240
+
+
+def pointwise_smem(C: int, K: int) -> int:
+    """pointwise.cu's shared memory: the filter (K rows), two stages of BM pixel rows, each of
+    C padded to 16 plus 8 elements, and the BM x (K + 8) outputs staged for 16-byte stores."""
+    row = -(-C // 16) * 16 + 8
+    return 2 * ((K + 2 * POINTWISE_BM) * row + POINTWISE_BM * (K + 8))
+
+
+class PointwiseArgs(NamedTuple):
+    """What a pointwise.cu launch reads besides its four pointers: (N, H, W, C, step), x's
+    pixel stride `step` in elements, and x's element strides (N, C, H, W); the block, its
+    shared memory, the pixel tiles and how many blocks fit an SM."""
+
+    ints: tuple[int, ...]
+    x_strides: tuple[int, int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    tiles: int
+    per_sm: int
+
+    def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
+        """As many blocks as fit the device at once, each looping over an even share of the
+        tiles."""
+        return even(self.tiles, self.per_sm * sms), 1, 1
+
+
+def pointwise_refusal(prob: Problem, x_strides, x_aligned: bool) -> str | None:
+    """Why pointwise.cu cannot run the problem, or None (see pointwise_plan)."""
+    if prob.layout != "NHWC" or prob.dtype.name not in POINTWISE_DTYPES or \
+            (prob.R, prob.S, prob.G, prob.sh, prob.sw) != (1, 1, 1, 1, 1) or \
+            any((prob.pt, prob.pb, prob.pl, prob.pr)) or prob.C % 8 or prob.K % 8 or \
+            not 0 < prob.C or not 0 < prob.K <= POINTWISE_MAX_K or \
+            pointwise_smem(prob.C, prob.K) > POINTWISE_SMEM_LIMIT:
+        return (f"algorithm='pointwise' takes NHWC {' and '.join(POINTWISE_DTYPES)} 1x1 "
+                f"convolutions at stride 1 with no padding and one group, C and K multiples "
+                f"of 8, K at most {POINTWISE_MAX_K} and the filter within shared memory; got "
+                f"{prob.layout} {prob.dtype.name}, {prob.R}x{prob.S}, stride "
+                f"({prob.sh}, {prob.sw}), groups={prob.G}, C={prob.C}, K={prob.K}")
+    xn, xc, xh, xw = x_strides
+    step = pixel_step(prob, x_strides)
+    if not (xc == 1 and x_aligned and step % 8 == 0 and step >= prob.C and step < 2 ** 31 and
+            evenly_strided((prob.N, prob.H, prob.W), (xn, xh, xw), step)):
+        return ("algorithm='pointwise' reads each pixel's channels by 16-byte copies: x's "
+                "channels contiguous, its pixels evenly strided by a multiple of 8 elements "
+                "(an array of the layout, or a channel slice of one), x 16-byte aligned")
+    return None
+
+
+def pointwise_pays(prob: Problem) -> bool:
+    """Whether "auto" takes pointwise.cu where it can run (POINTWISE_AUTO_MAX_C)."""
+    return prob.layout == "NHWC" and prob.dtype.name in POINTWISE_DTYPES and \
+        prob.C <= POINTWISE_AUTO_MAX_C
+
+
+def pointwise_kernel_name(dtype: str, K: int) -> str:
+    return f"pointwise_nhwc<{CUDA_TYPES[dtype][0]}, {K // 8}>"
+
+
+def pointwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
+    """pointwise.cu's plan: NHWC 1x1 convolutions at stride 1 of few filters (K at most
+    POINTWISE_MAX_K), float16 or bfloat16, the filter resident in shared memory."""
+    refusal = pointwise_refusal(prob, x_strides, x_aligned)
+    if refusal:
+        raise ValueError(refusal)
+    smem = pointwise_smem(prob.C, prob.K)
+    # Blocks per SM: shared memory (228 KB an SM, 1 KB of it reserved per block) and
+    # registers (pointwise.cu's __launch_bounds__: 8 blocks for K <= 16, 6 for K = 24, else
+    # 4 of at most 128 registers a thread).
+    per_sm = max(1, min(228 * 1024 // (smem + 1024), POINTWISE_BLOCKS.get(prob.K, 4)))
+    tiles = -(-prob.N * prob.H * prob.W // POINTWISE_BM)
+    args = PointwiseArgs((prob.N, prob.H, prob.W, prob.C, pixel_step(prob, x_strides)),
+                         tuple(x_strides), (POINTWISE_THREADS, 1, 1), smem, tiles, per_sm)
+    return Plan("pointwise", None, options, "pointwise",
+                pointwise_kernel_name(prob.dtype.name, prob.K), max(prob.N, 1), args, b"", 0)
 
 
 class GemmArgs(NamedTuple):
@@ -1695,6 +1795,9 @@ def specializations() -> list[tuple[str, str]]:
             for kb, nw, mts in narrow_blocks(cp, stem):
                 for mt in mts:
                     out.add(("narrow", narrow_kernel_name(dtype, cp, kb, nw, mt, stem, vx)))
+    for dtype in POINTWISE_DTYPES:
+        for K in range(8, POINTWISE_MAX_K + 1, 8):
+            out.add(("pointwise", pointwise_kernel_name(dtype, K)))
     for tile in FFMA_TILES.values():           # every tile, fully on and each switch off alone
         for name in ("full", "no_double_buffer", "no_conflict_free"):
             out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name])))

@@ -250,7 +250,10 @@ HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "narrow",
-              "gemm", "im2win_nhwc", "im2win_columns")
+              "pointwise", "gemm", "im2win_nhwc", "im2win_columns")
+# The algorithms of one kernel launch whose arguments are their four pointers, a few ints and
+# x's strides (depthwise.cu, narrow.cu, pointwise.cu), with a grid of the plan's own.
+ONE_LAUNCH = ("depthwise", "narrow", "pointwise")
 
 
 
