@@ -121,8 +121,8 @@ def test_problems_sharing_a_kernel_with_other_shared_memory_run_in_any_order(rng
     kernel's dynamic shared-memory attribute only grows)."""
     if cuda.compute_capability(cupy.cuda.runtime.getDevice()) != 90:
         pytest.skip("the Hopper kernel's resident filter")
-    big = device_case(rng, ((2, 256, 56, 56), (64, 256, 1, 1), {}), np.float16, "NHWC")
-    small = device_case(rng, ((2, 64, 56, 56), (64, 64, 1, 1), {}), np.float16, "NHWC")
+    big = device_case(rng, ((2, 256, 56, 56), (128, 256, 1, 1), {}), np.float16, "NHWC")
+    small = device_case(rng, ((2, 64, 56, 56), (128, 64, 1, 1), {}), np.float16, "NHWC")
     plans = [cuda._plan(make_problem(*arrays, **kw), arrays[0], arrays[1], "auto", None, None)
              for arrays, kw in (big, small)]
     assert plans[0].kernel == plans[1].kernel and plans[0].smem > plans[1].smem

@@ -7,10 +7,12 @@ events after a warm-up, and the host's time to issue one pass, unsynchronised): 
 tensors (a call seen before through `launch.TorchCall`), the same with TorchCall's direct
 path off for calls of more than one launch (views in, y back through DLPack), im2win with
 that memo off (CuPy views made at every call by `interop.Door`, then the remembered CuPy
-call), and PyTorch (cuDNN, TF32 off). With --layers, each convolution's host microseconds a
+call), and PyTorch (cuDNN, TF32 off); then both forwards captured into CUDA graphs and
+replayed (no host time: the GPU's work alone). With --layers, each convolution's host microseconds a
 call (its input from one forward pass; 100 calls unsynchronised, median of 5) through
 TorchCall and through torch.nn.functional.conv2d, with the plan's algorithm, summed by
-algorithm.
+algorithm. With --stages (alone), the host time of each stage of one remembered float16
+call on tensors, against F.conv2d's and PyTorch's small operations.
 """
 
 import argparse
@@ -45,7 +47,10 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", action="store_true")
+    ap.add_argument("--stages", action="store_true")
     args = ap.parse_args()
+    if args.stages:
+        return stages()
     example = runpy.run_path(str(ROOT / "examples" / "resnet50.py"))
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
@@ -77,8 +82,36 @@ def main():
                         set_direct(True)
                     cells.append(f"{name} {ms:.2f} ms (host {host:.2f})")
                 print(f"{dtype} {layout} round {rnd}: " + "; ".join(cells), flush=True)
+            cells = []
+            for name, model in (("im2win", ours), ("PyTorch", ref)):
+                cells.append(f"{name} {graphed_ms(model, x):.2f} ms")
+            print(f"{dtype} {layout} replayed from a CUDA graph: " + "; ".join(cells), flush=True)
             if args.layers:
                 per_layer(ours, x, dtype, layout)
+
+
+def graphed_ms(model, x, repeats=10) -> float:
+    """Median milliseconds of a replay of model(x) captured into a CUDA graph (after warm-up
+    passes on a side stream, as torch.cuda.graphs asks), between CUDA events."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        model(x)
+    graph.replay()
+    runs = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        runs.append(start.elapsed_time(stop))
+    return statistics.median(runs)
 
 
 def set_direct(on: bool) -> None:
@@ -130,6 +163,53 @@ def per_layer(model, x, dtype, layout) -> None:
     for algorithm, (n, ours, theirs) in totals.items():
         print(f"{dtype} {layout} {algorithm}: {n} layers, ours {ours:.0f} us, "
               f"F.conv2d {theirs:.0f} us")
+
+
+def stages() -> None:
+    """Host microseconds a call of each stage of a remembered float16 NHWC call on tensors
+    (resnet50.13's shape at batch 32), against F.conv2d and PyTorch's own small operations."""
+    import im2win
+    torch.backends.cudnn.benchmark = True
+    x = torch.randn(32, 128, 28, 28, device="cuda", dtype=torch.float16)
+    x = x.to(memory_format=torch.channels_last)
+    w4 = torch.randn(512, 128, 1, 1, device="cuda", dtype=torch.float16)
+    xv = x.permute(0, 2, 3, 1)
+    w = w4.permute(0, 2, 3, 1).contiguous()
+    kw = dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, layout="NHWC")
+    im2win.conv2d(xv, w, None, **kw)
+    key = cuda.torch_call_key(xv, w, None, (1, 1), (0, 0), (1, 1), 1, "NHWC", "auto", None,
+                              None, None)
+    tc = cuda.cached_call(key)
+    exe, raw = tc.call.exe, torch._C._cuda_getCurrentRawStream
+    y = tc(xv, w, None)
+    rows = {
+        "F.conv2d (channels-last NCHW view)": lambda: torch.nn.functional.conv2d(x, w4),
+        "module-like: permute, conv2d, permute": lambda: im2win.conv2d(
+            x.permute(0, 2, 3, 1), w, None, **kw).permute(0, 3, 1, 2),
+        "im2win.conv2d on the NHWC view": lambda: im2win.conv2d(xv, w, None, **kw),
+        "torch_call_key": lambda: cuda.torch_call_key(xv, w, None, (1, 1), (0, 0), (1, 1), 1,
+                                                      "NHWC", "auto", None, None, None),
+        "cached_call(key)": lambda: cuda.cached_call(key),
+        "TorchCall(x, w, None)": lambda: tc(xv, w, None),
+        "x.new_empty(y)": lambda: xv.new_empty(tc.call.y_shape),
+        "torch.empty(y)": lambda: torch.empty(tc.call.y_shape, device="cuda",
+                                              dtype=torch.float16),
+        "raw stream": lambda: raw(0),
+        "streamIsCapturing": lambda: cupy_capturing(raw(0)),
+        "launch_pointers": lambda: exe.launch_pointers(xv.data_ptr(), w.data_ptr(), 0,
+                                                       y.data_ptr(), raw(0), None),
+        "x.permute": lambda: x.permute(0, 2, 3, 1),
+        "x.data_ptr()": lambda: x.data_ptr(),
+        "x.stride()": lambda: x.stride(),
+        "x.shape": lambda: x.shape,
+    }
+    for name, fn in rows.items():
+        print(f"{name}: {host_us(fn, 200):.2f} us", flush=True)
+
+
+def cupy_capturing(stream):
+    import cupy
+    return cupy.cuda.runtime.streamIsCapturing(stream)
 
 
 def key_of(x, m):
