@@ -227,11 +227,16 @@ def test_float16_runs_on_tensor_cores_with_16_byte_copies_where_runs_allow():
 def test_call_keys_tell_apart_what_compares_equal():
     """The memo of GPU calls keys arguments with their types: True == 1 and 1.0 == 1, but a
     remembered stride=1 must not let stride=True or 1.0 skip validation."""
-    from im2win.cuda import _NoKey, _exact
+    from im2win.cuda import _NoKey, _exact, _exact_args
     assert _exact([1, (2, 3)]) == (1, (2, 3)) and _exact("same") == "same"
     for bad in (True, 1.0, np.int64(1), (1, True), [1.0, 2]):
         with pytest.raises(_NoKey):
             _exact(bad)
+        with pytest.raises(_NoKey):
+            _exact_args((1, bad, None))
+    for args in [((1, 1), (0, 0), (1, 1), 1, "NHWC", "auto", None, None),
+                 (1, [2, 3], ((1, 0), (2, 2)), 1, "NCHW", "auto", 5, "float32")]:
+        assert _exact_args(args) == _exact(args)          # the fast path's key is _exact's
 
 
 def test_memos_forget_the_oldest_past_their_bound(monkeypatch):

@@ -59,9 +59,6 @@ def _exact(value):
     raise _NoKey
 
 
-_PLAIN = frozenset((int, str, type(None)))
-
-
 def _array_key(a, aligned: bool = False):
     if a is None:
         return None
@@ -124,8 +121,19 @@ def torch_call_key(x, w, bias, stride, padding, dilation, groups, layout, algori
 
 
 def _exact_args(args: tuple) -> tuple:
-    """The call's non-array arguments as a key (plain values are their own)."""
-    return args if _PLAIN.issuperset(map(type, args)) else tuple(map(_exact, args))
+    """The call's non-array arguments as a key: their own where each is an int, a str, None
+    or a tuple of ints (what `_exact` would make of them: a module's stride, padding and
+    dilation pairs), else through `_exact` (a loop, not `_exact`'s recursion: this runs on
+    every call)."""
+    for value in args:
+        kind = type(value)
+        if kind is tuple:
+            for item in value:
+                if type(item) is not int:
+                    return tuple(map(_exact, args))
+        elif kind is not int and kind is not str and value is not None:
+            return tuple(map(_exact, args))
+    return args
 
 
 def backward_key(make, a, b, shape, kwargs):

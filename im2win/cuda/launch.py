@@ -375,6 +375,9 @@ class Executable:
         self.smem = plan.smem
         allow_shared_memory(self.function_ptr, self.smem)
         self.taps = NULL
+        # A graph that captures a launch reads the table at replay (`_captured` keeps the
+        # Executable for it); nothing else of the Executable's is read then.
+        self.has_table = bool(plan.taps)
         if plan.taps:
             # Uploaded on a stream of its own, so that a first call made while another stream
             # is being captured does not put the upload into that graph.
@@ -631,7 +634,7 @@ class TorchCall:
         same_device = cupy.cuda.runtime.getDevice() == call.device
         if call.fast and same_device:
             exe = call.exe
-            if cupy.cuda.runtime.streamIsCapturing(stream):
+            if exe.has_table and cupy.cuda.runtime.streamIsCapturing(stream):
                 _captured.add(exe)               # the graph holds its table's address
             y = x.new_empty(call.y_shape)
             exe.launch_pointers(x.data_ptr(), w.data_ptr(),
@@ -790,15 +793,18 @@ class Call:
         if cupy.cuda.runtime.getDevice() != self.device:
             with cupy.cuda.Device(self.device):
                 return self(x, w, bias, out)
-        scratch = Scratch()
-        if scratch.capturing:
-            _captured.add(self.exe)              # the graph holds its table's address
         if self.fast:
             # The kernel is launched as soon as y's memory exists; its array (2-3 us of host
             # time) is made while the GPU runs.
+            exe, stream = self.exe, cupy.cuda.get_current_stream().ptr
+            if exe.has_table and cupy.cuda.runtime.streamIsCapturing(stream):
+                _captured.add(exe)               # the graph holds its table's address
             memory = cupy.cuda.alloc(self.nbytes)
-            self.exe.launch_into(x, w, bias, memory.ptr, scratch.stream)
+            exe.launch_into(x, w, bias, memory.ptr, stream)
             return cupy.ndarray(self.y_shape, self.dtype, memory)
+        scratch = Scratch()
+        if scratch.capturing:
+            _captured.add(self.exe)              # the graph holds its table's address
         if out is None:
             y = cupy.empty(self.y_shape, self.dtype)
         else:
