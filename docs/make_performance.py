@@ -680,33 +680,52 @@ runs: on 2026-12-03 two float16 runs of efficientnet_b0 twenty minutes apart, on
 differed only in its depthwise layers, measured cuDNN's total at 2.16 ms and 3.45 ms (im2win's
 2.49 and 3.22). The class means move less (float16 depthwise 0.85x and 0.84x in those runs);
 the kernel work behind each change is measured on the GPU alone, replayed from CUDA graphs
-(`tools/suite_profile.py`, `tools/depthwise_dev.py`).
+(`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
+
+The float16 columns are the run after `pointwise.cu` (the 1x1 layers of at most 96 filters
+and 240 channels), on a host slower than the run before it (cuDNN's resnet50 total 1.81 ms
+then, 2.21 ms now): 1x1 0.98x -> 1.02x, all 0.97x -> 0.99x. The 3x3 class fell from 1.03x to
+0.93x on the same kernels: its two slowest layers, resnet50.22 (0.57x) and .18 (0.79x), 512
+channels on 7x7 outputs, run split-K (a partial-sum buffer from CuPy's pool, the kernel and
+the sum's launch), about 40 µs of host time a call where one launch costs 15-20, so the host's
+speed shows in full there. The float32 columns are the run before.
 """
 
 FORWARD_NOTES = """
 ### A whole forward pass: `examples/resnet50.py`
 
-`python examples/resnet50.py --batch 32 --dtype float16|float32` on the H200 (2026-12-03):
-torchvision's ResNet-50 (random weights, eval mode) with each convolution an
-`im2win.conv2d` on the module's tensors, against the same model on cuDNN (TF32 off,
-`cudnn.benchmark`), median of 10 forward passes between CUDA events after warm-up. At this
-batch PyTorch's own forward is bound by its host (3.5 ms of host time for 3.5 ms of forward,
-float16), so the time each convolution call costs the host counts in full. Target: 0.95x.
+torchvision's ResNet-50 (random weights, eval mode, batch 32) with each convolution an
+`im2win.conv2d` on the module's tensors (`examples/resnet50.py`'s model), against the same
+model on cuDNN (TF32 off, `cudnn.benchmark`): `python tools/forward_ab.py --rounds 3` on the
+H200, both models in one process, the rounds interleaved; each cell the median of 10 forward
+passes between CUDA events after warm-up, then both forwards captured into CUDA graphs and
+replayed (the GPU's work alone). At this batch PyTorch's own float16 forward is bound by its
+host (4.3-6.9 ms of host time a pass for 4.5-6.7 ms), so what each convolution call costs the
+host counts in full, and the host's speed moved by half between rounds. Target: 0.95x.
 
-| | im2win ms | PyTorch ms | ratio | relative error |
-|---|---|---|---|---|
-| float16 NHWC, convolutions given CuPy views by DLPack in the example (before) | 6.54, 7.42 | 3.46, 4.02 | 0.53x, 0.54x | 4.3e-04 |
-| float16 NHWC, `im2win.conv2d` on the tensors (`launch.TorchCall`) | 4.94, 5.81 | 4.39, 5.20 | 0.89x, 0.89x | 4.3e-04 |
-| float32 NCHW, DLPack views (before) | 11.60, 14.73 | 11.10, 11.16 | 0.96x, 0.76x | 5.5e-07 |
-| float32 NCHW, on the tensors | 16.27, 18.93 | 11.18, 11.23 | 0.69x, 0.59x | 5.5e-07 |
+| 2026-12-03, a7f7743 | im2win ms | PyTorch ms | ratio |
+|---|---|---|---|
+| float16 NHWC, eager, rounds 1-3 | 4.94, 4.86, 6.33 | 4.52, 5.02, 6.65 | 0.91x, 1.03x, 1.05x |
+| float16 NHWC, replayed from a CUDA graph | 2.51 | 2.40 | 0.96x |
+| float32 NCHW, eager, rounds 1-3 | 11.63, 11.62, 11.65 | 11.22, 11.22, 11.19 | 0.96x, 0.97x, 0.96x |
+| float32 NCHW, replayed from a CUDA graph | 11.26 | 10.70 | 0.95x |
 
-Each cell is two runs (two processes) in one call of the GPU machine; "before" and "after"
-come from two calls (two starts of the machine). The float16 gain is the
-DLPack exchange no longer paid (`cupy.from_dlpack` of a tensor took 23 µs of host time,
-`torch.from_dlpack` 8, and a layer's kernel 15-40 µs). The float32 runs moved between
-processes by up to 30% on both sides and their kernels are the same ones (the 1x1 layers on
-cuBLAS and the NHWC twin, which run on CuPy views of the tensors); the float32 drop is not
-explained yet.
+The outputs' relative error (by norm) against PyTorch's, from `examples/resnet50.py` on the
+same weights (the run before): 4.3e-04 in float16, 5.5e-07 in float32. What moved the ratios
+to these:
+- **PyTorch tensors without DLPack** (`launch.TorchCall`, c91350f): a call seen before runs
+  on the tensors (`cupy.from_dlpack` of a tensor took 23 µs of host time, `torch.from_dlpack`
+  8); float16 0.53x -> 0.89x.
+- **Calls of several launches on the tensors too** (acbab0f): the float32 forward's 1x1
+  layers (cuBLAS) and 3x3 layers (the NHWC twin's copies and kernel) went through CuPy views,
+  a CuPy y, a new stream object and `torch.from_dlpack` every call; now views of the tensors
+  and of a y from PyTorch's allocator on a stream object made once: host time a pass 7.9-11.9
+  -> 6.8-7.9 ms, below the GPU's 11 ms (the run before measured 0.59-0.69x on that path).
+- **The key of a call** (a7f7743): a module's (1, 1) pairs went through a recursive check on
+  every call; `tools/forward_ab.py --stages`: `torch_call_key` 7.6 -> 4.3 µs, a remembered
+  call 27.9 -> 20.4 µs against F.conv2d's 26.9 -> 22.6 (two runs, the host faster in the
+  second). The example's module still pays two `permute`s a call (2.2 µs each) that
+  `F.conv2d` on a channels-last tensor does not.
 """
 
 
