@@ -914,6 +914,29 @@ def test_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch, dty
     first = run(x, w, b, "NHWC", kwargs, dtype=dtype)
     again = run(x, w, b, "NHWC", kwargs, dtype=dtype)
     cupy.testing.assert_array_equal(first, again)                # no atomics: the same bits
+    # A new y (the call by pointers, its partial sums from CuPy's pool), then the same call
+    # captured into a graph (partial sums the graph's own) and replayed.
+    args = (cupy.asarray(xs), cupy.asarray(ws), cupy.asarray(b.astype(dtype)))
+    for _ in range(2):
+        cupy.testing.assert_array_equal(im2win.conv2d(*args, layout="NHWC", **kwargs), first)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        captured = im2win.conv2d(*args, layout="NHWC", **kwargs)
+        graph = stream.end_capture()
+    captured.fill(np.nan)
+    graph.launch()
+    cupy.cuda.Device().synchronize()
+    cupy.testing.assert_array_equal(captured, first)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if dtype == np.float16 and torch is not None and torch.cuda.is_available():
+        tensors = [torch.from_dlpack(a) for a in args]    # seen once, then by pointers
+        for _ in range(2):
+            y = im2win.conv2d(*tensors, layout="NHWC", **kwargs)
+            cupy.testing.assert_array_equal(cupy.from_dlpack(y), first)
     run(x, w, None, "NHWC", kwargs, dtype=dtype)
     run(x, w, b, "NHWC", kwargs, dtype=dtype, options=Options(split_k=False))
 TF32_CASES = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments: all NHWC, C/G % 32 == 0

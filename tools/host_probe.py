@@ -6,7 +6,8 @@ NHWC and a few network layers). For each layer: host microseconds per call of ea
 call, its key, the remembered Call, the Executable alone (y made once), the bare
 cuLaunchKernel, CuPy's output allocation; then single calls between CUDA events of the whole
 call (on one x, and cycling through `bench.rotation`'s copies as `python -m im2win --suite`
-does), of the same call with y's array made before the launch (`launch.Call.fast` off), of
+does), of the same call with y's array made before the launch (`launch.Call.fast` off: for
+split-K also its partial sums from a Scratch; its host time too), of
 the bare launch and of cuDNN (one x, and rotated), and cuDNN's host time; then, in the
 suite's order, the rotated call after half a second of host work (the reference's), cuDNN
 next, and the call again. A cProfile of the whole call closes each layer when --profile is
@@ -88,6 +89,7 @@ def main():
         if call is not None and call.fast:      # the same call with y's array made first
             call.fast = False
             single["api array first"] = device.time(lambda: im2win.conv2d(x, w, **kw)) * 1e6
+            host["api array first"] = host_us(device, lambda: im2win.conv2d(x, w, **kw))
             call.fast = True
         if have_torch:
             call_t, _ = bind(bench.CUDNN, [x], w, layout, conv.kwargs)

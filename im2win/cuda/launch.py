@@ -28,8 +28,8 @@ import numpy as np
 
 from im2win import baselines
 from im2win.interop import cupy_view
-from im2win.cuda.plan import (CUDA_TYPES, ONE_LAUNCH, FILE_ARCH, GEOMETRY_64BIT, Geometry, Plan,
-                              columns_stage, nhwc_twin, source)
+from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, ONE_LAUNCH, Geometry,
+                              Plan, columns_stage, nhwc_twin, source)
 from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
 from im2win.problem import Problem
 
@@ -445,6 +445,13 @@ class Executable:
         # can launch it with y's pointer before y's array exists (Call.__call__).
         self.single = (plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH) and \
             len(launches) == 1 and self.reduce is None and self.split is None
+        # Split-K in one launch: the kernel into FP32 partial sums, then their sum into y; a
+        # call can take both buffers from an allocator of its own and launch by pointers too.
+        self.outputs = prob.N * prob.P * prob.Q * prob.K
+        self.partial_bytes = 4 * plan.splits * self.outputs if self.reduce is not None else 0
+        self.by_pointers = self.single or (
+            plan.algorithm == "im2win_fused" and len(launches) == 1 and
+            self.reduce is not None and self.split is None)
 
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
         """The NCHW problem on its NHWC twin: x and w copied channels-last into scratch, the
@@ -528,19 +535,30 @@ class Executable:
                                             [a.ctypes.data for a in params], maps, at)
         return buffers
 
-    def launch_into(self, x, w, bias, y_ptr: int, stream: int) -> None:
-        """The one launch of a `single` Executable: conv(x, w) + bias into the contiguous
-        output at y_ptr on `stream`; w and bias contiguous."""
+    def launch_into(self, x, w, bias, y_ptr: int, stream: int, partial: int = 0) -> None:
+        """The launch of a `by_pointers` Executable: conv(x, w) + bias into the contiguous
+        output at y_ptr on `stream` (split-K: through `partial_bytes` of partial sums at
+        `partial`); w and bias contiguous."""
         self.launch_pointers(x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
-                             y_ptr, stream, lambda: (x, w))
+                             y_ptr, stream, lambda: (x, w), partial)
 
-    def launch_pointers(self, x: int, w: int, bias: int, y: int, stream: int, arrays) -> None:
+    def launch_pointers(self, x: int, w: int, bias: int, y: int, stream: int, arrays,
+                        partial: int = 0) -> None:
         """`launch_into` by the arrays' pointers (bias 0: none); `arrays()` gives x and w as
         CuPy arrays where a TMA descriptor must be encoded."""
-        _, params = self._set_pointers(x, w, bias, y, arrays)
+        pointers, params = self._set_pointers(x, w, bias, y, arrays)
         grid = self.launches[0][2]
+        if self.reduce is not None:
+            pointers[4] = partial
         cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block, self.smem, stream,
                                       params[0], 0)
+        if self.reduce is not None:
+            self._sum_splits(partial, bias, y, stream)
+
+    def _sum_splits(self, partial: int, bias: int, y: int, stream: int) -> None:
+        """Split-K's second launch: y = the partial sums' sum, plus the bias (pointers)."""
+        self.reduce((min(-(-self.outputs // 256), 8 * 65535), 1, 1), (256, 1, 1), stream,
+                    partial, bias, y, self.outputs, self.prob.K, self.plan.splits)
 
     def _set_pointers(self, x: int, w: int, bias: int, y: int, arrays):
         """This call's four pointers, and its TMA descriptors, into this thread's argument
@@ -585,9 +603,7 @@ class Executable:
                 cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block,
                                               self.smem, scratch.stream, param, 0)
             if partial is not None:
-                self.reduce((min(-(-y.size // 256), 8 * 65535), 1, 1), (256, 1, 1),
-                            scratch.stream, partial.data.ptr, pointers[2], y.data.ptr,
-                            y.size, prob.K, plan.splits)
+                self._sum_splits(partial.data.ptr, int(pointers[2]), y.data.ptr, scratch.stream)
             return y
         b = NULL if bias is None else bias
         # Materialised windows: the filter in window order (each pixel's reduction is then
@@ -637,9 +653,14 @@ class TorchCall:
             if exe.has_table and cupy.cuda.runtime.streamIsCapturing(stream):
                 _captured.add(exe)               # the graph holds its table's address
             y = x.new_empty(call.y_shape)
+            partial = None       # split-K's partial sums: PyTorch's memory (graph-safe)
+            if exe.partial_bytes:
+                partial = torch.empty(exe.partial_bytes // 4, dtype=torch.float32,
+                                      device=x.device)
             exe.launch_pointers(x.data_ptr(), w.data_ptr(),
                                 0 if bias is None else bias.data_ptr(), y.data_ptr(), stream,
-                                lambda: (cupy_view(x), cupy_view(w)))
+                                lambda: (cupy_view(x), cupy_view(w)),
+                                0 if partial is None else partial.data_ptr())
             return y
         if self.direct:
             y = x.new_empty(call.y_shape)
@@ -775,7 +796,7 @@ class Call:
             None if a is None else _extent(a) for a in (out, x, w, bias))
         self.nbytes = int(np.prod(self.y_shape)) * self.dtype.itemsize
         # A new y, one launch, nothing to copy first: y's memory, the launch, then y's array.
-        self.fast = exe.single and out is None and self.nbytes > 0 and not (
+        self.fast = exe.by_pointers and out is None and self.nbytes > 0 and not (
             self.copy_w or self.copy_bias)
 
     def overlaps(self, out, *inputs) -> bool:
@@ -793,15 +814,23 @@ class Call:
         if cupy.cuda.runtime.getDevice() != self.device:
             with cupy.cuda.Device(self.device):
                 return self(x, w, bias, out)
+        exe = self.exe
         if self.fast:
             # The kernel is launched as soon as y's memory exists; its array (2-3 us of host
-            # time) is made while the GPU runs.
-            exe, stream = self.exe, cupy.cuda.get_current_stream().ptr
-            if exe.has_table and cupy.cuda.runtime.streamIsCapturing(stream):
+            # time) is made while the GPU runs. Split-K's partial sums come from CuPy's pool
+            # (back to it at once: the pool orders their reuse on this stream), except in a
+            # capture, where the graph must own them (Scratch, below).
+            stream = cupy.cuda.get_current_stream().ptr
+            capturing = (exe.has_table or exe.partial_bytes) and \
+                cupy.cuda.runtime.streamIsCapturing(stream)
+            if capturing and exe.has_table:
                 _captured.add(exe)               # the graph holds its table's address
-            memory = cupy.cuda.alloc(self.nbytes)
-            exe.launch_into(x, w, bias, memory.ptr, stream)
-            return cupy.ndarray(self.y_shape, self.dtype, memory)
+            if not (capturing and exe.partial_bytes):
+                memory = cupy.cuda.alloc(self.nbytes)
+                partial = cupy.cuda.alloc(exe.partial_bytes) if exe.partial_bytes else None
+                exe.launch_into(x, w, bias, memory.ptr, stream,
+                                0 if partial is None else partial.ptr)
+                return cupy.ndarray(self.y_shape, self.dtype, memory)
         scratch = Scratch()
         if scratch.capturing:
             _captured.add(self.exe)              # the graph holds its table's address

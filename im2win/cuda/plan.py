@@ -16,11 +16,11 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from im2win.cuda.tuning import (ALGORITHMS, ONE_LAUNCH, FFMA_TILES, MMA_BK, MMA_TILES, NO_MICRO_KERNEL,
-                                THREE_TF32_TILES, TILES, WGMMA_BK, WGMMA_TILES, MmaTile, Options,
-                                Tile, WgmmaTile, choose_ffma_tile, choose_mma_tile,
-                                choose_tf32_tile, choose_tile, choose_wgmma_tile,
-                                choose_wgmma_tma_tile)
+from im2win.cuda.tuning import (ALGORITHMS, FFMA_TILES, MMA_BK, MMA_TILES, NO_MICRO_KERNEL,
+                                ONE_LAUNCH, THREE_TF32_TILES, TILES, WGMMA_BK, WGMMA_TILES,
+                                MmaTile, Options, Tile, WgmmaTile, choose_ffma_tile,
+                                choose_mma_tile, choose_tf32_tile, choose_tile,
+                                choose_wgmma_tile, choose_wgmma_tma_tile)
 from im2win.problem import Problem
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
