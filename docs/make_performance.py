@@ -683,12 +683,13 @@ the kernel work behind each change is measured on the GPU alone, replayed from C
 (`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
 
 The float16 columns are the run after `pointwise.cu` (the 1x1 layers of at most 96 filters
-and 240 channels), on a host slower than the run before it (cuDNN's resnet50 total 1.81 ms
-then, 2.21 ms now): 1x1 0.98x -> 1.02x, all 0.97x -> 0.99x. The 3x3 class fell from 1.03x to
-0.93x on the same kernels: its two slowest layers, resnet50.22 (0.57x) and .18 (0.79x), 512
-channels on 7x7 outputs, run split-K (a partial-sum buffer from CuPy's pool, the kernel and
-the sum's launch), about 40 µs of host time a call where one launch costs 15-20, so the host's
-speed shows in full there. The float32 columns are the run before.
+and 240 channels) and split-K calls by pointers (6371337): all 1.07x one call at a time and
+back to back, 1x1 1.09x, 3x3 1.20x, depthwise 1.03x. Two runs that day show how far the host
+moves single calls: after `pointwise.cu` alone, on a slower host (cuDNN's resnet50 total 2.21
+ms against 1.82 here), all was 0.99x and 3x3 0.93x, its slowest layers resnet50.22 (0.57x) and
+.18 (0.79x), split-K with a partial-sum buffer and a Scratch a call (31 µs of host time, now
+19: `tools/host_probe.py`); the run before `pointwise.cu` gave 0.97x (1x1 0.98x). The float32
+columns are the run before these.
 """
 
 FORWARD_NOTES = """
