@@ -652,7 +652,7 @@ POINTWISE_CASES = [  # x (N, C, H, W), w (K, C, 1, 1): pointwise.cu's 1x1 forms
     ((1, 8, 5, 3), (8, 8, 1, 1)),           # C = K = 8, fewer pixels than one tile
     ((3, 24, 11, 13), (96, 24, 1, 1)),      # C = 16 + 8 (zero columns), K at its most
     ((2, 240, 6, 9), (40, 240, 1, 1)),      # C = 240: 15 steps of 16
-    ((4, 32, 29, 31), (16, 32, 1, 1)),      # 3596 pixels: many tiles a block
+    ((4, 32, 29, 31), (16, 32, 1, 1)),      # 3596 pixels: 57 tiles
     ((2, 104, 3, 5), (56, 104, 1, 1)),      # K = 8 * 7
 ]
 
@@ -665,9 +665,54 @@ def test_pointwise_matches_reference(rng, dtype, x_shape, w_shape, bias):
     run(x, w, b, "NHWC", {}, dtype=dtype, algorithm="pointwise")
 
 
+def test_pointwise_blocks_loop_over_many_tiles(rng, monkeypatch):
+    """The grid sized for a device of one SM (4 to 8 blocks): each block loops over many tiles,
+    copying the next one's rows into the other stage while it multiplies one, and reuses its
+    output staging; every output checked, into a new y and into `out`."""
+    import weakref
+    from im2win import cuda
+    from im2win.cuda import launch
+    monkeypatch.setattr(launch, "sm_count", lambda device: 1)
+    monkeypatch.setattr(launch, "_executables", weakref.WeakValueDictionary())
+    monkeypatch.setattr(cuda, "_calls", {})
+    for x_shape, w_shape in (((4, 32, 29, 31), (16, 32, 1, 1)),      # 57 tiles, 8 blocks
+                             ((3, 24, 11, 13), (96, 24, 1, 1)),      # 7 tiles, 4 blocks
+                             ((2, 64, 40, 41), (40, 64, 1, 1)),      # 52 tiles and a tail
+                             ((2, 240, 12, 9), (40, 240, 1, 1))):    # 4 tiles, 2 blocks
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        y = run(x, w, b, "NHWC", {}, dtype=np.float16, algorithm="pointwise")
+        xs, ws = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+        args = (cupy.asarray(xs), cupy.asarray(ws), cupy.asarray(b.astype(np.float16)))
+        cupy.testing.assert_array_equal(im2win.conv2d(*args, layout="NHWC"), y)
+        prob = make_problem(*args, layout="NHWC")
+        plan = cuda._plan(prob, args[0], args[1], "auto", None, None)
+        exe = launch.executable(prob, plan)
+        assert plan.algorithm == "pointwise" and exe.launches[0][2][0] < plan.geometry.tiles
+
+
+def test_a_tuned_pointwise_winner_is_not_given_a_misaligned_x(rng, monkeypatch):
+    """autotune's winner is remembered for x's alignment too: a shifted x of the same shape
+    and strides, which pointwise.cu cannot copy by 16 bytes, gets "auto"'s own choice."""
+    from im2win import cuda
+    monkeypatch.setattr(cuda, "_tuned", {})
+    monkeypatch.setattr(cuda, "_calls", {})
+    x, w, _ = random_arrays(rng, (2, 24, 8, 8), (32, 24, 1, 1), 32, bias=False)
+    xs, ws = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+    base = cupy.zeros((2, 8, 8, 40), cupy.float16)
+    base[..., 8:32] = cupy.asarray(xs)
+    w_gpu = cupy.asarray(ws)
+    assert cuda.autotune(base[..., 8:32], w_gpu, layout="NHWC", algorithms=("pointwise",),
+                         repeat=1)[0][0] == "pointwise"
+    base[..., 4:28] = cupy.asarray(xs)                    # the same values, 8 bytes off 16
+    y = im2win.conv2d(base[..., 4:28], w_gpu, layout="NHWC")
+    ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), layout="NHWC")
+    assert_close(cupy.asnumpy(y), ref, np.float16, 24)
+
+
 def test_pointwise_views_misaligned_out_and_filter(rng):
     """x a channel slice of a wider array (pixels 40 apart, read in place), an out and a
     filter one element off 16 bytes (element stores and loads), and "auto" taking it."""
+    from im2win import cuda
     x, w, b = random_arrays(rng, (3, 24, 7, 10), (32, 24, 1, 1), 32, bias=True)
     xs, ws = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
     bs = b.astype(np.float16)
@@ -683,7 +728,10 @@ def test_pointwise_views_misaligned_out_and_filter(rng):
     im2win.conv2d(wide[..., 8:32], w_off, cupy.asarray(bs), out=out, layout="NHWC",
                   algorithm="pointwise")
     assert_close(cupy.asnumpy(out), ref, np.float16, 24)
-    y = im2win.conv2d(cupy.asarray(xs), cupy.asarray(ws), cupy.asarray(bs), layout="NHWC")
+    args = (cupy.asarray(xs), cupy.asarray(ws), cupy.asarray(bs))
+    assert cuda._plan(make_problem(*args, layout="NHWC"), args[0], args[1], "auto", None,
+                      None).algorithm == "pointwise"
+    y = im2win.conv2d(*args, layout="NHWC")
     assert_close(cupy.asnumpy(y), ref, np.float16, 24)
     with pytest.raises(ValueError, match="16-byte copies"):     # pixels 36 apart: not 8s
         im2win.conv2d(cupy.zeros((3, 7, 10, 36), cupy.float16)[..., :24], cupy.asarray(ws),

@@ -481,7 +481,7 @@ def test_1x1_layers_of_few_filters_get_the_pointwise_kernel():
                                   pointwise_smem)
     compiled = {expr for _, expr in specializations()}
     prob = problem((32, 56, 56, 96), (24, 1, 1, 96), np.float16, layout="NHWC")
-    plan = plan_for(prob)
+    plan = plan_for(prob, arch=90)
     assert plan.algorithm == "pointwise" and plan.kernel == "pointwise_nhwc<half_t, 3>"
     assert plan.kernel in compiled and plan.workspace_bytes == 0
     smem = 2 * ((24 + 128) * 104 + 64 * 32)          # filter, two stages, the staged outputs
@@ -490,15 +490,24 @@ def test_1x1_layers_of_few_filters_get_the_pointwise_kernel():
     assert plan.geometry == PointwiseArgs((32, 56, 56, 96, 96), (56 * 56 * 96, 1, 56 * 96, 96),
                                           (128, 1, 1), smem, tiles, 6)
     assert plan.geometry.grid(prob, 132) == (784, 1, 1)             # two tiles a block
+    assert plan_for(prob, arch=86).geometry.per_sm == 2             # 100 KB an SM there
     bf16 = problem((3, 5, 7, 40), (96, 1, 1, 40), ml_dtypes.bfloat16, layout="NHWC")
-    assert plan_for(bf16).kernel == "pointwise_nhwc<bf16_t, 12>" and \
-        plan_for(bf16).geometry.per_sm == 4
+    assert plan_for(bf16, arch=90).kernel == "pointwise_nhwc<bf16_t, 12>" and \
+        plan_for(bf16, arch=90).geometry.per_sm == 4
     # a channel slice of a wider array: pixels 104 apart, read in place
     sliced = make_plan(prob, x_strides=(56 * 56 * 104, 1, 56 * 104, 104), w_aligned=True)
     assert sliced.algorithm == "pointwise" and sliced.geometry.ints[-1] == 104
     wide = problem((2, 5, 7, 256), (64, 1, 1, 256), np.float16, layout="NHWC")
-    assert plan_for(wide).algorithm != "pointwise"                  # C past 240: not "auto"
-    assert plan_for(wide, algorithm="pointwise").kernel == "pointwise_nhwc<half_t, 8>"
+    assert plan_for(wide, arch=90).algorithm != "pointwise"         # C past 240: not "auto"
+    assert plan_for(wide, algorithm="pointwise", arch=90).kernel == "pointwise_nhwc<half_t, 8>"
+    # 110592 bytes of shared memory: within Hopper's and the A100's block, not an sm_86's
+    assert plan_for(wide, algorithm="pointwise", arch=80).smem == 110592
+    for arch in (86, 89, None):
+        with pytest.raises(ValueError, match="99 KB|101376 bytes"):
+            plan_for(wide, algorithm="pointwise", arch=arch)
+    big = problem((2, 5, 7, 240), (80, 1, 1, 240), np.float16, layout="NHWC")  # 114432 bytes
+    assert plan_for(big, arch=90).algorithm == "pointwise"
+    assert plan_for(big, arch=86).algorithm != "pointwise"          # "auto" there: not it
     refused = [problem((2, 16, 5, 7), (24, 16, 1, 1), np.float16),          # NCHW
                problem((2, 5, 7, 16), (24, 1, 1, 16), np.float32, layout="NHWC"),
                problem((2, 5, 7, 16), (24, 3, 3, 16), np.float16, layout="NHWC"),

@@ -20,6 +20,7 @@ import im2win
 from im2win import bench
 from im2win.bench import GPU, SUITE_BATCH, bind, prepare
 from im2win.cuda import plan as cuda_plan
+from im2win.cuda import launch
 from im2win.cuda.launch import element_strides
 from im2win.networks import NETWORKS
 
@@ -46,7 +47,8 @@ def main():
         if SUITE_BATCH["gpu"] * conv.H * conv.W < args.min_pixels:
             continue
         prob, _, _, x, w = prepare(conv, SUITE_BATCH["gpu"], args.dtype, "NHWC", device)
-        if cuda_plan.pointwise_refusal(prob, element_strides(x, "NHWC"), True):
+        if cuda_plan.pointwise_refusal(prob, element_strides(x, "NHWC"), True,
+                                       im2win.cuda.compute_capability(0)):
             continue
         bias = cupy.asarray(np.random.default_rng(1).uniform(-1, 1, conv.K), x.dtype)
         kw = dict(layout="NHWC", **conv.kwargs)
@@ -67,6 +69,7 @@ def main():
                 lambda self, prob, sms: (cuda_plan.even(self.tiles, min(self.per_sm, 4) * sms),
                                          1, 1))
             im2win.cuda._calls.clear()          # remembered calls hold the last variant's plan
+            launch._executables.clear()         # and Executables the grid of its own
             call, _ = bind(im2win.conv2d, [x], w, "NHWC", conv.kwargs)
             times.append(graph_time(call, False) * 1e6)
         cuda_plan.pointwise_pays, cuda_plan.PointwiseArgs.grid = pays, grid

@@ -33,6 +33,7 @@ from im2win.cuda.tuning import MMA_TILES, THREE_TF32_TILES, WGMMA_TILES
 
 from im2win import cuda
 from im2win.arrays import checked_problem
+from im2win.cuda import launch
 
 rng = np.random.default_rng(0)
 CASES = [((2, 6, 13, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 1), padding=((2, 0), (1, 3)))),
@@ -57,9 +58,10 @@ ONLY_TF32 = sys.argv[1:] == ["tf32"]
 ONLY_NARROW = sys.argv[1:] == ["narrow"]
 ONLY_POINTWISE = sys.argv[1:] == ["pointwise"]
 # pointwise.cu's forms (NHWC 1x1, 16-bit): tails, C of 16 + 8 (zero columns), K from 8 to 96,
-# x a channel slice, y and w one element off 16 bytes: x, w (NCHW-lettered).
+# x a channel slice, y and w one element off 16 bytes, blocks of one tile and of several:
+# x, w (NCHW-lettered).
 POINTWISE_CASES = [((2, 16, 9, 7), (24, 16, 1, 1)), ((1, 8, 5, 3), (8, 8, 1, 1)),
-                   ((3, 24, 11, 13), (96, 24, 1, 1)), ((2, 240, 6, 9), (40, 240, 1, 1)),
+                   ((3, 24, 11, 13), (96, 24, 1, 1)), ((2, 240, 12, 9), (40, 240, 1, 1)),
                    ((4, 32, 29, 31), (16, 32, 1, 1))]
 # narrow.cu's forms (NHWC, 16-bit): stems of C <= 8, groups of 8, 16 and 32, tails, strides,
 # dilation, vector and element copies: x, w (NCHW-lettered), kwargs.
@@ -97,10 +99,16 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
                           **kwargs)
 
 
-for (x_shape, w_shape), dtype in itertools.product(POINTWISE_CASES,
-                                                   (np.float16, ml_dtypes.bfloat16)):
+# Each case twice: with the device's grid (a tile a block, on these sizes), then with one
+# sized for a device of one SM, so that each block loops over tiles through both stages.
+sms = launch.sm_count
+for (x_shape, w_shape), dtype, one_sm in itertools.product(
+        POINTWISE_CASES, (np.float16, ml_dtypes.bfloat16), (False, True)):
     if not (ONLY_POINTWISE or len(sys.argv) == 1):
         break
+    launch.sm_count = (lambda device: 1) if one_sm else sms
+    launch._executables.clear()               # Executables hold the grid made with it
+    cuda._calls.clear()
     x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
                (x_shape, w_shape, w_shape[0]))
     x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
@@ -113,6 +121,9 @@ for (x_shape, w_shape), dtype in itertools.product(POINTWISE_CASES,
     w_off[1:] = w.ravel()
     im2win.conv2d(wide[..., 8:], w_off[1:].reshape(w.shape), layout="NHWC",
                   algorithm="pointwise", out=out)
+launch.sm_count = sms
+launch._executables.clear()
+cuda._calls.clear()
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         NARROW_CASES, (np.float16, ml_dtypes.bfloat16)):
     if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_DEPTHWISE or \

@@ -23,7 +23,8 @@ MAX_CALLS = 4096
 
 _calls: dict = {}         # call key -> launch.Call
 _backward_problems: dict = {}   # backward call key -> (Problem, result shape, direct callable)
-_tuned: dict = {}         # (Problem, x strides, precision) -> (algorithm, tile): `autotune`
+# (Problem, x strides, x 16-byte aligned, precision) -> (algorithm, tile): `autotune`
+_tuned: dict = {}
 _lock = threading.Lock()
 
 
@@ -176,10 +177,11 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None, precision=
     from im2win.cuda import launch, plan as planning
 
     x_strides = launch.element_strides(x, prob.layout)
-    tuned = _tuned.get((prob, x_strides, precision))
+    x_aligned, w_aligned = _aligned(x, w)
+    # keyed by x's alignment too: a winner that copies x by 16 bytes cannot run a shifted x
+    tuned = _tuned.get((prob, x_strides, x_aligned, precision))
     if algorithm == "auto" and tile is None and tuned and workspace_limit is None:
         algorithm, tile = tuned
-    x_aligned, w_aligned = _aligned(x, w)
     return planning.make_plan(prob, x_strides=x_strides, w_aligned=w_aligned,
                               algorithm=algorithm, options=options,
                               workspace_limit=workspace_limit, tile=tile, x_aligned=x_aligned,
@@ -320,7 +322,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     results.sort(key=lambda r: r[2])
     if prob.N == 0:
         return results
-    _remember(_tuned, (prob, launch.element_strides(x, prob.layout), precision),
-              results[0][:2])
+    _remember(_tuned, (prob, launch.element_strides(x, prob.layout), _aligned(x, w)[0],
+                       precision), results[0][:2])
     _calls.clear()          # remembered calls of this problem were planned without the winner
     return results

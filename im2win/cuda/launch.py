@@ -549,6 +549,8 @@ class Executable:
         pointers, params = self._set_pointers(x, w, bias, y, arrays)
         grid = self.launches[0][2]
         if self.reduce is not None:
+            if not partial:
+                raise ValueError("a split-K launch needs its partial sums' memory")
             pointers[4] = partial
         cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block, self.smem, stream,
                                       params[0], 0)
@@ -683,9 +685,11 @@ class TorchCall:
             scratch = Scratch()
             if scratch.capturing:
                 _captured.add(exe)               # the graph holds its table's address
-            exe(cupy_view(x), cupy_view(w), None if bias is None else cupy_view(bias),
-                cupy_view(y), scratch)
-            scratch.release()
+            try:
+                exe(cupy_view(x), cupy_view(w), None if bias is None else cupy_view(bias),
+                    cupy_view(y), scratch)
+            finally:
+                scratch.release()
 
 
 _streams: dict = {}

@@ -388,7 +388,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "depthwise"
         elif narrow_pays(prob) and narrow_refusal(prob, x_strides, x_aligned) is None:
             algorithm = "narrow"
-        elif pointwise_pays(prob) and pointwise_refusal(prob, x_strides, x_aligned) is None:
+        elif pointwise_pays(prob) and \
+                pointwise_refusal(prob, x_strides, x_aligned, arch) is None:
             algorithm = "pointwise"
         elif gemm_pays(prob) and gemm_refusal(prob, x_strides) is None and (
                 workspace_limit is None or gemm_gather_bytes(prob) <= workspace_limit):
@@ -405,7 +406,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if algorithm == "narrow":
         return narrow_plan(prob, options, x_strides, x_aligned)
     if algorithm == "pointwise":
-        return pointwise_plan(prob, options, x_strides, x_aligned)
+        return pointwise_plan(prob, options, x_strides, x_aligned, arch)
     if algorithm == "im2win_nhwc":
         return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch)
     if algorithm == "im2win_columns":
@@ -951,7 +952,18 @@ POINTWISE_DTYPES = ("float16", "bfloat16")
 POINTWISE_THREADS = 128            # a block: 4 warps
 POINTWISE_BM = 64                  # pixels per tile
 POINTWISE_MAX_K = 96               # K = 8*NT filters, NT at most 12 (the compiled forms)
-POINTWISE_SMEM_LIMIT = 227 * 1024  # a block's shared memory, at most
+# Shared memory a block may opt in to and an SM holds, by compute capability (the CUDA
+# programming guide's table); another or an unknown device: the smallest of these.
+SMEM_BY_ARCH = {80: (163, 164), 87: (163, 164), 86: (99, 100), 89: (99, 100), 90: (227, 228),
+                100: (227, 228), 120: (99, 100)}
+
+
+def smem_limits(arch: int | None) -> tuple[int, int]:
+    """(bytes a block may take, bytes an SM holds) on a device of compute capability `arch`."""
+    block, sm = SMEM_BY_ARCH.get(arch, (99, 100))
+    return block * 1024, sm * 1024
+
+
 POINTWISE_BLOCKS = {8: 8, 16: 8, 24: 6}   # blocks an SM by K, as __launch_bounds__ allows; 4 else
 # What "auto" gives it, read off tools/pointwise_dev.py (float16 NHWC, batch 32, H200, GPU us
 # from CUDA graphs; pointwise, the default before it, cuDNN): every stride-1 1x1 layer of the
@@ -991,18 +1003,22 @@ class PointwiseArgs(NamedTuple):
         return even(self.tiles, self.per_sm * sms), 1, 1
 
 
-def pointwise_refusal(prob: Problem, x_strides, x_aligned: bool) -> str | None:
-    """Why pointwise.cu cannot run the problem, or None (see pointwise_plan)."""
+def pointwise_refusal(prob: Problem, x_strides, x_aligned: bool,
+                      arch: int | None = None) -> str | None:
+    """Why pointwise.cu cannot run the problem on a device of compute capability `arch`, or
+    None (see pointwise_plan)."""
+    limit = smem_limits(arch)[0]
     if prob.layout != "NHWC" or prob.dtype.name not in POINTWISE_DTYPES or \
             (prob.R, prob.S, prob.G, prob.sh, prob.sw) != (1, 1, 1, 1, 1) or \
             any((prob.pt, prob.pb, prob.pl, prob.pr)) or prob.C % 8 or prob.K % 8 or \
             not 0 < prob.C or not 0 < prob.K <= POINTWISE_MAX_K or \
-            pointwise_smem(prob.C, prob.K) > POINTWISE_SMEM_LIMIT:
+            pointwise_smem(prob.C, prob.K) > limit:
         return (f"algorithm='pointwise' takes NHWC {' and '.join(POINTWISE_DTYPES)} 1x1 "
                 f"convolutions at stride 1 with no padding and one group, C and K multiples "
-                f"of 8, K at most {POINTWISE_MAX_K} and the filter within shared memory; got "
-                f"{prob.layout} {prob.dtype.name}, {prob.R}x{prob.S}, stride "
-                f"({prob.sh}, {prob.sw}), groups={prob.G}, C={prob.C}, K={prob.K}")
+                f"of 8, K at most {POINTWISE_MAX_K} and the filter within the device's "
+                f"{limit} bytes of shared memory a block; got {prob.layout} "
+                f"{prob.dtype.name}, {prob.R}x{prob.S}, stride ({prob.sh}, {prob.sw}), "
+                f"groups={prob.G}, C={prob.C}, K={prob.K}")
     xn, xc, xh, xw = x_strides
     step = pixel_step(prob, x_strides)
     if not (xc == 1 and x_aligned and step % 8 == 0 and step >= prob.C and step < 2 ** 31 and
@@ -1023,17 +1039,18 @@ def pointwise_kernel_name(dtype: str, K: int) -> str:
     return f"pointwise_nhwc<{CUDA_TYPES[dtype][0]}, {K // 8}>"
 
 
-def pointwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
+def pointwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
+                   arch: int | None = None) -> Plan:
     """pointwise.cu's plan: NHWC 1x1 convolutions at stride 1 of few filters (K at most
     POINTWISE_MAX_K), float16 or bfloat16, the filter resident in shared memory."""
-    refusal = pointwise_refusal(prob, x_strides, x_aligned)
+    refusal = pointwise_refusal(prob, x_strides, x_aligned, arch)
     if refusal:
         raise ValueError(refusal)
     smem = pointwise_smem(prob.C, prob.K)
-    # Blocks per SM: shared memory (228 KB an SM, 1 KB of it reserved per block) and
-    # registers (pointwise.cu's __launch_bounds__: 8 blocks for K <= 16, 6 for K = 24, else
-    # 4 of at most 128 registers a thread).
-    per_sm = max(1, min(228 * 1024 // (smem + 1024), POINTWISE_BLOCKS.get(prob.K, 4)))
+    # Blocks per SM: shared memory (an SM's, 1 KB of it reserved per block) and registers
+    # (pointwise.cu's __launch_bounds__: 8 blocks for K <= 16, 6 for K = 24, else 4 of at
+    # most 128 registers a thread).
+    per_sm = max(1, min(smem_limits(arch)[1] // (smem + 1024), POINTWISE_BLOCKS.get(prob.K, 4)))
     tiles = -(-prob.N * prob.H * prob.W // POINTWISE_BM)
     args = PointwiseArgs((prob.N, prob.H, prob.W, prob.C, pixel_step(prob, x_strides)),
                          tuple(x_strides), (POINTWISE_THREADS, 1, 1), smem, tiles, per_sm)
