@@ -288,7 +288,7 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     from im2win.cuda.plan import NarrowArgs, narrow_pitch
     stem = problem((32, 224, 224, 3), (32, 3, 3, 3), np.float16, layout="NHWC", stride=2,
                    padding=1)                                             # mobilenet_v2.0
-    plan = plan_for(stem)
+    plan = plan_for(stem, arch=90)
     assert plan.algorithm == "narrow" and isinstance(plan.geometry, NarrowArgs)
     assert plan.kernel == "narrow_nhwc<half_t, 8, 32, 4, 4, true, true>"   # raw rows by cp.async
     assert plan_for(stem, x_aligned=False).kernel.endswith("true, false>")
@@ -296,6 +296,7 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     assert (tp, tq) == (4, 112) and plan.geometry.tiles == 32 * 28
     # two blocks an SM (registers), each looping over an even share of the 896 tiles
     assert plan.geometry.per_sm == 2 and plan.geometry.grid(stem, 132) == (224, 1, 1)
+    assert plan_for(stem, arch=86).geometry.per_sm == 1               # 100 KB an SM there
     rows, cols = 3 * 2 + 3, 111 * 2 + 3                                  # the tile's window
     raw = 2 * 2 * rows * 680                     # two buffers of rows of 225 * 3 + 2 elements
     assert plan.smem == 2 * 32 * narrow_pitch(80) + 4 * 12 + 16 + 2 * rows * 226 * 8 + raw

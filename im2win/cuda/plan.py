@@ -386,7 +386,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned)))
         if channelwise:
             algorithm = "depthwise"
-        elif narrow_pays(prob) and narrow_refusal(prob, x_strides, x_aligned) is None:
+        elif narrow_pays(prob) and narrow_refusal(prob, x_strides, x_aligned, arch) is None:
             algorithm = "narrow"
         elif pointwise_pays(prob) and \
                 pointwise_refusal(prob, x_strides, x_aligned, arch) is None:
@@ -402,9 +402,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                 return twin
             algorithm = "im2win_fused"
     if algorithm == "depthwise":
-        return depthwise_plan(prob, options, x_strides, x_aligned)
+        return depthwise_plan(prob, options, x_strides, x_aligned, arch)
     if algorithm == "narrow":
-        return narrow_plan(prob, options, x_strides, x_aligned)
+        return narrow_plan(prob, options, x_strides, x_aligned, arch)
     if algorithm == "pointwise":
         return pointwise_plan(prob, options, x_strides, x_aligned, arch)
     if algorithm == "im2win_nhwc":
@@ -728,7 +728,8 @@ def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, ve
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
-def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
+def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
+                   arch: int | None = None) -> Plan:
     """The depthwise kernels' plan (any stride, padding, dilation; m = K/C filters per
     channel): depthwise_tile_nhwc where `depthwise_tile` takes the problem and Options.smem
     is on (DepthwiseTileArgs: a block per tile), else depthwise_nhwc or depthwise_nchw
@@ -745,7 +746,7 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
         return depthwise_tile_plan(prob, options, tile, vec, x_strides)
     group = prob.Cg
     if prob.layout == "NHWC" and prob.R * prob.S * 32 * vec * group * prob.dtype.itemsize > \
-            DEPTHWISE_SMEM_LIMIT:
+            min(DEPTHWISE_SMEM_LIMIT, smem_limits(arch)[0]):
         raise ValueError(f"algorithm='depthwise' keeps a block's filters in shared memory; "
                          f"R*S = {prob.R * prob.S} is too large for that")
     window = depthwise_window(prob)
@@ -764,6 +765,18 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) 
                          prob.R * prob.S * channels * group * prob.dtype.itemsize, channels,
                          window[2])
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
+
+
+# Shared memory a block may opt in to and an SM holds, by compute capability (the CUDA
+# programming guide's table); another or an unknown device: the smallest of these.
+SMEM_BY_ARCH = {80: (163, 164), 87: (163, 164), 86: (99, 100), 89: (99, 100), 90: (227, 228),
+                100: (227, 228), 120: (99, 100)}
+
+
+def smem_limits(arch: int | None) -> tuple[int, int]:
+    """(bytes a block may take, bytes an SM holds) on a device of compute capability `arch`."""
+    block, sm = SMEM_BY_ARCH.get(arch, (99, 100))
+    return block * 1024, sm * 1024
 
 
 NARROW_GROUPS = (8, 16, 32)        # channels per group narrow.cu takes (K == C), besides stems
@@ -861,7 +874,8 @@ def narrow_blocks(cp: int, stem: bool) -> list[tuple[int, int, tuple[int, ...]]]
     return out
 
 
-def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool) -> NarrowTile | None:
+def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool,
+                limit: int = NARROW_SMEM_LIMIT) -> NarrowTile | None:
     """The block for the problem: the first KB that divides K; among its MT choices whose
     window (twice where vx: the next tile's is copied while one is computed) fits
     NARROW_SMEM_LIMIT, the fewest pixel slots over the grid (tiles times pixels per block:
@@ -886,7 +900,7 @@ def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool) -> NarrowTile | No
                     window * (2 if vx and not stem else 1))
             if vx and stem:                    # two buffers of raw rows
                 smem += 2 * 2 * rows * -(-(cols * prob.C + 2) // 8) * 8
-            if smem > NARROW_SMEM_LIMIT or tiles >= 2 ** 31:
+            if smem > limit or tiles >= 2 ** 31:
                 continue
             if best is None or tiles * capacity < best[0]:
                 best = (tiles * capacity, NarrowTile(kb, nw, mt, tp, tq, smem, tiles))
@@ -895,7 +909,13 @@ def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool) -> NarrowTile | No
     return None
 
 
-def narrow_refusal(prob: Problem, x_strides, x_aligned: bool) -> str | None:
+def narrow_limit(arch: int | None) -> int:
+    """A narrow.cu block's shared memory, at most, on a device of compute capability arch."""
+    return min(NARROW_SMEM_LIMIT, smem_limits(arch)[0])
+
+
+def narrow_refusal(prob: Problem, x_strides, x_aligned: bool,
+                   arch: int | None = None) -> str | None:
     """Why narrow.cu cannot run the problem, or None (see narrow_plan)."""
     form = narrow_form(prob)
     if form is None:
@@ -903,9 +923,10 @@ def narrow_refusal(prob: Problem, x_strides, x_aligned: bool) -> str | None:
                 f"{NARROW_STEM_CHANNELS} and groups of C/groups == K/groups in {NARROW_GROUPS}; "
                 f"got {prob.layout} {prob.dtype.name}, C={prob.C}, K={prob.K}, "
                 f"groups={prob.G}")
-    if narrow_tile(prob, *form, narrow_vector(prob, x_strides, x_aligned)) is None:
+    limit = narrow_limit(arch)
+    if narrow_tile(prob, *form, narrow_vector(prob, x_strides, x_aligned), limit) is None:
         return (f"algorithm='narrow' needs K a multiple of 8 (of 32 for groups) and a tile "
-                f"whose window and filters fit {NARROW_SMEM_LIMIT} bytes of shared memory; "
+                f"whose window and filters fit {limit} bytes of shared memory; "
                 f"got K={prob.K}, R x S = {prob.R} x {prob.S}, stride {prob.sh} x {prob.sw}")
     return None
 
@@ -927,18 +948,19 @@ def narrow_vector(prob: Problem, x_strides, x_aligned: bool) -> bool:
     return xc == 1 and x_aligned and all(s % 8 == 0 for s in (xn, xh, xw))
 
 
-def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool) -> Plan:
+def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
+                arch: int | None = None) -> Plan:
     """narrow.cu's plan: NHWC stems of C <= 8 channels and groups of C/G = K/G channels in
     NARROW_GROUPS (any stride, padding, dilation), float16 or bfloat16."""
-    refusal = narrow_refusal(prob, x_strides, x_aligned)
+    refusal = narrow_refusal(prob, x_strides, x_aligned, arch)
     if refusal:
         raise ValueError(refusal)
     cp, stem = narrow_form(prob)
     vx = narrow_vector(prob, x_strides, x_aligned)
-    tile = narrow_tile(prob, cp, stem, vx)
+    tile = narrow_tile(prob, cp, stem, vx, narrow_limit(arch))
     # Blocks per SM: shared memory (228 KB an SM, 1 KB of it reserved per block) and
     # registers (ptxas, sm_90: up to 128 a thread for stems, 80 for groups).
-    per_sm = max(1, min(228 * 1024 // (tile.smem + 1024), 2 if stem else 3))
+    per_sm = max(1, min(smem_limits(arch)[1] // (tile.smem + 1024), 2 if stem else 3))
     args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
                        prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, tile.tp,
                        tile.tq), tuple(x_strides), (NARROW_THREADS, 1, 1), tile.smem, tile.tiles,
@@ -952,18 +974,6 @@ POINTWISE_DTYPES = ("float16", "bfloat16")
 POINTWISE_THREADS = 128            # a block: 4 warps
 POINTWISE_BM = 64                  # pixels per tile
 POINTWISE_MAX_K = 96               # K = 8*NT filters, NT at most 12 (the compiled forms)
-# Shared memory a block may opt in to and an SM holds, by compute capability (the CUDA
-# programming guide's table); another or an unknown device: the smallest of these.
-SMEM_BY_ARCH = {80: (163, 164), 87: (163, 164), 86: (99, 100), 89: (99, 100), 90: (227, 228),
-                100: (227, 228), 120: (99, 100)}
-
-
-def smem_limits(arch: int | None) -> tuple[int, int]:
-    """(bytes a block may take, bytes an SM holds) on a device of compute capability `arch`."""
-    block, sm = SMEM_BY_ARCH.get(arch, (99, 100))
-    return block * 1024, sm * 1024
-
-
 POINTWISE_BLOCKS = {8: 8, 16: 8, 24: 6}   # blocks an SM by K, as __launch_bounds__ allows; 4 else
 # What "auto" gives it, read off tools/pointwise_dev.py (float16 NHWC, batch 32, H200, GPU us
 # from CUDA graphs; pointwise, the default before it, cuDNN): every stride-1 1x1 layer of the
