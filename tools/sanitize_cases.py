@@ -49,14 +49,17 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    # depthwise_tile_nhwc: a channel tile's tail, two column tiles, 7x7 stride 2
                    ((2, 72, 15, 37), (72, 1, 5, 5), dict(padding=2)),
                    ((1, 40, 20, 19), (40, 1, 7, 7), dict(stride=2, padding=3))]
-ONLY_FLOAT16 = sys.argv[1:] == ["float16"]
-ONLY_WGMMA = sys.argv[1:] == ["wgmma"]
-ONLY_DEPTHWISE = sys.argv[1:] == ["depthwise"]
-ONLY_TMA = sys.argv[1:] == ["tma"]
-ONLY_FFMA = sys.argv[1:] == ["ffma"]
-ONLY_TF32 = sys.argv[1:] == ["tf32"]
-ONLY_NARROW = sys.argv[1:] == ["narrow"]
-ONLY_POINTWISE = sys.argv[1:] == ["pointwise"]
+MODES = ("float16", "wgmma", "tma", "tf32", "depthwise", "narrow", "pointwise", "ffma")
+ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
+if ONLY is not None and ONLY not in MODES:
+    sys.exit(f"sanitize_cases.py takes one of {', '.join(MODES)} or nothing, got {ONLY!r}")
+
+
+def runs(*modes: str) -> bool:
+    """Whether this run takes the cases of `modes` (every case runs with no mode given)."""
+    return ONLY is None or ONLY in modes
+
+
 # pointwise.cu's forms (NHWC 1x1, 16-bit): tails, C of 16 + 8 (zero columns), K from 8 to 96,
 # x a channel slice, y and w one element off 16 bytes, blocks of one tile and of several:
 # x, w (NCHW-lettered).
@@ -104,7 +107,7 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
 sms = launch.sm_count
 for (x_shape, w_shape), dtype, one_sm in itertools.product(
         POINTWISE_CASES, (np.float16, ml_dtypes.bfloat16), (False, True)):
-    if not (ONLY_POINTWISE or len(sys.argv) == 1):
+    if not runs("pointwise"):
         break
     launch.sm_count = (lambda device: 1) if one_sm else sms
     launch._executables.clear()               # Executables hold the grid made with it
@@ -126,8 +129,7 @@ launch._executables.clear()
 cuda._calls.clear()
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         NARROW_CASES, (np.float16, ml_dtypes.bfloat16)):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_DEPTHWISE or \
-            ONLY_POINTWISE:
+    if not runs("narrow"):
         break
     x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
                (x_shape, w_shape, w_shape[0]))
@@ -137,8 +139,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
     wide[..., ::2] = x
     im2win.conv2d(wide[..., ::2], w, layout="NHWC", algorithm="narrow", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW or \
-            ONLY_POINTWISE:
+    if not runs("depthwise"):
         break
     for (x_shape, w_shape, kwargs), dtype in itertools.product(
             DEPTHWISE_CASES, (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)):
@@ -151,8 +152,7 @@ for layout in ("NCHW", "NHWC"):
                           groups=x_shape[1], algorithm="depthwise", options=options, **kwargs)
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
-    if ONLY_WGMMA or ONLY_FLOAT16 or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW or \
-            ONLY_POINTWISE:
+    if not runs("depthwise"):
         break
     if dtype == np.float32 and w_shape[1] == 8:
         continue                                  # 8 channels are more than a float32 vector
@@ -161,7 +161,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
                   cupy.asarray(w.transpose(0, 2, 3, 1).copy()), layout="NHWC",
                   algorithm="depthwise", **kwargs)
 for layout in ("NCHW", "NHWC"):
-    if ONLY_DEPTHWISE or ONLY_TMA or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW or ONLY_POINTWISE:
+    if not runs("float16", "wgmma"):
         break
     for x_shape, w_shape, kwargs in CASES:
         x = rng.uniform(-1, 1, x_shape).astype(np.float32)
@@ -171,18 +171,18 @@ for layout in ("NCHW", "NHWC"):
         x, w = cupy.asarray(x), cupy.asarray(w)
         b = cupy.asarray(rng.uniform(-1, 1, w_shape[0]).astype(np.float32))
         half = x.astype(cupy.float16), w.astype(cupy.float16), b.astype(cupy.float16)
-        if HOPPER and not ONLY_FLOAT16:
+        if HOPPER and ONLY != "float16":
             bf16 = tuple(a.astype(ml_dtypes.bfloat16) for a in (x, w, b))
             for arrays in (half, bf16):
                 every_tile(*arrays, layout, kwargs, WGMMA_TILES)
             every_hopper_switch(*half, layout, kwargs)
-        if ONLY_WGMMA:
+        if ONLY == "wgmma":
             continue
         every_tile(*half, layout, kwargs, MMA_TILES)
         every_switch(*half, layout, kwargs, tensor_cores=True)
         for algorithm in ("direct", "im2win", "im2win_fused"):
             im2win.conv2d(x, w, b, layout=layout, algorithm=algorithm, **kwargs)
-        if ONLY_FLOAT16:
+        if ONLY == "float16":
             continue
         every_tile(x, w, b, layout, kwargs, cuda.TILES)
         every_switch(x, w, b, layout, kwargs, tensor_cores=False)
@@ -219,8 +219,7 @@ def float32_on_tensor_cores():
 
 
 # The wgmma kernel's TMA copies (NHWC, C/G a multiple of 64 or 32), every tile, both 16-bit types.
-if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA or ONLY_TF32 or ONLY_NARROW or
-                   ONLY_POINTWISE):
+if HOPPER and runs("tma", "wgmma"):
     for dtype in (np.float16, ml_dtypes.bfloat16):
         x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 11, 128)).astype(dtype))
         w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 128)).astype(dtype))
@@ -314,13 +313,12 @@ if HOPPER and not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_FFMA or ONLY_TF32 or O
                                       cupy.ascontiguousarray(dy3.transpose(0, 3, 1, 2)),
                                       (16, 3, 5, 5), stride=2)
     float32_on_tensor_cores()
-elif HOPPER and ONLY_TF32:
+elif HOPPER and ONLY == "tf32":
     float32_on_tensor_cores()
 # float32 NHWC on CUDA cores: im2win_ffma.cu (every tile and switch; tails of pixels and
 # filters, padding, stride, groups), wgrad_ffma.cu (every tile, float4 and scalar x loads,
 # one split and several), and window gradients of many channels (backward data, cv12's form).
-if not (ONLY_FLOAT16 or ONLY_DEPTHWISE or ONLY_TMA or ONLY_WGMMA or ONLY_TF32 or ONLY_NARROW or
-        ONLY_POINTWISE):
+if runs("ffma"):
     from im2win.cuda import launch, wgrad_ffma
     from im2win.cuda.tuning import FFMA_TILES
     from im2win.problem import make_backward_filter_problem

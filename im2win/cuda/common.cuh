@@ -56,6 +56,23 @@ template <> __device__ __forceinline__ double from_acc<double>(double v) { retur
 template <typename A, typename B> struct same_type { static constexpr bool value = false; };
 template <typename A> struct same_type<A, A> { static constexpr bool value = true; };
 
+// The 16-bit Tensor-Core kernels' MMA (narrow.cu, pointwise.cu): d += a * b, one
+// mma.sync m16n8k16 with FP32 accumulators, a (row) and b (col) fragments of T.
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4],
+                                             const unsigned (&b)[2]) {
+  if constexpr (same_type<T, bf16_t>::value)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 // The CUDA-core float32 kernels' register micro-tile (im2win_ffma.cu, wgrad_ffma.cu): one step
 // of the 8 x 8 outer product, acc[i][j] += a[i] * b[j], a and b each two float4 of shared
 // memory (a0, a1: rows i < 4 and i >= 4; b0, b1 likewise for j), IEEE fused multiply-adds.

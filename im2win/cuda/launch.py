@@ -441,17 +441,15 @@ class Executable:
             if plan.precision == "3xtf32" else None
         self.gemm = GemmCall(prob, plan) if plan.algorithm == "gemm" else None
         self.local = threading.local()
-        # One cuLaunchKernel with no kernel before or after it and nothing in scratch: a call
-        # can launch it with y's pointer before y's array exists (Call.__call__).
-        self.single = (plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH) and \
-            len(launches) == 1 and self.reduce is None and self.split is None
-        # Split-K in one launch: the kernel into FP32 partial sums, then their sum into y; a
-        # call can take both buffers from an allocator of its own and launch by pointers too.
+        # One cuLaunchKernel (and, for split-K, the sum of its FP32 partial sums) with nothing
+        # else in scratch: a call can take y's memory (and the partial sums') from an
+        # allocator of its own and launch by pointers before y's array exists (Call.__call__,
+        # TorchCall); `single`: that one launch alone.
+        self.by_pointers = (plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH) \
+            and len(launches) == 1 and self.split is None
+        self.single = self.by_pointers and self.reduce is None
         self.outputs = prob.N * prob.P * prob.Q * prob.K
         self.partial_bytes = 4 * plan.splits * self.outputs if self.reduce is not None else 0
-        self.by_pointers = self.single or (
-            plan.algorithm == "im2win_fused" and len(launches) == 1 and
-            self.reduce is not None and self.split is None)
 
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
         """The NCHW problem on its NHWC twin: x and w copied channels-last into scratch, the

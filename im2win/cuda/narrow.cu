@@ -46,21 +46,6 @@ __device__ __forceinline__ void narrow_copy(void* dst, const void* src, bool val
                "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
 }
 
-template <typename T>
-__device__ __forceinline__ void narrow_mma(float (&acc)[4], const unsigned (&a)[4],
-                                           const unsigned (&b)[2]) {
-  if constexpr (same_type<T, bf16_t>::value)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // Pitches in elements: an odd number of 16-byte (8-element) rows.
 __host__ __device__ constexpr int narrow_pitch(int elements) {
   return (elements / 8) % 2 ? elements : elements + 8;
@@ -281,7 +266,7 @@ __global__ void __launch_bounds__(256)
                      : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                      : "r"(offset < 0 ? zero_row : a_base + 2 * (a_row[t] + offset)));
 #pragma unroll
-        for (int j = 0; j < NW; ++j) narrow_mma<T>(acc[t][j], a, b[j]);
+        for (int j = 0; j < NW; ++j) mma_m16n8k16<T>(acc[t][j], a, b[j]);
       }
     }
 

@@ -877,8 +877,8 @@ def narrow_blocks(cp: int, stem: bool) -> list[tuple[int, int, tuple[int, ...]]]
 def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool,
                 limit: int = NARROW_SMEM_LIMIT) -> NarrowTile | None:
     """The block for the problem: the first KB that divides K; among its MT choices whose
-    window (twice where vx: the next tile's is copied while one is computed) fits
-    NARROW_SMEM_LIMIT, the fewest pixel slots over the grid (tiles times pixels per block:
+    window (twice where vx: the next tile's is copied while one is computed) fits `limit`
+    bytes (narrow_limit), the fewest pixel slots over the grid (tiles times pixels per block:
     small maps take small blocks), the larger block on a tie."""
     best = None
     for kb, nw, mts in narrow_blocks(cp, stem):
@@ -958,8 +958,8 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
     cp, stem = narrow_form(prob)
     vx = narrow_vector(prob, x_strides, x_aligned)
     tile = narrow_tile(prob, cp, stem, vx, narrow_limit(arch))
-    # Blocks per SM: shared memory (228 KB an SM, 1 KB of it reserved per block) and
-    # registers (ptxas, sm_90: up to 128 a thread for stems, 80 for groups).
+    # Blocks per SM: shared memory (an SM's, 1 KB of it reserved per block) and registers
+    # (ptxas, sm_90: up to 128 a thread for stems, 80 for groups).
     per_sm = max(1, min(smem_limits(arch)[1] // (tile.smem + 1024), 2 if stem else 3))
     args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
                        prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, tile.tp,
@@ -976,15 +976,14 @@ POINTWISE_BM = 64                  # pixels per tile
 POINTWISE_MAX_K = 96               # K = 8*NT filters, NT at most 12 (the compiled forms)
 POINTWISE_BLOCKS = {8: 8, 16: 8, 24: 6}   # blocks an SM by K, as __launch_bounds__ allows; 4 else
 # What "auto" gives it, read off tools/pointwise_dev.py (float16 NHWC, batch 32, H200, GPU us
-# from CUDA graphs; pointwise, the default before it, cuDNN): every stride-1 1x1 layer of the
-# five networks with C at most 240 and K at most 96 ran faster than the default before it
-# (mobilenet_v2.2 and efficientnet_b0.4, 32 -> 16 over 401408 pixels: 10.3 against cuBLAS's
-# 14.1, cuDNN 14.6; mobilenet_v2.5, 96 -> 24: 7.8 against 13.0, cuDNN 8.9; .8, 144 -> 24: 10.4
-# against 16.2, 8.4; efficientnet_b0.21, 240 -> 40: 8.8 against 10.0, 5.3; .23, 240 -> 80 over
-# 6272: 7.0 against 8.5, 5.6; efficientnet_b0.5, 16 -> 96: 30.0 against 32.2, 32.0), and none
-# with more: resnet50.4, 256 -> 64: 26.6 against 19.8; mobilenet_v2.18, 384 -> 64: 8.3 against
-# 7.0; resnext50_32x4d.1, 64 -> 128: 15.3 against 15.3 (the filter's share of shared memory
-# leaves too few tiles in flight, or the accumulators too few warps).
+# from CUDA graphs; the default before it -> pointwise, cuDNN): every stride-1 1x1 layer of the
+# five networks with C at most 240 and K at most 96 ran faster than before (mobilenet_v2.2 and
+# efficientnet_b0.4, 32 -> 16 over 401408 pixels: 14.5 (cuBLAS) -> 11.6, cuDNN 14.1;
+# mobilenet_v2.5, 96 -> 24: 13.0 -> 8.0, 7.0; .8, 144 -> 24: 16.2 -> 10.3, 11.4;
+# efficientnet_b0.21, 240 -> 40: 10.0 -> 8.0, 5.4; .23, 240 -> 80 over 6272: 8.5 -> 6.4, 3.6;
+# .5, 16 -> 96: 32.6 -> 27.4, 32.2), and in its first form (C a template argument, the same
+# loop) none with more: resnet50.4, 256 -> 64: 26.6 against 19.8; mobilenet_v2.18, 384 -> 64:
+# 8.3 against 7.0 (the filter's share of shared memory leaves too few tiles in flight).
 POINTWISE_AUTO_MAX_C = 240
 
 

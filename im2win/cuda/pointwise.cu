@@ -48,20 +48,6 @@ __device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], const void* p) {
                : "=r"(r[0]), "=r"(r[1]) : "r"(smem_u32(p)));
 }
 
-template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  if constexpr (same_type<T, bf16_t>::value)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 }  // namespace pointwise
 
 // N, H, W, C, step: the problem's extents and x's pixel stride in elements; xn..xw: x's element
@@ -145,7 +131,7 @@ pointwise_nhwc(const T* __restrict__ x, const T* __restrict__ w, const T* __rest
       for (int j = 0; j < NT; ++j) {
         unsigned b[2];
         ldmatrix_x2(b, b_row + j * 8 * ROW + c);
-        mma<T>(acc[j], a, b);
+        mma_m16n8k16<T>(acc[j], a, b);
       }
     }
     // The outputs into this warp's staging rows: c0, c1 at row lane/4, c2, c3 at row lane/4 + 8.
