@@ -688,8 +688,18 @@ back to back, 1x1 1.09x, 3x3 1.20x, depthwise 1.03x. Two runs that day show how 
 moves single calls: after `pointwise.cu` alone, on a slower host (cuDNN's resnet50 total 2.21
 ms against 1.82 here), all was 0.99x and 3x3 0.93x, its slowest layers resnet50.22 (0.57x) and
 .18 (0.79x), split-K with a partial-sum buffer and a Scratch a call (31 µs of host time, now
-19: `tools/host_probe.py`); the run before `pointwise.cu` gave 0.97x (1x1 0.98x). The float32
-columns are the run before these.
+19: `tools/host_probe.py`); the run before `pointwise.cu` gave 0.97x (1x1 0.98x).
+
+The float32 columns are the run of 2026-12-04 after split-K for `im2win_ffma.cu` (small grids:
+ResNet's 3x3 layers at 14x14 and 7x7, ConvNeXt's downsampling layers), its sum writing the
+NCHW y of an NCHW problem's NHWC twin, and the twin's filter copied one element a thread: all
+1.05-1.06x, 3x3 0.75x -> 0.87x, resnet50 0.88x -> 0.95x against the run before (1.00x).
+convnext_tiny's column is a rerun a few minutes after the five-network run, of the same code:
+in that run its downsampling layers' single calls gave "other" 0.77x (convnext_tiny.4 at
+0.71x); in this one and a third, 0.86x and 0.85x (.2 0.75x, .4 0.87x, .6 0.94x, against
+cuDNN's 147, 156 and 180 µs). The 3x3 layers' slowest are the stride-1 ones at 28x28 and
+14x14 (resnet50.10 0.63x, .16 0.68x), where cuDNN's FP32 runs at 45-60 TFLOPS of direct
+FLOPs, close to the 67 TFLOPS peak that a direct kernel cannot pass (Winograd, by its rate).
 """
 
 FORWARD_NOTES = """

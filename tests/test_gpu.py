@@ -8,6 +8,7 @@ import im2win
 from helpers import random_arrays, to_layout
 from im2win import reference
 from im2win.cuda import TILES, Options
+from im2win.cuda.plan import SPLITS
 from im2win.cuda.tuning import FFMA_TILES, MMA_TILES, WGMMA_TILES
 from im2win.problem import make_problem
 from im2win.testing import allowed_error, assert_close, relative_error
@@ -108,6 +109,44 @@ def test_every_ffma_tile_matches_reference(rng, tile, switch):
         run(x, w, b, "NHWC", kwargs, tile=tile, algorithm="im2win_fused", options=options)
         ran += 1
     assert ran >= 3
+
+
+FFMA_SPLIT_CASES = [  # im2win_ffma.cu's split-K forced on small problems (the planner splits only
+    # problems of a GFLOP or more): 2, 4 and 8 ranges, odd first slices, empty last ranges
+    ((2, 64, 7, 7), (70, 64, 3, 3), dict(padding=1), "NHWC"),          # K % 4 != 0 tail
+    ((2, 128, 5, 6), (36, 128, 3, 3), dict(padding=1, stride=(1, 2)), "NHWC"),
+    ((1, 16, 9, 7), (64, 16, 3, 3), dict(), "NHWC"),                   # 9 slices of 16
+    ((2, 48, 8, 8), (40, 48, 3, 3), dict(padding=1), "NCHW"),          # on the NHWC twin
+]
+
+
+@pytest.mark.parametrize("splits", SPLITS)
+@pytest.mark.parametrize("x_shape, w_shape, kwargs, layout", FFMA_SPLIT_CASES)
+def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch, x_shape,
+                                                                w_shape, kwargs, layout, splits):
+    from im2win import cuda
+    from im2win.cuda import launch, plan as planning
+    monkeypatch.setattr(planning, "ffma_split_count", lambda *args, **kw: splits)
+    algorithm = "im2win_nhwc" if layout == "NCHW" else "auto"
+    cuda._calls.clear()                                # plans remembered with other counts
+    launch._executables.clear()
+    try:
+        x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+        y = run(x, w, b, layout, kwargs, algorithm=algorithm)
+        xs, ws = (cupy.asarray(np.ascontiguousarray(a.astype(np.float32)))
+                  for a in to_layout(layout, x, w))
+        bs = cupy.asarray(b.astype(np.float32))
+        prob = make_problem(xs, ws, bs, layout=layout, **kwargs)
+        plan = cuda._plan(prob, xs, ws, algorithm, None, None)
+        if layout == "NCHW":                           # the sum writes the NCHW y
+            assert plan.inner.geometry.y_nchw == 1
+            plan = plan.inner
+        assert plan.file == "im2win_ffma" and plan.splits == splits
+        again = im2win.conv2d(xs, ws, bs, layout=layout, algorithm=algorithm, **kwargs)
+        assert cupy.array_equal(y, again)              # the partial sums in a fixed order
+    finally:
+        cuda._calls.clear()
+        launch._executables.clear()
 
 
 def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
@@ -987,6 +1026,12 @@ def test_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch, dty
             cupy.testing.assert_array_equal(cupy.from_dlpack(y), first)
     run(x, w, None, "NHWC", kwargs, dtype=dtype)
     run(x, w, b, "NHWC", kwargs, dtype=dtype, options=Options(split_k=False))
+    # NCHW on the NHWC twin: the sum writes the NCHW y (split_reduce_nchw).
+    xn, wn = x.astype(dtype), w.astype(dtype)
+    twin = cuda._plan(make_problem(xn, wn, layout="NCHW", **kwargs), cupy.asarray(xn),
+                      cupy.asarray(wn), "im2win_nhwc", None, None)
+    assert twin.inner.splits > 1 and twin.inner.geometry.y_nchw == 1
+    run(x, w, b, "NCHW", kwargs, dtype=dtype, algorithm="im2win_nhwc")
 TF32_CASES = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments: all NHWC, C/G % 32 == 0
     ((2, 64, 9, 11), (70, 64, 3, 3), dict(padding=1, stride=(2, 1))),    # K tail, stride
     ((3, 32, 7, 6), (40, 32, 1, 1), dict()),                              # reduction of 32

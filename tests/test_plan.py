@@ -575,14 +575,18 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
     assert plan.workspace_bytes == nhwc_workspace(cv8, y=False) == \
         (8 * 64 * 56 * 56 + 128 * 64 * 9) * 2
     assert nhwc_workspace(cv8) == nhwc_workspace(cv8, y=False) + 8 * 56 * 56 * 128 * 2
-    # ... but into a channels-last y with the switch off, on mma.sync, or split.
+    # ... but into a channels-last y with the switch off or on mma.sync.
     off = plan_for(cv8, arch=90, options=Options(nchw_epilogue=False))
     assert off.inner.geometry == twin.geometry and off.workspace_bytes == nhwc_workspace(cv8)
     assert plan_for(cv8, arch=80, algorithm="im2win_nhwc").inner.geometry.y_nchw == 0
+    # Split-K: the sum of the partial sums writes the NCHW y (split_reduce_nchw).
     few = problem((2, 2304, 7, 7), (160, 2304, 1, 1), np.float16)          # few tiles, 36 slices
     split = plan_for(few, arch=90)
     assert split.algorithm == "im2win_nhwc" and split.inner.splits > 1
-    assert split.inner.geometry.y_nchw == 0
+    assert split.inner.geometry.y_nchw == 1 and split.workspace_bytes == \
+        nhwc_workspace(few, y=False) + split.inner.workspace_bytes
+    assert plan_for(few, arch=90, options=Options(nchw_epilogue=False)).inner.geometry.y_nchw \
+        == 0
     assert plan_for(cv8, arch=80).algorithm == "im2win_fused"               # not Hopper
     assert plan_for(cv8, arch=90, options=Options(hopper=False)).algorithm == "im2win_fused"
     assert plan_for(cv8, arch=90, workspace_limit=plan.workspace_bytes - 1).algorithm == \
@@ -859,6 +863,38 @@ def test_float32_stems_on_tensor_cores_run_over_window_columns_of_32(layout):
         for kwargs in (dict(workspace_limit=1000), dict(options=Options(window_columns=False))):
             with pytest.raises(ValueError, match="C/groups=3|workspace_limit=1000"):
                 plan_for(prob, arch=90, precision="3xtf32", **kwargs)
+
+
+def test_ffma_splits_the_reduction_of_small_grids():
+    from im2win.cuda.plan import (FFMA_SPLIT_MIN_SLICES, ffma_kernel_name, split_workspace)
+    # ResNet-50's 3x3 layers at batch 32, the counts tools/ffma_split_dev.py measured fastest
+    late = problem((32, 7, 7, 512), (512, 3, 3, 512), layout="NHWC", padding=1)   # 200 tiles
+    mid = problem((32, 14, 14, 256), (256, 3, 3, 256), layout="NHWC", padding=1)  # 392
+    early = problem((32, 28, 28, 128), (128, 3, 3, 128), layout="NHWC", padding=1)  # 784
+    assert [plan_for(p).splits for p in (late, mid, early)] == [8, 2, 1]
+    plan = plan_for(late)
+    assert plan.file == "im2win_ffma" and plan.grid(32, 1)[2] == plan.splits
+    assert plan.kernel == ffma_kernel_name(plan.tile, Options(), plan.splits) and \
+        plan.kernel.startswith("im2win_ffma_split<")
+    assert plan.workspace_bytes == split_workspace(late, plan.splits)
+    compiled = {expr for _, expr in specializations()}
+    assert plan.kernel in compiled and "split_reduce<float>" in compiled
+    # the device's SMs: on half an H200's, mid's 392 tiles are a wave already
+    assert plan_for(mid, sms=66).splits == 1 and plan_for(late, sms=66).splits > 1
+    # NCHW through its NHWC twin: the twin's plan splits alike, for the device's SMs
+    nchw = problem((32, 256, 14, 14), (256, 256, 3, 3), padding=1)
+    assert plan_for(nchw).inner.splits == 2 and plan_for(nchw, sms=66).inner.splits == 1
+    # Not: the switch or the ring off, groups, a short reduction, a big grid, the workspace.
+    for kwargs in (dict(options=Options(split_k=False)),
+                   dict(options=Options(double_buffer=False)),
+                   dict(workspace_limit=split_workspace(late, 2) - 1)):
+        assert plan_for(late, **kwargs).splits == 1
+    grouped = problem((32, 7, 7, 512), (512, 3, 3, 256), layout="NHWC", padding=1, groups=2)
+    short = problem((32, 7, 7, 8), (512, 3, 3, 8), layout="NHWC", padding=1)   # 9 slices
+    big = problem((128, 56, 56, 64), (64, 3, 3, 64), layout="NHWC", padding=1)
+    for prob in (grouped, short, big):
+        assert plan_for(prob).file == "im2win_ffma" and plan_for(prob).splits == 1
+    assert short.reduction // 8 < 2 * FFMA_SPLIT_MIN_SLICES
 
 
 def test_float32_nhwc_fused_windows_of_8_channels_run_on_the_ffma_kernel():

@@ -334,6 +334,24 @@ if runs("ffma"):
             if prob.Cg % FFMA_TILES[tile].BK == 0:
                 cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile,
                             options=Options.ablations()[name])
+    # Split-K forced (the planner splits a GFLOP or more): 9 slices of 16 in 2, 4 and 8 ranges
+    # (odd first slices, empty last ranges), partial sums and split_reduce, bias and tails;
+    # NCHW on the NHWC twin (transpose_narrow's filter, split_reduce_nchw's y).
+    from im2win.cuda import plan as planning
+    count = planning.ffma_split_count
+    x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 7, 16)).astype(np.float32))
+    w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 16)).astype(np.float32))
+    b = cupy.asarray(rng.uniform(-1, 1, 70).astype(np.float32))
+    for n in planning.SPLITS:
+        planning.ffma_split_count = lambda *args, n=n, **kw: n
+        cuda._calls.clear()
+        launch._executables.clear()
+        im2win.conv2d(x, w, b, layout="NHWC", padding=1)
+        im2win.conv2d(x.transpose(0, 3, 1, 2).copy(), w.transpose(0, 3, 1, 2).copy(), b,
+                      padding=1, algorithm="im2win_nhwc")
+    planning.ffma_split_count = count
+    cuda._calls.clear()
+    launch._executables.clear()
     # A float32 stem over its window columns (layout.cu's window_columns<float>), both layouts.
     xc, wc = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((2, 3, 20, 21), (17, 3, 7, 7)))
     for layout in ("NCHW", "NHWC"):

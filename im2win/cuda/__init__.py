@@ -185,7 +185,8 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None, precision=
     return planning.make_plan(prob, x_strides=x_strides, w_aligned=w_aligned,
                               algorithm=algorithm, options=options,
                               workspace_limit=workspace_limit, tile=tile, x_aligned=x_aligned,
-                              arch=compute_capability(x.data.device_id), precision=precision)
+                              arch=compute_capability(x.data.device_id), precision=precision,
+                              sms=launch.sm_count(x.data.device_id))
 
 
 def _aligned(x, w) -> tuple[bool, bool]:

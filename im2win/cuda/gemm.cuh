@@ -99,3 +99,51 @@ __device__ __forceinline__ Tap tap_at(int t, const int2* __restrict__ taps, cons
   return tap;
 }
 
+// Split-K's second launch (im2win_wgmma.cu's and im2win_ffma.cu's split forms): y[i] = the
+// sum over the splits, in order, of partial[split][i], plus bias[i % K]; y (N*P*Q, K). The
+// same bits every run (no atomics).
+template <typename T>
+__global__ void split_reduce(const float* __restrict__ partial, const T* __restrict__ bias,
+                             T* __restrict__ y, i64 total, int K, int splits) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total;
+       i += (i64)gridDim.x * blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < splits; ++s) v = add(v, partial[s * total + i]);
+    if (bias) v = add(v, to_acc(bias[i % K], 0.f));
+    y[i] = from_acc<T>(v);
+  }
+}
+
+// split_reduce into an NCHW y (the NHWC twin of an NCHW problem: Geometry.y_nchw): the same
+// sums, y[n, k, pq] for pixel n*PQ + pq. A block of 32 x 8 threads sums a tile of 32 pixels x
+// 32 filters with reads along k (coalesced in the partial sums' [pixel][filter] order),
+// passes it through shared memory, and writes along the pixels (coalesced in y's rows): no
+// channels-last y and no transpose after the sum. Grid: (ceil(pixels / 32), ceil(K / 32)).
+template <typename T>
+__global__ void __launch_bounds__(256) split_reduce_nchw(
+    const float* __restrict__ partial, const T* __restrict__ bias, T* __restrict__ y,
+    i64 total, int K, int splits, i64 PQ) {
+  __shared__ float tile[32][33];
+  const i64 pixels = total / K, p0 = blockIdx.x * (i64)32;
+  const int k0 = blockIdx.y * 32, tx = threadIdx.x, ty = threadIdx.y;
+  const int k = k0 + tx;
+  float v[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int s = 0; s < splits; ++s)               // the four pixels' loads in flight together
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const i64 pix = p0 + ty + 8 * i;
+      if (pix < pixels && k < K) v[i] = add(v[i], partial[s * total + pix * K + k]);
+    }
+  const float b = bias && k < K ? to_acc(bias[k], 0.f) : 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) tile[ty + 8 * i][tx] = bias ? add(v[i], b) : v[i];
+  __syncthreads();
+  const i64 pix = p0 + tx;
+  if (pix >= pixels) return;
+  const i64 n = pix / PQ, pq = pix - n * PQ;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int k = k0 + ty + 8 * i;
+    if (k < K) y[(n * K + k) * PQ + pq] = from_acc<T>(tile[tx][ty + 8 * i]);
+  }
+}

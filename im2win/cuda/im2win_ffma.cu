@@ -24,6 +24,11 @@
 // registers while this one is computed, one barrier per slice (off: load, barrier, compute,
 // barrier).
 //
+// Split-K (im2win_ffma_split, SPLITS of 2, 4 or 8, one group): grid z holds SPLITS
+// consecutive ranges of each tile's slices; each block writes its range's FP32 sums to
+// partial[split][pixel][filter] (a range past the last slice writes zeros), and
+// split_reduce (gemm.cuh) adds them in order of the split, then the bias, into y.
+//
 // Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC, fused, C/G % BK == 0, x 16-byte
 // aligned with element strides (n, h, w) multiples of 4 and channels contiguous, w contiguous and
 // 16-byte aligned. Stores are float4 where K/G % 4 == 0 and y is 16-byte aligned (checked here).
@@ -32,11 +37,11 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ p) {
   return __ldg(reinterpret_cast<const float4*>(p));
 }
 
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
-__global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
-    im2win_ffma(const float* __restrict__ x, const float* __restrict__ w,
-                const float* __restrict__ bias, float* __restrict__ y,
-                const int2* __restrict__ taps, Geometry geo, int g0) {
+// The kernel's body; the two entry points below give it y, or split-K's partial sums.
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS>
+__device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
+                                          const float* __restrict__ bias, float* __restrict__ y,
+                                          const Geometry& geo, int g0) {
   constexpr int NT = BM * BN / 64;         // threads
   constexpr int Q4 = BK / 4;               // float4 per pixel (or filter) and slice
   constexpr int ROWS = NT / Q4;            // pixels (or filters) the block loads in one pass
@@ -53,10 +58,10 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int tx = (warp % (BN / 64)) * 8 + lane % 8, ty = (warp / (BN / 64)) * 4 + lane / 8;
   const int quad = tid % Q4, row = tid / Q4;     // this thread's float4 of its loaded rows
-  const int g = g0 + blockIdx.z;
+  const int g = g0 + blockIdx.z / SPLITS, split = blockIdx.z % SPLITS;
   const int m0 = blockIdx.y * BM;
   const i64 j0 = (i64)blockIdx.x * BN;
-  (void)taps;
+  if (SPLITS > 1) y += (i64)split * geo.npix * geo.K;     // this range's partial sums
 
   // The pixels and filters this thread loads: rows row + i*ROWS of the tile.
   i64 xbase[XL];
@@ -151,14 +156,27 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
                 &Xs[buf][kk][col(tx * 4, kk)], &Xs[buf][kk][col(BN / 2 + tx * 4, kk)], acc);
   };
 
-  const int slices = geo.red / BK;
-  load();
-  store(0);
-  __syncthreads();
-  for (int k = 0; k < slices; ++k) {
-    const bool more = k + 1 < slices;
+  // This block's slices: all, or (split-K) the split's range of ceil(slices / SPLITS).
+  const int slices = geo.red / BK, per = (slices + SPLITS - 1) / SPLITS;
+  const int k0 = min(slices, split * per), k1 = min(slices, k0 + per);
+  if (k0 > 0) {                    // the range's first slice: where k0 advances would end
+    t0 = k0 * BK;
+    const int tap = t0 / geo.Cg, r = tap / geo.S;
+    c0 = t0 - tap * geo.Cg;
+    s = tap - r * geo.S;
+    dr = r * geo.dh;
+    ds = s * geo.dw;
+    toff = (int)(r * geo.sr + s * geo.ss + c0);   // within 32 bits: ffma_refusal
+  }
+  if (k0 < k1) {
+    load();
+    store(0);
+    __syncthreads();
+  }
+  for (int k = k0; k < k1; ++k) {
+    const bool more = k + 1 < k1;
     if (kDouble) {
-      const int buf = k & 1;
+      const int buf = (k - k0) & 1;
       if (more) {
         advance();
         load();                    // in flight while this slice is computed
@@ -204,3 +222,25 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
     }
   }
 }
+
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
+__global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
+    im2win_ffma(const float* __restrict__ x, const float* __restrict__ w,
+                const float* __restrict__ bias, float* __restrict__ y,
+                const int2* __restrict__ taps, Geometry geo, int g0) {
+  (void)taps;
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1>(x, w, bias, y, geo, g0);
+}
+
+// Split-K: FP32 partial sums into `partial` (SPLITS x N*P*Q x K, no bias), which split_reduce
+// then adds into y; one group.
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS>
+__global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
+    im2win_ffma_split(const float* __restrict__ x, const float* __restrict__ w,
+                      const float* __restrict__ bias, float* __restrict__ y,
+                      float* __restrict__ partial, Geometry geo, int g0) {
+  (void)bias;
+  (void)y;
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS>(x, w, nullptr, partial, geo, g0);
+}
+

@@ -910,18 +910,7 @@ __global__ void __launch_bounds__(384, 1)
              false, false, kHalf>(src, w, bias, y, nullptr, geo, g0, &x_map, &w_map, partial);
 }
 
-// y[i] = sum over the splits, in order, of partial[split][i], plus bias[i % K]: y (N*P*Q, K).
-template <typename T>
-__global__ void split_reduce(const float* __restrict__ partial, const T* __restrict__ bias,
-                             T* __restrict__ y, i64 total, int K, int splits) {
-  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total;
-       i += (i64)gridDim.x * blockDim.x) {
-    float v = 0.f;
-    for (int s = 0; s < splits; ++s) v = add(v, partial[s * total + i]);
-    if (bias) v = add(v, to_acc(bias[i % K], 0.f));
-    y[i] = from_acc<T>(v);
-  }
-}
+// split_reduce (gemm.cuh) adds the partial sums of the split forms.
 
 // "3xtf32"'s filter, split once a call: split[i] = big = rna_tf32(w[i]) and split[n + i] = the
 // small part, rna_tf32(w[i] - big) (the kernel's filter map reads it as 2K rows).

@@ -419,7 +419,8 @@ class Executable:
             self.tma = TmaMaps(lambda x, w: (
                 tma.encode_im2col(x, args.x, True),
                 tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box)))
-        self.inner = self.transpose = self.transpose_words = self.columns = None
+        self.inner = self.transpose = self.transpose_words = self.transpose_narrow = None
+        self.columns = None
         T = CUDA_TYPES[prob.dtype.name][0]
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)
@@ -431,12 +432,16 @@ class Executable:
             self.column_blocks = COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
             if prob.layout == "NCHW":
                 self.transpose = packed("layout", f"transpose_batched<{T}>", TRANSPOSE_PARAMS)
+        if self.transpose is not None:
+            self.transpose_narrow = packed("layout", f"transpose_narrow<{T}>", TRANSPOSE_PARAMS)
         if self.transpose is not None and prob.dtype.itemsize == 2:
             self.transpose_words = packed("layout", f"transpose_words<{T}>",
                                           TRANSPOSE_WORDS_PARAMS)
         self.reduce = None
-        if plan.splits > 1:
-            self.reduce = packed(plan.file, f"split_reduce<{T}>", SPLIT_REDUCE_PARAMS)
+        if plan.splits > 1:         # into an NCHW y where the plan says so (a twin's)
+            self.reduce = packed(plan.file, f"split_reduce_nchw<{T}>", SPLIT_REDUCE_PARAMS +
+                                 [("PQ", I64)]) if plan.geometry.y_nchw else \
+                packed(plan.file, f"split_reduce<{T}>", SPLIT_REDUCE_PARAMS)
         self.split = packed(plan.file, "tf32_split", TF32_SPLIT_PARAMS) \
             if plan.precision == "3xtf32" else None
         self.gemm = GemmCall(prob, plan) if plan.algorithm == "gemm" else None
@@ -498,11 +503,17 @@ class Executable:
 
     def _transpose(self, src, dst, batch, rows, cols, sb, sr, sc):
         """dst (contiguous (batch, cols, rows)) = each of src's batch (rows x cols) matrices,
-        elements at b*sb + r*sr + c*sc, transposed (layout.cu): in 16-byte words where both
-        sides' rows are whole words (transpose_words), else element by element."""
+        elements at b*sb + r*sr + c*sc, transposed (layout.cu): one element a thread where
+        cols is under half a tile (transpose_narrow: a filter's taps), in 16-byte words where
+        both sides' rows are whole words (transpose_words), else through 64 x 64 tiles."""
         tiles = -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
         grid, stream = (tiles, min(batch, 65535), 1), cupy.cuda.get_current_stream().ptr
         a, b = src.data.ptr, dst.data.ptr
+        if cols < TRANSPOSE_TILE // 2:          # a filter's taps: one element a thread
+            total = batch * rows * cols
+            self.transpose_narrow((min(-(-total // 256), 8 * 65535), 1, 1), (256, 1, 1), stream,
+                                  a, b, batch, rows, cols, sb, sr, sc)
+            return
         if self.transpose_words is not None and sc == 1 and rows % 8 == 0 and \
                 cols % 8 == 0 and sr % 8 == 0 and sb % 8 == 0 and a % 16 == 0 and b % 16 == 0:
             self.transpose_words(grid, (256, 1, 1), stream, a, b, batch, rows, cols, sb, sr)
@@ -556,9 +567,16 @@ class Executable:
             self._sum_splits(partial, bias, y, stream)
 
     def _sum_splits(self, partial: int, bias: int, y: int, stream: int) -> None:
-        """Split-K's second launch: y = the partial sums' sum, plus the bias (pointers)."""
+        """Split-K's second launch: y = the partial sums' sum, plus the bias (pointers); y
+        NCHW where the plan says so (Geometry.y_nchw)."""
+        prob = self.prob
+        if self.plan.geometry.y_nchw:
+            self.reduce((-(-prob.N * prob.P * prob.Q // 32), -(-prob.K // 32), 1), (32, 8, 1),
+                        stream, partial, bias, y, self.outputs, prob.K, self.plan.splits,
+                        prob.P * prob.Q)
+            return
         self.reduce((min(-(-self.outputs // 256), 8 * 65535), 1, 1), (256, 1, 1), stream,
-                    partial, bias, y, self.outputs, self.prob.K, self.plan.splits)
+                    partial, bias, y, self.outputs, prob.K, self.plan.splits)
 
     def _set_pointers(self, x: int, w: int, bias: int, y: int, arrays):
         """This call's four pointers, and its TMA descriptors, into this thread's argument

@@ -146,7 +146,7 @@ class Plan:
         if self.file == "im2win_wgmma":
             return (-(-pixels // self.tile.BM) * -(-self.geometry.Kg // self.tile.BN) * G *
                     self.splits, 1, 1)
-        return (-(-pixels // self.tile.BN), -(-self.geometry.Kg // self.tile.BM), G)
+        return (-(-pixels // self.tile.BN), -(-self.geometry.Kg // self.tile.BM), G * self.splits)
 
     @property
     def tensor_cores(self) -> bool:
@@ -337,7 +337,7 @@ def table_bytes(prob: Problem, geo: Geometry, window_order: bool, wanted: bool) 
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
               options: Options | None = None, workspace_limit: int | None = None,
               tile: str | None = None, x_aligned: bool = True, arch: int | None = None,
-              precision: str = "float32") -> Plan:
+              precision: str = "float32", sms: int | None = None) -> Plan:
     """Decide how to run `prob` on the GPU.
 
     Args:
@@ -353,6 +353,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             there for float16 and bfloat16); None: unknown, the mma.sync kernel.
         precision: "float32" (CUDA cores for float32), "tf32" or "3xtf32" (float32 on the
             wgmma kernel's Tensor Cores: tf32_plan).
+        sms: the device's SM count (im2win_ffma.cu's split-K); None: PLAN_SMS.
 
     Raises:
         ValueError: a forced choice that cannot run this problem (the message says why).
@@ -371,13 +372,13 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if precision != "float32":
         if algorithm == "im2win_columns" or (algorithm == "auto" and
                                              tf32_columns(prob, options, workspace_limit)):
-            return columns_plan(prob, options, workspace_limit, tile, arch, precision)
+            return columns_plan(prob, options, workspace_limit, tile, arch, precision, sms)
         if prob.layout == "NCHW" and algorithm in ("auto", "im2win_nhwc"):
             refusal = nhwc_refusal(prob, x_strides, workspace_limit)
             if refusal:
                 raise ValueError(f"precision={precision!r} cannot run this problem: NCHW runs "
                                  f"on its NHWC twin, and {refusal}")
-            return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch, precision)
+            return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch, precision, sms)
         return tf32_plan(prob, algorithm, options, tile, x_strides, x_aligned, w_aligned, arch,
                          precision)
     if algorithm == "auto":
@@ -396,8 +397,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "gemm"
         else:
             twin = None if tile is not None else (
-                columns_auto_plan(prob, options, workspace_limit, arch) or
-                nhwc_auto_plan(prob, x_strides, options, workspace_limit, arch))
+                columns_auto_plan(prob, options, workspace_limit, arch, sms) or
+                nhwc_auto_plan(prob, x_strides, options, workspace_limit, arch, sms))
             if twin is not None:
                 return twin
             algorithm = "im2win_fused"
@@ -408,9 +409,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if algorithm == "pointwise":
         return pointwise_plan(prob, options, x_strides, x_aligned, arch)
     if algorithm == "im2win_nhwc":
-        return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch)
+        return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch, sms=sms)
     if algorithm == "im2win_columns":
-        return columns_plan(prob, options, workspace_limit, tile, arch)
+        return columns_plan(prob, options, workspace_limit, tile, arch, sms=sms)
     if algorithm == "gemm":
         return gemm_plan(prob, options, x_strides, workspace_limit)
     if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
@@ -452,7 +453,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if tile in FFMA_TILES or (tile is None and fused):
         refusal = ffma_refusal(prob, options, x_strides, x_aligned, w_aligned, fused, tile)
         if refusal is None:
-            return ffma_plan(prob, options, x_strides, tile)
+            return ffma_plan(prob, options, x_strides, tile, workspace_limit, sms)
         if tile is not None:
             raise ValueError(f"tile {tile} is im2win_ffma.cu's, which cannot run this problem: "
                              f"{refusal}")
@@ -497,22 +498,80 @@ def ffma_refusal(prob: Problem, options: Options, x_strides, x_aligned: bool, w_
     return None
 
 
-def ffma_kernel_name(tile: Tile, options: Options) -> str:
-    """The CuPy name expression of one im2win_ffma instantiation."""
+def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1) -> str:
+    """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
+    split-K's ranges)."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
+    if splits > 1:
+        return f"im2win_ffma_split<{', '.join(str(f).lower() for f in flags + [splits])}>"
     return f"im2win_ffma<{', '.join(str(f).lower() for f in flags)}>"
 
 
-def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None) -> Plan:
+def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
+              workspace_limit: int | None = None, sms: int | None = None) -> Plan:
     """The plan of im2win_ffma.cu for a problem `ffma_refusal` accepts: one launch over the
-    whole batch (grid z the groups), no table, no workspace."""
+    whole batch (grid z the groups, or split-K's ranges: ffma_split_count), no table, no
+    workspace but split-K's partial sums."""
     chosen = FFMA_TILES[tile or choose_ffma_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.Cg,
                                                  prob.G)]
     check_grid(prob, chosen)
     chunk = max(prob.N, 1)
     geo = geometry(prob, True, chunk, x_strides)
-    return Plan("im2win_fused", chosen, options, "im2win_ffma", ffma_kernel_name(chosen, options),
-                chunk, geo, b"", 0)
+    splits = ffma_split_count(prob, chosen, options, workspace_limit, sms or PLAN_SMS)
+    name = ffma_kernel_name(chosen, options, splits)
+    workspace = split_workspace(prob, splits) if splits > 1 else 0
+    return Plan("im2win_fused", chosen, options, "im2win_ffma", name, chunk, geo, b"", workspace,
+                splits=splits)
+
+
+# im2win_ffma.cu's split-K: the split count whose grid the model below finishes soonest, at
+# least FFMA_SPLIT_MIN_SLICES slices a range. Read off tools/ffma_split_dev.py on the H200
+# (float32 NHWC, GPU time replayed from CUDA graphs, 2026-12-04; us for 1 / 2 / 4 / 8 ranges):
+# resnet50.16 (392 tiles of 64x64, 144 slices) 261 / 197 / 204 / 221; resnet50.22 (200, 288)
+# 322 / 260 / 265 / 237; convnext_tiny.6 (300, 96) 176 / 134 / 119 / 131; resnet50.10 (784,
+# 72) 192 / 210 / 224 / 253; cv10 (1352 of 64x128, 72) 687 / 726 / 742 / 843; cv12 (400, 288)
+# 530 / 523 / 456 / 439. A grid's time is its waves (blocks / (SMs x blocks an SM)) times the
+# slices a block runs, where a partial wave costs FFMA_SPLIT_TAIL of a full one plus its
+# share of the rest (the fit to those 11 layers: it picks the fastest count on 8 and is within
+# 5% of it on the others); of counts within FFMA_SPLIT_MARGIN of the least time, the fewest
+# (each range adds partial sums to write and to add).
+FFMA_SPLIT_MIN_SLICES = 8
+FFMA_SPLIT_MIN_FLOPS = 10**9     # below (~30 us on the H200) the sum's launch weighs more; the
+                                 # smallest layer measured above is 3.7 GFLOP
+FFMA_SPLIT_TAIL = 0.1
+FFMA_SPLIT_MARGIN = 0.02
+PLAN_SMS = 132                   # an H200's SMs: plans made without a device assume them
+
+
+def ffma_blocks_per_sm(tile: Tile) -> int:
+    """Blocks of `tile` an SM holds: im2win_ffma.cu's __launch_bounds__ minimum."""
+    threads = tile.BM * tile.BN // 64
+    return 2 if threads >= 256 else 65536 // threads // 168
+
+
+def ffma_split_count(prob: Problem, tile: Tile, options: Options,
+                     workspace_limit: int | None = None, sms: int = PLAN_SMS) -> int:
+    """Split-K's ranges per tile of im2win_ffma.cu (1: none) on a device of `sms` SMs: for one
+    group of FFMA_SPLIT_MIN_FLOPS or more, the fewest of 1 and SPLITS whose modelled time
+    (above) is within FFMA_SPLIT_MARGIN of the least, each range keeping FFMA_SPLIT_MIN_SLICES
+    slices and the partial sums within `workspace_limit`; only with the full kernel
+    (Options.split_k, double_buffer and conflict_free on: the instantiated split forms)."""
+    if not (options.split_k and options.double_buffer and options.conflict_free) or \
+            prob.G != 1 or prob.flops < FFMA_SPLIT_MIN_FLOPS:
+        return 1
+    tiles = -(-prob.N * prob.P * prob.Q // tile.BN) * -(-prob.Kg // tile.BM)
+    slices = prob.reduction // tile.BK
+    slots = sms * ffma_blocks_per_sm(tile)
+
+    def time(splits: int) -> float:
+        waves = tiles * splits / slots
+        part = waves - int(waves)
+        tail = FFMA_SPLIT_TAIL + (1 - FFMA_SPLIT_TAIL) * part if part else 0.0
+        return (int(waves) + tail) * -(-slices // splits)
+    counts = [1] + [n for n in SPLITS if slices >= n * FFMA_SPLIT_MIN_SLICES and
+                    (workspace_limit is None or split_workspace(prob, n) <= workspace_limit)]
+    least = min(time(n) for n in counts)
+    return min(n for n in counts if time(n) <= least * (1 + FFMA_SPLIT_MARGIN))
 
 
 DEPTHWISE_VECTOR_BYTES = 16           # channels per thread in NHWC, as bytes
@@ -1253,7 +1312,7 @@ def nhwc_refusal(prob: Problem, x_strides, workspace_limit: int | None) -> str |
 
 
 def nhwc_auto_plan(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
-                   arch: int | None) -> Plan | None:
+                   arch: int | None, sms: int | None = None) -> Plan | None:
     """The "im2win_nhwc" plan where "auto" takes it, else None: on Hopper, where the twin runs
     the wgmma kernel (the NCHW problem cannot: its window operand is gathered element by
     element) and the copies fit the workspace limit. Measured on the H200 (float16 NCHW,
@@ -1266,7 +1325,7 @@ def nhwc_auto_plan(prob: Problem, x_strides, options: Options, workspace_limit: 
     if prob.dtype.name == "float32":
         if not options.ffma or nhwc_workspace(prob) > TWIN_BYTES_PER_FLOP * prob.flops:
             return None
-        plan = nhwc_plan(prob, x_strides, options, workspace_limit, None, arch)
+        plan = nhwc_plan(prob, x_strides, options, workspace_limit, None, arch, sms=sms)
         return plan if plan.inner.file == "im2win_ffma" else None
     if arch != HOPPER or not options.hopper:
         return None
@@ -1275,7 +1334,8 @@ def nhwc_auto_plan(prob: Problem, x_strides, options: Options, workspace_limit: 
 
 
 def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
-              tile: str | None, arch: int | None, precision: str = "float32") -> Plan:
+              tile: str | None, arch: int | None, precision: str = "float32",
+              sms: int | None = None) -> Plan:
     """The plan that runs the NCHW `prob` on its NHWC twin: layout.cu copies x and w
     channels-last into workspace, the twin's fused plan (`inner`, any kernel it picks; at
     `precision`: "tf32" and "3xtf32" run NCHW this way only) writes a channels-last y, and
@@ -1287,7 +1347,7 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
     twin, strides = nhwc_twin(prob)
     inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
-                      options=options, tile=tile, arch=arch, precision=precision,
+                      options=options, tile=tile, arch=arch, precision=precision, sms=sms,
                       workspace_limit=None if workspace_limit is None else
                       workspace_limit - nhwc_workspace(prob))
     return around(prob, "im2win_nhwc", inner, options, nhwc_workspace)
@@ -1296,13 +1356,13 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
 def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
            copies: Callable[..., int]) -> Plan:
     """The plan of `algorithm` (copies around an NHWC problem's plan `inner`): for an NCHW
-    `prob`, `inner` with its epilogue writing the NCHW y (Geometry.y_nchw) where it can (the
-    wgmma kernel in one work item a tile: split-K's partial sums are summed into an NHWC y;
-    Options.nchw_epilogue); workspace: `copies(prob, y=...)` bytes, with the channels-last y
-    or without, and the inner plan's. The workspace limit is still checked against the
-    copies with y (nhwc_refusal, columns_refusal), a bound."""
-    direct = prob.layout == "NCHW" and options.nchw_epilogue and inner.file == WGMMA.file \
-        and inner.splits == 1
+    `prob`, `inner` writing the NCHW y (Geometry.y_nchw) where it can (Options.nchw_epilogue):
+    the wgmma kernel's epilogue in one work item a tile, and split-K's sum of the partial sums
+    (split_reduce_nchw, either kernel); workspace: `copies(prob, y=...)` bytes, with the
+    channels-last y or without, and the inner plan's. The workspace limit is still checked
+    against the copies with y (nhwc_refusal, columns_refusal), a bound."""
+    direct = prob.layout == "NCHW" and options.nchw_epilogue and (
+        inner.file == WGMMA.file or inner.splits > 1)
     if direct:
         inner = dataclasses.replace(inner, geometry=inner.geometry._replace(y_nchw=1))
     return Plan(algorithm, inner.tile, options, None, None, max(prob.N, 1), None, b"",
@@ -1359,7 +1419,8 @@ def columns_refusal(prob: Problem, workspace_limit: int | None,
 
 
 def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
-                 tile: str | None, arch: int | None, precision: str = "float32") -> Plan:
+                 tile: str | None, arch: int | None, precision: str = "float32",
+                 sms: int | None = None) -> Plan:
     """The plan that runs the stem `prob` over x's window columns: layout.cu's window_columns
     copies x[n, h, q*sw + s*dw - pl, c] to x2[n, h, q, s*C + c] and w[k, r, s, c] to
     w2[k, r, 0, s*C + c] (zeros past S*C and outside x), the R x 1 problem's fused plan
@@ -1378,13 +1439,13 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
     inner = make_plan(inner_prob, x_strides=(H * W * C, 1, W * C, C), w_aligned=True,
                       algorithm="im2win_fused", options=options, tile=tile, arch=arch,
                       workspace_limit=None if workspace_limit is None else
-                      workspace_limit - copies, precision=precision)
+                      workspace_limit - copies, precision=precision, sms=sms)
     return around(prob, "im2win_columns", inner, options,
                   functools.partial(columns_workspace, precision=precision))
 
 
 def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
-                      arch: int | None) -> Plan | None:
+                      arch: int | None, sms: int | None = None) -> Plan | None:
     """The "im2win_columns" plan where "auto" takes it (Options.window_columns), else None:
     for C/G not a multiple of 8 (the general kernels gather such windows element by element:
     mma.sync's C = 3 path ran cv3 at 45 TFLOPS on the H200, im2win_conv.cu's float32 at 18-20
@@ -1402,7 +1463,7 @@ def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | No
         if prob.layout != "NHWC" or not options.ffma or \
                 columns_workspace(prob) > TWIN_BYTES_PER_FLOP * prob.flops:
             return None
-        plan = columns_plan(prob, options, workspace_limit, None, arch)
+        plan = columns_plan(prob, options, workspace_limit, None, arch, sms=sms)
         return plan if plan.inner.file == "im2win_ffma" else None
     if arch != HOPPER or not options.hopper:
         return None
@@ -1794,6 +1855,7 @@ def specializations() -> list[tuple[str, str]]:
                         T, Acc, S, sw, qt, DEPTHWISE_TILE_THREAD_BYTES)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
+            out.add(("layout", f"transpose_narrow<{T}>"))
             if prob.dtype.itemsize == 2:
                 out.add(("layout", f"transpose_words<{T}>"))
             out.add(("layout", f"gather5<{T}>"))
@@ -1827,6 +1889,10 @@ def specializations() -> list[tuple[str, str]]:
     for tile in FFMA_TILES.values():           # every tile, fully on and each switch off alone
         for name in ("full", "no_double_buffer", "no_conflict_free"):
             out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name])))
+        for splits in SPLITS:                  # split-K, fully on
+            out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), splits)))
+    out.add(("im2win_ffma", "split_reduce<float>"))
+    out.add(("im2win_ffma", "split_reduce_nchw<float>"))
     out |= tf32_specializations()
     from im2win.cuda import dgrad, wgrad, wgrad_ffma
     out |= wgrad.specializations() | dgrad.specializations() | wgrad_ffma.specializations()
@@ -1872,7 +1938,8 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                             out.add((family.file, split_kernel_name(
                                 T, tile, wgmma_stages(tile, options), splits, half)))
         if hopper and fused and prob.layout == "NHWC":
-            out.add((WGMMA.file, f"split_reduce<{CUDA_TYPES[prob.dtype.name][0]}>"))
+            for reduce in ("split_reduce", "split_reduce_nchw"):
+                out.add((WGMMA.file, f"{reduce}<{CUDA_TYPES[prob.dtype.name][0]}>"))
     return out
 
 
