@@ -794,6 +794,66 @@ def suite_section(paths):
     return "\n".join(lines) + "\n" + FORWARD_NOTES
 
 
+COPY_TBPS = 4.3      # the H200's copy bandwidth as issue 12 measured it (TB/s)
+
+
+def depthwise_bandwidth(paths) -> str:
+    """Issue 12's bandwidth target for depthwise layers: the bytes a layer must move (x, w and
+    y once each) over its back-to-back GPU time in the suites' records, im2win's and cuDNN's,
+    against COPY_TBPS."""
+    from im2win.networks import NETWORKS
+    convs = {c.name: c for net in NETWORKS.values() for c in net}
+    columns, cells = [], {}
+    for record in (json.loads(p.read_text()) for p in paths):
+        column = f"{record['dtype']} {record['layout']}"
+        columns += [column] if column not in columns else []
+        item = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}[record["dtype"]]
+        for row in record["rows"]:
+            conv = convs[row["layer"]]
+            if "depthwise" not in conv.kinds or row["impl"] not in ("im2win", "cudnn"):
+                continue
+            N = row["x_shape"][0]
+            P, Q = ((size + 2 * pad - dil * (k - 1) - 1) // st + 1 for size, pad, dil, k, st in
+                    zip((conv.H, conv.W), conv.padding, conv.dilation, (conv.R, conv.S),
+                        conv.stride))
+            moved = (N * conv.C * conv.H * conv.W + N * conv.K * P * Q +
+                     conv.K * conv.R * conv.S) * item
+            cells[conv.name, column, row["impl"]] = moved / (row["gpu_ms"] * 1e-3) / 1e12
+    if not cells:
+        return ""
+    names = list(dict.fromkeys(name for name, _, _ in cells))
+    lines = ["### Depthwise layers against the copy bandwidth", "",
+             f"Issue 12 asks depthwise layers to move their bytes (x, w and y once each) at 70% "
+             f"of the H200's copy bandwidth ({COPY_TBPS} TB/s as the issue measured it: "
+             f"{0.7 * COPY_TBPS:.1f} TB/s). TB/s of those bytes over each call's back-to-back "
+             f"GPU time in the runs above (launch gaps included), im2win / cuDNN:", "",
+             "| layer | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(
+            f"{cells[name, c, 'im2win']:.2f} / {cells[name, c, 'cudnn']:.2f}"
+            if (name, c, "cudnn") in cells and (name, c, "im2win") in cells else "-"
+            for c in columns) + " |")
+    target = 0.7 * COPY_TBPS
+    reached = {impl: sorted({f"{name} ({col})" for (name, col, i), v in cells.items()
+                             if i == impl and v >= target}) for impl in ("im2win", "cudnn")}
+    best = {c: max(v for (_, col, impl), v in cells.items() if col == c and impl == "im2win")
+            for c in columns}
+    # At the target rate a 7x7 layer's multiply-adds (2*49 FLOPs an output, about one element
+    # of x and one of y moved an output) would run at this many TFLOPS, float32 and float16.
+    need32, need16 = 2 * 49 * target / 8, 2 * 49 * target / 4
+    lines += ["", "Layers at the target: im2win " + (", ".join(reached["im2win"]) or "none") +
+              "; cuDNN " + (", ".join(reached["cudnn"]) or "none") + ". im2win's best: " +
+              ", ".join(f"{v:.2f} TB/s ({v / COPY_TBPS:.0%}) in {c}" for c, v in best.items()) +
+              f". At {target:.1f} TB/s a 7x7 layer (ConvNeXt: 49 multiply-adds an output, "
+              f"about one input and one output element moved an output) computes "
+              f"{need32:.0f} TFLOPS in float32, within the 67 TFLOPS FP32 peak (room this "
+              f"kernel does not use yet), and {need16:.0f} in float16, which this library "
+              f"accumulates in FP32: above that peak. The small maps (7x7 and "
+              f"14x14, 5-20 MB) take 10-30 µs a call, in which a launch's few microseconds "
+              f"weigh.", ""]
+    return "\n".join(lines)
+
+
 def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
     """Write the page to `out` and its charts into `img` from the JSON in `data`."""
     data, out, img = pathlib.Path(data), pathlib.Path(out), pathlib.Path(img)
@@ -836,6 +896,7 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
     suites = sorted((data / "suite").glob("suite-*.json"))
     if suites:
         page.append(suite_section(suites))
+        page.append(depthwise_bandwidth(suites))
     launch = launch_section(data)
     if launch:
         page.append(launch)
