@@ -699,7 +699,9 @@ in that run its downsampling layers' single calls gave "other" 0.77x (convnext_t
 0.71x); in this one and a third, 0.86x and 0.85x (.2 0.75x, .4 0.87x, .6 0.94x, against
 cuDNN's 147, 156 and 180 µs). The 3x3 layers' slowest are the stride-1 ones at 28x28 and
 14x14 (resnet50.10 0.63x, .16 0.68x), where cuDNN's FP32 runs at 45-60 TFLOPS of direct
-FLOPs, close to the 67 TFLOPS peak that a direct kernel cannot pass (Winograd, by its rate).
+FLOPs (replayed from CUDA graphs), near the 67 TFLOPS peak and above cuBLAS's SGEMM on this
+machine (45-47 TFLOPS on the benchmark's GEMMs): fewer multiplications (Winograd) would explain
+it; not verified.
 """
 
 FORWARD_NOTES = """
@@ -803,7 +805,7 @@ def depthwise_bandwidth(paths) -> str:
     against COPY_TBPS."""
     from im2win.networks import NETWORKS
     convs = {c.name: c for net in NETWORKS.values() for c in net}
-    columns, cells = [], {}
+    columns, cells, small = [], {}, []
     for record in (json.loads(p.read_text()) for p in paths):
         column = f"{record['dtype']} {record['layout']}"
         columns += [column] if column not in columns else []
@@ -819,6 +821,8 @@ def depthwise_bandwidth(paths) -> str:
             moved = (N * conv.C * conv.H * conv.W + N * conv.K * P * Q +
                      conv.K * conv.R * conv.S) * item
             cells[conv.name, column, row["impl"]] = moved / (row["gpu_ms"] * 1e-3) / 1e12
+            if row["impl"] == "im2win" and max(conv.H, conv.W) <= 14:      # the small maps
+                small.append((moved / 1e6, row["gpu_ms"] * 1e3))
     if not cells:
         return ""
     names = list(dict.fromkeys(name for name, _, _ in cells))
@@ -848,9 +852,10 @@ def depthwise_bandwidth(paths) -> str:
               f"about one input and one output element moved an output) computes "
               f"{need32:.0f} TFLOPS in float32, within the 67 TFLOPS FP32 peak (room this "
               f"kernel does not use yet), and {need16:.0f} in float16, which this library "
-              f"accumulates in FP32: above that peak. The small maps (7x7 and "
-              f"14x14, 5-20 MB) take 10-30 µs a call, in which a launch's few microseconds "
-              f"weigh.", ""]
+              f"accumulates in FP32: above that peak. The small maps (7x7 and 14x14, "
+              f"{min(m for m, _ in small):.0f}-{max(m for m, _ in small):.0f} MB) take "
+              f"{min(t for _, t in small):.0f}-{max(t for _, t in small):.0f} µs a call, in which "
+              f"a call's fixed costs weigh more.", ""]
     return "\n".join(lines)
 
 

@@ -94,14 +94,13 @@ def main():
             im2win.cuda._calls.clear()
             call, _ = bind(bench.CUDNN, [x], w, layout, kw)
             cudnn = graph_time(call, True) * 1e6
-            gflop = prob.flops / 1e9 if hasattr(prob, "flops") else float("nan")
-            rows.append((name, layout, chosen, worst, cells, cudnn, gflop))
+            rows.append((name, layout, chosen, worst, cells, cudnn))
             print(rows[-1], flush=True)
             del x, w, y
             cupy.get_default_memory_pool().free_all_blocks()
     print("\nlayer | layout | auto plan | max error | auto us | "
           + " | ".join(f"{s} ranges us" for s in forced) + " | cuDNN us | auto/cuDNN")
-    for name, layout, chosen, worst, cells, cudnn, _ in rows:
+    for name, layout, chosen, worst, cells, cudnn in rows:
         print(f"{name} | {layout} | {chosen} | {worst:.1e}{'' if worst < 1e-4 else ' WRONG'} | "
               + " | ".join(f"{c:.1f}" for c in cells) + f" | {cudnn:.1f} | {cudnn / cells[0]:.2f}x")
 

@@ -532,12 +532,12 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
 # 72) 192 / 210 / 224 / 253; cv10 (1352 of 64x128, 72) 687 / 726 / 742 / 843; cv12 (400, 288)
 # 530 / 523 / 456 / 439. A grid's time is its waves (blocks / (SMs x blocks an SM)) times the
 # slices a block runs, where a partial wave costs FFMA_SPLIT_TAIL of a full one plus its
-# share of the rest (the fit to those 11 layers: it picks the fastest count on 8 and is within
-# 5% of it on the others); of counts within FFMA_SPLIT_MARGIN of the least time, the fewest
-# (each range adds partial sums to write and to add).
+# share of the rest (fitted to those 11 layers: it picks the fastest count on 9, on cv6 one 2%
+# slower, on convnext_tiny.6 one 12% slower); of counts within FFMA_SPLIT_MARGIN of the least
+# time, the fewest (each range adds partial sums to write and to add).
 FFMA_SPLIT_MIN_SLICES = 8
-FFMA_SPLIT_MIN_FLOPS = 10**9     # below (~30 us on the H200) the sum's launch weighs more; the
-                                 # smallest layer measured above is 3.7 GFLOP
+FFMA_SPLIT_MIN_FLOPS = 10**9     # not measured below 3.7 GFLOP (the smallest layer above): the
+                                 # sum's launch and partial sums are a fixed cost a split must repay
 FFMA_SPLIT_TAIL = 0.1
 FFMA_SPLIT_MARGIN = 0.02
 PLAN_SMS = 132                   # an H200's SMs: plans made without a device assume them
@@ -1339,9 +1339,9 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
     """The plan that runs the NCHW `prob` on its NHWC twin: layout.cu copies x and w
     channels-last into workspace, the twin's fused plan (`inner`, any kernel it picks; at
     `precision`: "tf32" and "3xtf32" run NCHW this way only) writes a channels-last y, and
-    layout.cu copies that into y. Where the twin runs the wgmma kernel in one work item a tile
-    (Options.nchw_epilogue), its epilogue writes the NCHW y itself (Geometry.y_nchw): no y
-    copy, no transpose."""
+    layout.cu copies that into y. Where the twin runs the wgmma kernel in one work item a tile,
+    or splits its reduction (Options.nchw_epilogue: `around`), the epilogue or split-K's sum
+    writes the NCHW y itself (Geometry.y_nchw): no y copy, no transpose."""
     refusal = nhwc_refusal(prob, x_strides, workspace_limit)
     if refusal:
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")

@@ -185,8 +185,8 @@ class Options:
         split_k: where TMA copies and a problem has fewer tiles than about one per SM, the
             reduction split into 2, 4 or 8 ranges run as separate work items, their FP32
             partial sums added in a fixed order by a second kernel (off: one work item per
-            tile; wgmma kernel). Likewise im2win_ffma.cu where its grid has fewer blocks than
-            plan.ffma_split_count says it pays (one group, the full kernel).
+            tile; wgmma kernel). Likewise im2win_ffma.cu where plan.ffma_split_count's model
+            of its grid's waves says a split pays (one group, the full kernel).
         ffma: float32 NHWC fused windows with C/G a multiple of 8 (x and w 16-byte aligned)
             on im2win_ffma.cu, whose reduction slices lie within one tap (float4 loads, one
             predicate per pixel and slice, offsets by addition; it needs smem, micro_kernel
