@@ -52,7 +52,8 @@ Before that, each timed cuDNN call also paid two DLPack imports, the layout perm
 export (on small layers up to about 100 us a call: mobilenet_v2.26 float16 NHWC timed 126 us
 that way and 19 us fairly), which understated cuDNN, most on the fastest layers. bfloat16 has no im2col+cuBLAS column (CuPy's matmul has no
 bfloat16). On the H200 the float16 and bfloat16 NHWC tables run the Hopper kernel
-(`im2win_wgmma.cu`) wherever the planner takes it ([hopper.md](hopper.md)).
+(`im2win_wgmma.cu`) wherever the planner takes it ([hopper.md](hopper.md)), and cv3 and cv7
+(from 2026-12-04) `narrow.cu`'s densely packed stems (hopper.md, step 13).
 """
 
 
@@ -339,9 +340,13 @@ cv12) or of 32 (cv4, cv5: boxes of 32 channels, two a slice), with cp.async copi
 where C/G is another multiple of 8 and there are enough tiles; the float16 and bfloat16 NHWC
 tables above include it; [hopper.md](hopper.md) has its measurements.
 
-Next steps for FP32 (not done): split-K or smaller tiles with more blocks for the small-image layers
-(cv6, cv10 to cv12 launch few blocks); fewer registers per thread (occupancy); 16-byte B loads
-where runs are aligned; cp.async copies (the Tensor-Core issue's pipeline) for the FP32 path.
+The FP32 path now runs `im2win_ffma.cu` with split-K on small grids (hopper.md, step 12: at
+90-93% of cuBLAS's SGEMM on the same GEMMs); the float32 tables of 2026-12-04 (after split-K)
+give 0.71x and 0.91x against 0.70x and 0.92x on 2026-12-02. At batch 128 split-K takes cv12,
+cv11 and cv6: cv12 0.568 -> 0.514 ms (NHWC) and 0.617 -> 0.543 (NCHW), cv11 level, cv6 slower
+one call at a time (0.935 -> 0.993 NHWC, 0.989 -> 1.063 NCHW, with 50 and 72 MB of partial
+sums) although faster from CUDA graphs (888 -> 852 us): the second launch's host time. cuDNN's
+Winograd on cv5, cv10 and cv11 sets the geometric mean.
 """
 
 

@@ -639,6 +639,12 @@ NARROW_CASES = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments: stems a
     ((1, 1, 9, 40), (8, 1, 3, 2), dict(dilation=(2, 3), padding=((2, 0), (1, 3)))),  # C = 1
     ((3, 4, 7, 6), (24, 4, 5, 5), dict(stride=(2, 1), padding=2)),       # C = 4, K = 8 * 3
     ((2, 8, 30, 3), (64, 8, 1, 7), dict(padding=(0, 3))),                # C = 8, 7 taps
+    # narrow_dense: C < 8 packed by filter row (S*C values, rounded up to even)
+    ((2, 3, 29, 31), (64, 3, 7, 7), dict(stride=2)),                     # cv3's: rows of odd length
+    ((2, 3, 13, 17), (16, 3, 3, 3), dict(padding=((1, 0), (2, 1)))),     # sw*C odd: odd windows
+    ((1, 5, 15, 12), (40, 5, 3, 3), dict(dilation=(2, 1), stride=(1, 2), padding=(2, 1))),
+    ((2, 1, 9, 50), (8, 1, 2, 7), dict(stride=(1, 3), padding=(0, 3))),  # C = 1, S*C = 7
+    ((5, 2, 11, 9), (32, 2, 5, 5), dict(stride=2, padding=2)),            # 5 images, tails
     ((2, 64, 12, 10), (64, 8, 3, 3), dict(groups=8, stride=2, padding=((1, 0), (2, 1)))),
     ((2, 96, 9, 11), (96, 8, 3, 3), dict(groups=12, padding=1)),       # K = 32 * 3
     ((1, 64, 6, 37), (64, 16, 3, 3), dict(groups=4, dilation=(1, 2), padding=(1, 2))),
@@ -684,6 +690,19 @@ def test_narrow_views_and_misaligned_out(rng):
     for x_gpu in (wide[..., ::2], cupy.asarray(xs)[1:], cupy.asarray(xs)):
         y = im2win.conv2d(x_gpu, cupy.asarray(ws), algorithm="narrow", **kwargs)
         assert_close(cupy.asnumpy(y), ref[-len(x_gpu):], np.float16, 27)
+    # a dense stem reads past each filter row's S*C values and past the tile's pixels: an
+    # infinity in x reaches only the outputs whose windows hold it
+    x, w, _ = random_arrays(rng, (2, 3, 12, 15), (16, 3, 3, 3), 16)
+    xs, ws = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+    xs[1, 4, 6, 0] = np.inf
+    xs[0, 7, 2, 2] = -np.inf
+    for kwargs in (dict(layout="NHWC", padding=1), dict(layout="NHWC", stride=2)):
+        ref = reference.conv2d(xs.astype(np.float64), ws.astype(np.float64), **kwargs)
+        y = cupy.asnumpy(im2win.conv2d(cupy.asarray(xs), cupy.asarray(ws), algorithm="narrow",
+                                       **kwargs))
+        assert (np.isfinite(y) == np.isfinite(ref)).all()
+        assert_close(np.where(np.isfinite(ref), y, 0), np.where(np.isfinite(ref), ref, 0),
+                     np.float16, 27)
 
 
 POINTWISE_CASES = [  # x (N, C, H, W), w (K, C, 1, 1): pointwise.cu's 1x1 forms
@@ -947,7 +966,8 @@ def test_stems_over_their_window_columns_match_reference(rng, layout, dtype, x_s
 
 def test_stems_over_their_window_columns_read_views_and_write_views(rng):
     """x a view (every other column, negative strides along H), w not contiguous, out a
-    strided view, both layouts; and what "auto" plans for cv3 on Hopper."""
+    strided view, both layouts; and what "auto" plans for cv1 on Hopper (cv3: narrow.cu's
+    dense stem)."""
     from im2win import cuda
     x, w, b = random_arrays(rng, (2, 3, 13, 40), (20, 3, 5, 5), 20)
     for layout in LAYOUTS:
@@ -968,9 +988,12 @@ def test_stems_over_their_window_columns_read_views_and_write_views(rng):
         assert_close(cupy.asnumpy(out), ref, np.float16, 3 * 25)
         assert cupy.isnan(big[..., 1::2]).all()                   # nothing outside out written
     if cuda.compute_capability(cupy.cuda.runtime.getDevice()) == 90:
+        cv1 = cupy.zeros((128, 227, 227, 3), cupy.float16), cupy.zeros((96, 11, 11, 3), cupy.float16)
+        prob = make_problem(*cv1, layout="NHWC", stride=4)
+        assert cuda._plan(prob, *cv1, "auto", None, None).algorithm == "im2win_columns"
         cv3 = cupy.zeros((128, 227, 227, 3), cupy.float16), cupy.zeros((64, 7, 7, 3), cupy.float16)
         prob = make_problem(*cv3, layout="NHWC", stride=2)
-        assert cuda._plan(prob, *cv3, "auto", None, None).algorithm == "im2win_columns"
+        assert cuda._plan(prob, *cv3, "auto", None, None).kernel == "narrow_dense<half_t, 64, 2>"
 
 
 SPLIT_CASES = [  # NHWC problems with few tiles: split-K (TMA copies: C/G a multiple of 64 or 32)

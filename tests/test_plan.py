@@ -290,16 +290,37 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
                    padding=1)                                             # mobilenet_v2.0
     plan = plan_for(stem, arch=90)
     assert plan.algorithm == "narrow" and isinstance(plan.geometry, NarrowArgs)
-    assert plan.kernel == "narrow_nhwc<half_t, 8, 32, 4, 4, true, true>"   # raw rows by cp.async
-    assert plan_for(stem, x_aligned=False).kernel.endswith("true, false>")
+    # C = 3 < 8, taps adjacent, x aligned: the stem packed densely (3 rows of 9 -> 10 products,
+    # 32 a reduction), 256 pixels a block, raw rows by cp.async
+    assert plan.kernel == "narrow_dense<half_t, 32, 2>"
     tp, tq = plan.geometry.ints[-2:]
-    assert (tp, tq) == (4, 112) and plan.geometry.tiles == 32 * 28
-    # two blocks an SM (registers), each looping over an even share of the 896 tiles
-    assert plan.geometry.per_sm == 2 and plan.geometry.grid(stem, 132) == (224, 1, 1)
+    assert (tp, tq) == (2, 112) and plan.geometry.tiles == 32 * 56
+    # two blocks an SM (registers), each looping over an even share of the 1792 tiles
+    assert plan.geometry.per_sm == 2 and plan.geometry.grid(stem, 132) == (256, 1, 1)
+    rows, cols = 1 * 2 + 3, 111 * 2 + 3                                  # the tile's window
+    win = rows * 680                     # a stored row: 225 * 3 + 2 elements, to 8, twice
+    raw = 2 * 2 * rows * 696             # two buffers of rows of 225 * 3 + 16, to 8
+    stage = 8 * 32 * 40 * 2              # each warp's 32 pixels of 32 channels (+8)
+    assert plan.smem == (2 * 32 * narrow_pitch(32) + 2 * 64 * 2 + 4 * 32 + 4 * 256 + 2 * 2 * win
+                         + raw + stage)
+    # not aligned (element copies) or taps apart (dilation): C padded to 8, as raw rows or not
+    assert plan_for(stem, x_aligned=False).kernel == \
+        "narrow_nhwc<half_t, 8, 32, 4, 4, true, false>"
+    dilated = problem((32, 224, 224, 3), (32, 3, 3, 3), np.float16, layout="NHWC", stride=2,
+                      padding=2, dilation=2)
+    plan = plan_for(dilated, algorithm="narrow")
+    assert plan.kernel == "narrow_nhwc<half_t, 8, 32, 4, 4, true, true>"
     assert plan_for(stem, arch=86).geometry.per_sm == 1               # 100 KB an SM there
-    rows, cols = 3 * 2 + 3, 111 * 2 + 3                                  # the tile's window
-    raw = 2 * 2 * rows * 680                     # two buffers of rows of 225 * 3 + 2 elements
-    assert plan.smem == 2 * 32 * narrow_pitch(80) + 4 * 12 + 16 + 2 * rows * 226 * 8 + raw
+    # "auto": dense stems up to 7x7 of 3 channels (ResNet's, ConvNeXt's 4x4 stride 4), not
+    # 11x11 (cv1)
+    for taken in (problem((32, 224, 224, 3), (64, 7, 7, 3), np.float16, layout="NHWC",
+                          stride=2, padding=3),
+                  problem((32, 224, 224, 3), (96, 4, 4, 3), np.float16, layout="NHWC",
+                          stride=4)):
+        assert plan_for(taken).kernel.startswith("narrow_dense<half_t, ")
+    cv1 = problem((128, 227, 227, 3), (96, 11, 11, 3), np.float16, layout="NHWC", stride=4)
+    assert plan_for(cv1).algorithm != "narrow"
+    assert plan_for(cv1, algorithm="narrow").kernel.startswith("narrow_dense<half_t, ")
     # groups of 8: 128 pixels a block; of 32 over a 7x7 map: 64 (fewer idle warps)
     grouped = problem((32, 28, 28, 256), (256, 3, 3, 8), np.float16, groups=32, layout="NHWC",
                       padding=1)
@@ -310,10 +331,8 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     assert plan_for(small).algorithm == "im2win_fused"                   # 32: not "auto"'s
     assert plan_for(small, algorithm="narrow").kernel == \
         "narrow_nhwc<bf16_t, 32, 64, 4, 1, false, true>"
-    for other in (problem((32, 224, 224, 3), (96, 4, 4, 3), np.float16, layout="NHWC",
-                          stride=4),                                       # convnext_tiny.0
-                  problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")):   # float32
-        assert plan_for(other).algorithm != "narrow"
+    assert plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")).algorithm != \
+        "narrow"                                                          # float32
     for refused in (problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC"),
                     problem((2, 3, 9, 9), (8, 3, 3, 3), np.float16),       # NCHW
                     problem((2, 9, 9, 64), (64, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
@@ -321,8 +340,8 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
         with pytest.raises(ValueError, match="algorithm='narrow'"):
             plan_for(refused, algorithm="narrow")
     compiled = {expr for _, expr in specializations()}
-    assert {plan.kernel, plan_for(grouped).kernel,
-            plan_for(small, algorithm="narrow").kernel} <= compiled
+    assert {plan_for(stem).kernel, plan_for(cv1, algorithm="narrow").kernel, plan.kernel,
+            plan_for(grouped).kernel, plan_for(small, algorithm="narrow").kernel} <= compiled
 
 
 def test_depthwise_problems_get_their_own_kernel():
@@ -618,8 +637,11 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout):
+def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout, monkeypatch):
+    from im2win.cuda import plan as cuda_plan
     from im2win.cuda.plan import columns_stage, columns_workspace
+    # NHWC 16-bit stems of up to 147 products take narrow.cu's dense form first: out here
+    monkeypatch.setattr(cuda_plan, "NARROW_AUTO_DENSE_REDUCTION", 0)
     layers = {}
     for name in ("cv1", "cv3", "cv7"):
         x_shape, w_shape = LAYERS[name].shapes(128, layout)

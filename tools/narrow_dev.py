@@ -5,8 +5,10 @@ short table last.
     python3 tools/narrow_dev.py [--layers mobilenet_v2.0,resnext50_32x4d.11] [--dtype float16]
         [--variants before,8,4] [--batch 32]
 
-Variants: "before" is "auto" with narrow.cu out of its choices; "narrow" is algorithm="narrow"
-(the planner's block); mtM forces M m16 tiles per warp where the kernel has them. Times are
+Variants: "auto" is the planner's choice; "before" is "auto" with narrow.cu out of its choices; "narrow" is algorithm="narrow"
+(the planner's block; stems densely packed where narrow_dense takes them); "padded" is
+algorithm="narrow" with stems' C padded to 8 (narrow_nhwc); mtM forces M m16 tiles per warp
+where the kernel has them. Times are
 back-to-back calls between CUDA events (the GPU's figure); TFLOPS count 2*N*K*P*Q*(C/G)*R*S. The twelve benchmark layers (cv1..cv12)
 run at their own batch, 128.
 """
@@ -33,8 +35,8 @@ LAYERS = ("mobilenet_v2.0,convnext_tiny.0,resnet50.0,resnext50_32x4d.2,resnext50
 
 def forced_blocks(blocks, mt: int):
     """narrow_blocks with only `mt` m16 tiles per warp."""
-    return lambda cp, stem: [(kb, nw, tuple(m for m in mts if m == mt))
-                             for kb, nw, mts in blocks(cp, stem)]
+    return lambda cp, stem, dense=False: [(kb, nw, tuple(m for m in mts if m == mt))
+                                          for kb, nw, mts in blocks(cp, stem, dense)]
 
 
 def main(argv=None) -> int:
@@ -48,8 +50,9 @@ def main(argv=None) -> int:
     device = bench.GPU()
     convs = {c.name: c for net in NETWORKS.values() for c in net}
     convs.update(BENCHMARK_LAYERS)
-    auto = (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS)
-    blocks = cuda_plan.narrow_blocks
+    auto = (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
+            cuda_plan.NARROW_AUTO_DENSE_REDUCTION)
+    blocks, dense = cuda_plan.narrow_blocks, cuda_plan.narrow_dense
     lines, wrong, layout = [], 0, "NHWC"
     for name in args.layers.split(","):
         conv = convs[name]
@@ -63,13 +66,21 @@ def main(argv=None) -> int:
         inputs = bench.rotation(x, device)
         row = [f"{name:20s}"]
         for variant in args.variants.split(","):
-            if variant == "before":
-                cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS = 0, ()
+            if variant == "auto":          # the planner's own choice, everything in it
+                (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
+                 cuda_plan.NARROW_AUTO_DENSE_REDUCTION) = auto
+                cuda_plan.narrow_blocks, cuda_plan.narrow_dense = blocks, dense
+                algorithm = "auto"
+            elif variant == "before":
+                (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
+                 cuda_plan.NARROW_AUTO_DENSE_REDUCTION) = 0, (), 0
                 algorithm = "auto"
             else:
-                cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS = auto
-                cuda_plan.narrow_blocks = (blocks if variant == "narrow" else
+                (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
+                 cuda_plan.NARROW_AUTO_DENSE_REDUCTION) = auto
+                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded") else
                                            forced_blocks(blocks, int(variant[2:])))
+                cuda_plan.narrow_dense = ((lambda *a: False) if variant == "padded" else dense)
                 algorithm = "narrow"
             im2win.cuda._calls.clear()         # remembered calls hold the last variant's plan
             turn = iter(range(1 << 30))

@@ -66,11 +66,14 @@ def runs(*modes: str) -> bool:
 POINTWISE_CASES = [((2, 16, 9, 7), (24, 16, 1, 1)), ((1, 8, 5, 3), (8, 8, 1, 1)),
                    ((3, 24, 11, 13), (96, 24, 1, 1)), ((2, 240, 12, 9), (40, 240, 1, 1)),
                    ((4, 32, 29, 31), (16, 32, 1, 1))]
-# narrow.cu's forms (NHWC, 16-bit): stems of C <= 8, groups of 8, 16 and 32, tails, strides,
-# dilation, vector and element copies: x, w (NCHW-lettered), kwargs.
+# narrow.cu's forms (NHWC, 16-bit): stems of C <= 8 (dense: C < 8, sw*C even and odd), groups
+# of 8, 16 and 32, tails, strides, dilation, vector and element copies: x, w (NCHW-lettered),
+# kwargs.
 NARROW_CASES = [((2, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),
                 ((1, 3, 17, 19), (16, 3, 4, 4), dict(stride=4)),
                 ((2, 5, 9, 13), (24, 5, 3, 2), dict(dilation=(2, 3), padding=((2, 0), (1, 3)))),
+                ((2, 3, 29, 31), (64, 3, 7, 7), dict(stride=2, padding=3)),
+                ((2, 3, 13, 17), (16, 3, 3, 3), dict(padding=((1, 0), (2, 1)))),
                 ((2, 64, 12, 10), (64, 8, 3, 3), dict(groups=8, stride=2, padding=1)),
                 ((1, 96, 9, 11), (96, 16, 3, 3), dict(groups=6, padding=(1, 2))),
                 ((2, 128, 5, 7), (128, 32, 3, 1), dict(groups=4, stride=(1, 3)))]

@@ -50,6 +50,18 @@ template <> __device__ __forceinline__ bf16_t from_acc<bf16_t>(float v) {
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
   return h;
 }
+// Two accumulators as one word of a 16-bit T, lo in the low half: one cvt.rn.*x2.f32.
+template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi);
+template <> __device__ __forceinline__ unsigned pack2<half_t>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <> __device__ __forceinline__ unsigned pack2<bf16_t>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
 template <typename T> __device__ __forceinline__ T from_acc(double v);
 template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
 

@@ -387,7 +387,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned)))
         if channelwise:
             algorithm = "depthwise"
-        elif narrow_pays(prob) and narrow_refusal(prob, x_strides, x_aligned, arch) is None:
+        elif narrow_pays(prob, narrow_dense(prob, x_strides, x_aligned)) and \
+                narrow_refusal(prob, x_strides, x_aligned, arch) is None:
             algorithm = "narrow"
         elif pointwise_pays(prob) and \
                 pointwise_refusal(prob, x_strides, x_aligned, arch) is None:
@@ -853,6 +854,14 @@ NARROW_DTYPES = ("float16", "bfloat16")
 NARROW_AUTO_STEM_REDUCTION = 27
 NARROW_AUTO_STEM_OUTPUTS = 1 << 26
 NARROW_AUTO_GROUPS = (8, 16)
+# Dense stems (narrow_dense: each filter row's S*C values packed, not C padded to 8), from
+# tools/narrow_dev.py (float16 NHWC, H200, GPU us back to back; batch 32, the cv layers 128;
+# the default before -> C padded to 8 -> dense, cuDNN): every stem of at most 147 products
+# (7x7 of 3 channels) per output: cv3 322 -> 736 -> 252, 288; cv7 608 -> 685 -> 469, 785;
+# resnet50.0 81 -> 120 -> 69, 88; mobilenet_v2.0 (3x3, C padded to 8 before) 37.4 -> 29.4,
+# 30.5; convnext_tiny.0 (4x4 stride 4) 66 -> 60 -> 44, 37; not cv1 (11x11: 363 products, K =
+# 96 in three blocks of 32) 257 -> 1711 -> 637, 667.
+NARROW_AUTO_DENSE_REDUCTION = 147
 
 
 def narrow_form(prob: Problem) -> tuple[int, bool] | None:
@@ -867,11 +876,14 @@ def narrow_form(prob: Problem) -> tuple[int, bool] | None:
     return None
 
 
-def narrow_pays(prob: Problem) -> bool:
-    """Whether "auto" takes narrow.cu (NARROW_AUTO_*)."""
+def narrow_pays(prob: Problem, dense: bool) -> bool:
+    """Whether "auto" takes narrow.cu (NARROW_AUTO_*); dense: whether its stem would run
+    densely packed (narrow_dense)."""
     form = narrow_form(prob)
     if form is None:
         return False
+    if dense:
+        return prob.reduction <= NARROW_AUTO_DENSE_REDUCTION
     if form[1]:
         return (prob.reduction <= NARROW_AUTO_STEM_REDUCTION and
                 prob.N * prob.K * prob.P * prob.Q <= NARROW_AUTO_STEM_OUTPUTS)
@@ -918,12 +930,15 @@ def narrow_pitch(elements: int) -> int:
     return elements if (elements // 8) % 2 else elements + 8
 
 
-def narrow_blocks(cp: int, stem: bool) -> list[tuple[int, int, tuple[int, ...]]]:
+def narrow_blocks(cp: int, stem: bool, dense: bool = False
+                  ) -> list[tuple[int, int, tuple[int, ...]]]:
     """(KB, NW, MT choices) narrow.cu is compiled for: a stem's warps share one n-range of KB
-    channels (KB = 8*NW) and split 512, 256 or 128 pixels; a group's warps hold its CP/8 n8
-    tiles, KB = 64 or 32 channels, over 128 or 64 pixels."""
+    channels (KB = 8*NW) and split 512, 256 or 128 pixels (a dense stem's 256 or 128, KB up to
+    64: its registers); a group's warps hold its CP/8 n8 tiles, KB = 64 or 32 channels, over 128 or
+    64 pixels."""
     if stem:
-        return [(kb, kb // 8, (4, 2, 1)) for kb in (32, 16, 8)]
+        return [(kb, kb // 8, (2, 1) if dense else (4, 2, 1))
+                for kb in ((64, 32, 16, 8) if dense else (32, 16, 8))]
     out = []
     for kb in (64, 32):
         if kb % cp == 0:
@@ -933,14 +948,44 @@ def narrow_blocks(cp: int, stem: bool) -> list[tuple[int, int, tuple[int, ...]]]
     return out
 
 
+def narrow_dense(prob: Problem, x_strides, x_aligned: bool) -> bool:
+    """Whether narrow.cu's stem runs densely packed (narrow_dense: each filter row's S*C values
+    in a row, not C padded to 8): stems of C < 8 whose taps are adjacent columns (dw == 1),
+    their raw rows by cp.async (narrow_vector)."""
+    form = narrow_form(prob)
+    return (form is not None and form[1] and prob.C < NARROW_STEM_CHANNELS and prob.dw == 1 and
+            narrow_vector(prob, x_strides, x_aligned))
+
+
+def narrow_smem(prob: Problem, cp: int, stem: bool, vx: bool, dense: bool, kb: int, mt: int,
+                tp: int, tq: int) -> int:
+    """A narrow.cu block's shared memory in bytes (the kernels' layouts)."""
+    rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
+    cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
+    raw = 2 * 2 * rows * -(-(cols * prob.C + 2) // 8) * 8      # two buffers of raw rows
+    if dense:
+        er = -(-prob.S * prob.C // 2) * 2
+        steps = -(-prob.R * er // 16)
+        win = rows * -(-(cols * prob.C + 2) // 8) * 8         # stored rows: L + 2, to 8
+        raw = 2 * 2 * rows * -(-(cols * prob.C + 16) // 8) * 8
+        stage = 8 * 16 * mt * (kb + 8) * 2                    # each warp's outputs
+        return (2 * kb * narrow_pitch(16 * steps) + 2 * 64 * steps + 4 * kb + 4 * 8 * 16 * mt +
+                2 * 2 * win + raw + stage)
+    steps = -(-prob.R * prob.S * cp // 16)
+    window = 2 * rows * -(-cols // prob.sw) * prob.sw * narrow_pitch(cp if stem else kb)
+    smem = (2 * kb * narrow_pitch(16 * steps) + 4 * -(-2 * steps // 4) * 4 + 16 +
+            window * (2 if vx and not stem else 1))
+    return smem + (raw if vx and stem else 0)
+
+
 def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool,
-                limit: int = NARROW_SMEM_LIMIT) -> NarrowTile | None:
+                limit: int = NARROW_SMEM_LIMIT, dense: bool = False) -> NarrowTile | None:
     """The block for the problem: the first KB that divides K; among its MT choices whose
-    window (twice where vx: the next tile's is copied while one is computed) fits `limit`
-    bytes (narrow_limit), the fewest pixel slots over the grid (tiles times pixels per block:
-    small maps take small blocks), the larger block on a tie."""
+    shared memory (narrow_smem) fits `limit` bytes (narrow_limit), the fewest pixel slots over
+    the grid (tiles times pixels per block: small maps take small blocks), the larger block on
+    a tie."""
     best = None
-    for kb, nw, mts in narrow_blocks(cp, stem):
+    for kb, nw, mts in narrow_blocks(cp, stem, dense):
         if prob.K % kb or prob.K // kb > MAX_GRID_YZ:
             continue
         warps_m = 8 // (kb // (8 * nw))
@@ -951,17 +996,10 @@ def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool,
             tp = min(prob.P, capacity // tq)
             tp = -(-prob.P // -(-prob.P // tp))
             tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
-            rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
-            cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
-            steps = -(-prob.R * prob.S * cp // 16)
-            window = 2 * rows * -(-cols // prob.sw) * prob.sw * narrow_pitch(cp if stem else kb)
-            smem = (2 * kb * narrow_pitch(16 * steps) + 4 * -(-2 * steps // 4) * 4 + 16 +
-                    window * (2 if vx and not stem else 1))
-            if vx and stem:                    # two buffers of raw rows
-                smem += 2 * 2 * rows * -(-(cols * prob.C + 2) // 8) * 8
+            smem = narrow_smem(prob, cp, stem, vx, dense, kb, mt, tp, tq)
             if smem > limit or tiles >= 2 ** 31:
                 continue
-            if best is None or tiles * capacity < best[0]:
+            if best is None or tiles * capacity < best[0] * (0.98 if dense else 1):
                 best = (tiles * capacity, NarrowTile(kb, nw, mt, tp, tq, smem, tiles))
         if best is not None:
             return best[1]
@@ -983,7 +1021,8 @@ def narrow_refusal(prob: Problem, x_strides, x_aligned: bool,
                 f"got {prob.layout} {prob.dtype.name}, C={prob.C}, K={prob.K}, "
                 f"groups={prob.G}")
     limit = narrow_limit(arch)
-    if narrow_tile(prob, *form, narrow_vector(prob, x_strides, x_aligned), limit) is None:
+    if narrow_tile(prob, *form, narrow_vector(prob, x_strides, x_aligned), limit,
+                   narrow_dense(prob, x_strides, x_aligned)) is None:
         return (f"algorithm='narrow' needs K a multiple of 8 (of 32 for groups) and a tile "
                 f"whose window and filters fit {limit} bytes of shared memory; "
                 f"got K={prob.K}, R x S = {prob.R} x {prob.S}, stride {prob.sh} x {prob.sw}")
@@ -991,7 +1030,9 @@ def narrow_refusal(prob: Problem, x_strides, x_aligned: bool,
 
 
 def narrow_kernel_name(dtype: str, cp: int, kb: int, nw: int, mt: int, stem: bool,
-                       vx: bool) -> str:
+                       vx: bool, dense: bool = False) -> str:
+    if dense:
+        return f"narrow_dense<{CUDA_TYPES[dtype][0]}, {kb}, {mt}>"
     return (f"narrow_nhwc<{CUDA_TYPES[dtype][0]}, {cp}, {kb}, {nw}, {mt}, {str(stem).lower()}, "
             f"{str(vx).lower()}>")
 
@@ -1016,7 +1057,8 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
         raise ValueError(refusal)
     cp, stem = narrow_form(prob)
     vx = narrow_vector(prob, x_strides, x_aligned)
-    tile = narrow_tile(prob, cp, stem, vx, narrow_limit(arch))
+    dense = narrow_dense(prob, x_strides, x_aligned)
+    tile = narrow_tile(prob, cp, stem, vx, narrow_limit(arch), dense)
     # Blocks per SM: shared memory (an SM's, 1 KB of it reserved per block) and registers
     # (ptxas, sm_90: up to 128 a thread for stems, 80 for groups).
     per_sm = max(1, min(smem_limits(arch)[1] // (tile.smem + 1024), 2 if stem else 3))
@@ -1025,7 +1067,8 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                        tile.tq), tuple(x_strides), (NARROW_THREADS, 1, 1), tile.smem, tile.tiles,
                       prob.K // tile.kb, per_sm)
     return Plan("narrow", None, options, "narrow",
-                narrow_kernel_name(prob.dtype.name, cp, tile.kb, tile.nw, tile.mt, stem, vx),
+                narrow_kernel_name(prob.dtype.name, cp, tile.kb, tile.nw, tile.mt, stem, vx,
+                                   dense),
                 max(prob.N, 1), args, b"", 0)
 
 
@@ -1883,6 +1926,9 @@ def specializations() -> list[tuple[str, str]]:
             for kb, nw, mts in narrow_blocks(cp, stem):
                 for mt in mts:
                     out.add(("narrow", narrow_kernel_name(dtype, cp, kb, nw, mt, stem, vx)))
+        for kb, nw, mts in narrow_blocks(NARROW_STEM_CHANNELS, True, dense=True):
+            out.update(("narrow", narrow_kernel_name(dtype, 0, kb, nw, mt, True, True, True))
+                       for mt in mts)
     for dtype in POINTWISE_DTYPES:
         for K in range(8, POINTWISE_MAX_K + 1, 8):
             out.add(("pointwise", pointwise_kernel_name(dtype, K)))
