@@ -46,6 +46,17 @@ __device__ __forceinline__ void narrow_copy(void* dst, const void* src, bool val
                "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
 }
 
+// The pipeline's turn: commit the next tile's copies where they were issued and wait for this
+// tile's (every group but the newest), else wait for all.
+__device__ __forceinline__ void narrow_wait_this(bool next_issued) {
+  if (next_issued) {
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 1;\n" ::);
+  } else {
+    asm volatile("cp.async.wait_group 0;\n" ::);
+  }
+}
+
 // Pitches in elements: an odd number of 16-byte (8-element) rows.
 __host__ __device__ constexpr int narrow_pitch(int elements) {
   return (elements / 8) % 2 ? elements : elements + 8;
@@ -243,23 +254,14 @@ __global__ void __launch_bounds__(256)
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, step_in ^= 1) {
     T* current = xs + (VX && !STEM ? step_in * buffer : 0);
     if constexpr (VX && STEM) {          // the next tile's raw rows while this one's converts
-      if (tile + gridDim.x < tiles) {
-        fill_raw(tile + gridDim.x, raw + (step_in ^ 1) * rows * raw_pitch);
-        asm volatile("cp.async.commit_group;\n" ::);
-        asm volatile("cp.async.wait_group 1;\n" ::);
-      } else {
-        asm volatile("cp.async.wait_group 0;\n" ::);
-      }
+      const bool next = tile + gridDim.x < tiles;
+      if (next) fill_raw(tile + gridDim.x, raw + (step_in ^ 1) * rows * raw_pitch);
+      narrow_wait_this(next);
       __syncthreads();
       convert(tile, raw + step_in * rows * raw_pitch);
     } else if constexpr (VX) {
-      if (tile + gridDim.x < tiles) {
-        fill(tile + gridDim.x, xs + (step_in ^ 1) * buffer);
-        asm volatile("cp.async.commit_group;\n" ::);
-        asm volatile("cp.async.wait_group 1;\n" ::);
-      } else {
-        asm volatile("cp.async.wait_group 0;\n" ::);
-      }
+      if (tile + gridDim.x < tiles) fill(tile + gridDim.x, xs + (step_in ^ 1) * buffer);
+      narrow_wait_this(tile + gridDim.x < tiles);
     } else {
       fill(tile, current);
     }
@@ -424,7 +426,8 @@ __global__ void __launch_bounds__(256, 2)
     for (; ri < rows;) {
       const int h = h0 + ri, v = 8 * m;
       const bool row_in = h >= 0 && h < H && ca < cb;
-      const int shift = (int)((first + (unsigned)h * (unsigned)xh) & 7) - lo;   // raw of v: v + shift
+      // element v's raw index: v + shift
+      const int shift = (int)((first + (unsigned)h * (unsigned)xh) & 7) - lo;
       const T* from = rows_from + ri * raw_pitch;
       uint4 c0, c1;                                      // win0's, win1's
       if (row_in && v - 1 >= lo && v + 7 < hi) {
@@ -514,13 +517,10 @@ __global__ void __launch_bounds__(256, 2)
   }
   int step_in = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, step_in ^= 1) {
-    if (tile + gridDim.x < tiles) {      // the next tile's raw rows while this one's is computed
-      fill_raw(tile + gridDim.x, raw + (step_in ^ 1) * rows * raw_pitch);
-      asm volatile("cp.async.commit_group;\n" ::);
-      asm volatile("cp.async.wait_group 1;\n" ::);
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
-    }
+    // the next tile's raw rows while this one's is computed
+    const bool next = tile + gridDim.x < tiles;
+    if (next) fill_raw(tile + gridDim.x, raw + (step_in ^ 1) * rows * raw_pitch);
+    narrow_wait_this(next);
     __syncthreads();
     store_rows(tile, raw + step_in * rows * raw_pitch);
     __syncthreads();
