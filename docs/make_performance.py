@@ -694,6 +694,11 @@ moves single calls: after `pointwise.cu` alone, on a slower host (cuDNN's resnet
 ms against 1.82 here), all was 0.99x and 3x3 0.93x, its slowest layers resnet50.22 (0.57x) and
 .18 (0.79x), split-K with a partial-sum buffer and a Scratch a call (31 µs of host time, now
 19: `tools/host_probe.py`); the run before `pointwise.cu` gave 0.97x (1x1 0.98x).
+Since those runs the float16 stems run `narrow.cu`'s dense form (2026-12-04, not rerun here:
+the device time ran out); its GPU time back to back against the suite's kernels and cuDNN
+(`tools/narrow_dev.py`, batch 32): resnet50.0 (and resnext50_32x4d.0, the same layer) 81 ->
+70 us, cuDNN 88; mobilenet_v2.0 and efficientnet_b0.0 38 -> 30, 31; convnext_tiny.0 61 ->
+45, 38.
 
 The float32 columns are the run of 2026-12-04 after split-K for `im2win_ffma.cu` (small grids:
 ResNet's 3x3 layers at 14x14 and 7x7, ConvNeXt's downsampling layers), its sum writing the
