@@ -988,7 +988,8 @@ def test_stems_over_their_window_columns_read_views_and_write_views(rng):
         assert_close(cupy.asnumpy(out), ref, np.float16, 3 * 25)
         assert cupy.isnan(big[..., 1::2]).all()                   # nothing outside out written
     if cuda.compute_capability(cupy.cuda.runtime.getDevice()) == 90:
-        cv1 = cupy.zeros((128, 227, 227, 3), cupy.float16), cupy.zeros((96, 11, 11, 3), cupy.float16)
+        cv1 = (cupy.zeros((128, 227, 227, 3), cupy.float16),
+               cupy.zeros((96, 11, 11, 3), cupy.float16))
         prob = make_problem(*cv1, layout="NHWC", stride=4)
         assert cuda._plan(prob, *cv1, "auto", None, None).algorithm == "im2win_columns"
         cv3 = cupy.zeros((128, 227, 227, 3), cupy.float16), cupy.zeros((64, 7, 7, 3), cupy.float16)

@@ -5,12 +5,12 @@ short table last.
     python3 tools/narrow_dev.py [--layers mobilenet_v2.0,resnext50_32x4d.11] [--dtype float16]
         [--variants before,8,4] [--batch 32]
 
-Variants: "auto" is the planner's choice; "before" is "auto" with narrow.cu out of its choices; "narrow" is algorithm="narrow"
-(the planner's block; stems densely packed where narrow_dense takes them); "padded" is
-algorithm="narrow" with stems' C padded to 8 (narrow_nhwc); mtM forces M m16 tiles per warp
-where the kernel has them. Times are
-back-to-back calls between CUDA events (the GPU's figure); TFLOPS count 2*N*K*P*Q*(C/G)*R*S. The twelve benchmark layers (cv1..cv12)
-run at their own batch, 128.
+Variants: "auto" is the planner's choice; "before" is "auto" with narrow.cu out of its
+choices; "narrow" is algorithm="narrow" (the planner's block; stems densely packed where
+narrow_dense takes them); "padded" is algorithm="narrow" with stems' C padded to 8
+(narrow_nhwc); mtM forces M m16 tiles per warp where the kernel has them. Times are
+back-to-back calls between CUDA events (the GPU's figure); TFLOPS count 2*N*K*P*Q*(C/G)*R*S.
+The twelve benchmark layers (cv1..cv12) run at their own batch, 128.
 """
 
 from __future__ import annotations

@@ -857,10 +857,10 @@ NARROW_AUTO_GROUPS = (8, 16)
 # Dense stems (narrow_dense: each filter row's S*C values packed, not C padded to 8), from
 # tools/narrow_dev.py (float16 NHWC, H200, GPU us back to back; batch 32, the cv layers 128;
 # the default before -> C padded to 8 -> dense, cuDNN): every stem of at most 147 products
-# (7x7 of 3 channels) per output: cv3 322 -> 736 -> 252, 288; cv7 608 -> 685 -> 469, 785;
-# resnet50.0 81 -> 120 -> 69, 88; mobilenet_v2.0 (3x3, C padded to 8 before) 37.4 -> 29.4,
-# 30.5; convnext_tiny.0 (4x4 stride 4) 66 -> 60 -> 44, 37; not cv1 (11x11: 363 products, K =
-# 96 in three blocks of 32) 257 -> 1711 -> 637, 667.
+# (7x7 of 3 channels) per output: cv3 319 -> 766 -> 253, 290; cv7 605 -> 684 -> 463, 783;
+# resnet50.0 81 -> 120 -> 70, 89; mobilenet_v2.0 (3x3, C padded to 8 before) 38 -> 30, 31;
+# convnext_tiny.0 (4x4 stride 4) 61 -> 60 -> 45, 38; not cv1 (11x11: 363 products, K = 96 in
+# blocks of 32 or fewer) 256 -> 1761 -> 637 (forced), 664.
 NARROW_AUTO_DENSE_REDUCTION = 147
 
 
@@ -933,9 +933,9 @@ def narrow_pitch(elements: int) -> int:
 def narrow_blocks(cp: int, stem: bool, dense: bool = False
                   ) -> list[tuple[int, int, tuple[int, ...]]]:
     """(KB, NW, MT choices) narrow.cu is compiled for: a stem's warps share one n-range of KB
-    channels (KB = 8*NW) and split 512, 256 or 128 pixels (a dense stem's 256 or 128, KB up to
-    64: its registers); a group's warps hold its CP/8 n8 tiles, KB = 64 or 32 channels, over 128 or
-    64 pixels."""
+    channels (KB = 8*NW) and split 512, 256 or 128 pixels (a dense stem's, KB up to 64, 256 or
+    128: its registers); a group's warps hold its CP/8 n8 tiles, KB = 64 or 32 channels, over
+    128 or 64 pixels."""
     if stem:
         return [(kb, kb // 8, (2, 1) if dense else (4, 2, 1))
                 for kb in ((64, 32, 16, 8) if dense else (32, 16, 8))]
@@ -983,7 +983,8 @@ def narrow_tile(prob: Problem, cp: int, stem: bool, vx: bool,
     """The block for the problem: the first KB that divides K; among its MT choices whose
     shared memory (narrow_smem) fits `limit` bytes (narrow_limit), the fewest pixel slots over
     the grid (tiles times pixels per block: small maps take small blocks), the larger block on
-    a tie."""
+    a tie (a dense stem's: within 2%; cv3 256 pixels a block, 2 x 111, rather than 128, 1 x
+    111: 253 against 310 us)."""
     best = None
     for kb, nw, mts in narrow_blocks(cp, stem, dense):
         if prob.K % kb or prob.K // kb > MAX_GRID_YZ:
