@@ -337,12 +337,17 @@ __global__ void __launch_bounds__(256)
 //     word in one of them: A fragments are loaded word by word straight from these rows (the
 //     pair (e, e + 1) of pixel p at element a = base(p) + offset(e), from win0 at a when a is
 //     even, from win1 at a + 1 when odd), no window tile is built.
-//   - A table (step, l % 4) holds each lane's two element offsets (r*dh*row + j) and masks:
-//     the half past a filter row's S*C values (S*C odd) and whole steps past R*ER read as zero,
-//     whatever the stored row holds there.
+//   - A table (parity of base(p), step, l % 4) holds each lane's two pairs of the step as
+//     byte offsets from win0's element base(p) (r*dh*row + j elements, to win1 where the pair
+//     starts at an odd element) and their masks: the half past a filter row's S*C values (S*C
+//     odd) and whole steps past R*ER read as zero, whatever the stored row holds there. Where
+//     sw*C is even every base is even and one table row serves a step.
 //   - The filters sit in shared memory as [KB][E] in the same order, B fragments by ldmatrix;
 //     8 warps split the tile's pixels, each multiplying by all KB channels (NW = KB / 8 n8
-//     tiles); the next tile's raw rows are copied while one is computed, as in narrow_nhwc.
+//     tiles).
+//   - The next tile's raw rows are copied while one is computed (narrow_fill_raw<16>: 16-byte
+//     cp.async between the row's 16-byte boundaries), then turned into win0 and win1 16 bytes
+//     a thread; each warp's outputs pass through shared memory of its own to 16-byte stores.
 template <bool B> struct narrow_flag { static constexpr bool value = B; };
 
 template <typename T, int KB, int MT>
