@@ -18,6 +18,8 @@
 //     consumer's wgmmas run.
 // One block an SM, persistent. K == BN (one filter tile), one group, dw == 1, x's pixels C
 // contiguous channels and x 4-byte aligned; tiles of TP x TQ <= 128 output pixels.
+// The producer's fill and store_rows are narrow_dense's for four warps instead of eight:
+// when this lands they become one helper of narrow.cu's (duplicates --change shows them).
 
 template <int BN, typename T>
 __device__ __forceinline__ void stem_rs(float (&d)[BN / 2], const unsigned (&a)[4], u64 desc_b) {
