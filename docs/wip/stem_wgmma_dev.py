@@ -4,7 +4,10 @@ im2win_wgmma.cu and narrow.cu, check it against the float64 reference on awkward
 infinity in x included), then time it against im2win's "auto" (narrow_dense) and cuDNN.
 
     python3 docs/wip/stem_wgmma_dev.py [--layers cv3,cv7,resnet50.0,mobilenet_v2.0]
-        [--stages 4] [--dtype float16]
+        [--stages 4] [--dtype float16] [--check-only]
+
+--check-only runs the checks alone (small: for compute-sanitizer memcheck, racecheck and
+synccheck).
 
 Times are back-to-back calls between CUDA events (bench.GPU().back_to_back), batch 128 for
 the cv layers and 32 for the networks' stems.
@@ -91,6 +94,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", default="cv3,cv7,resnet50.0,mobilenet_v2.0")
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--check-only", action="store_true")
     args = parser.parse_args(argv)
     import cupy
     stem = Stem(args.dtype, args.stages)
@@ -120,6 +124,8 @@ def main(argv=None) -> int:
         wrong += not ok
         print(f"check {x_shape} {w_shape} {kwargs}{' inf' if inf else ''}: "
               f"{'ok' if ok else 'WRONG'}", flush=True)
+    if args.check_only:
+        return 1 if wrong else 0
     device = bench.GPU()
     convs = {c.name: c for net in NETWORKS.values() for c in net}
     convs.update(BENCHMARK_LAYERS)
