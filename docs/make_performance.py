@@ -344,8 +344,9 @@ The FP32 path now runs `im2win_ffma.cu` with split-K on small grids (hopper.md, 
 90-93% of cuBLAS's SGEMM on the same GEMMs); the float32 tables of 2026-12-04 (after split-K)
 give 0.71x and 0.91x against 0.70x and 0.92x on 2026-12-02. At batch 128 split-K takes cv12,
 cv11 and cv6: cv12 0.568 -> 0.514 ms (NHWC) and 0.617 -> 0.543 (NCHW), cv11 level, cv6 slower
-one call at a time (0.935 -> 0.993 NHWC, 0.989 -> 1.063 NCHW, with 50 and 72 MB of partial
-sums) although faster from CUDA graphs (888 -> 852 us): the second launch's host time. cuDNN's
+one call at a time (0.935 -> 0.993 NHWC, 0.989 -> 1.063 NCHW; extra memory 50 and 72 MiB:
+the partial sums, in NCHW with the twin's copies) although faster from CUDA graphs (888 ->
+852 us), likely the second launch's host time (not measured). cuDNN's
 Winograd on cv5, cv10 and cv11 sets the geometric mean.
 """
 

@@ -962,12 +962,12 @@ def narrow_smem(prob: Problem, cp: int, stem: bool, vx: bool, dense: bool, kb: i
     """A narrow.cu block's shared memory in bytes (the kernels' layouts)."""
     rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
     cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
-    raw = 2 * 2 * rows * -(-(cols * prob.C + 2) // 8) * 8      # two buffers of raw rows
+    # two buffers of raw rows: from the 4-byte word (dense: the 16 bytes) the first is in
+    raw = 2 * 2 * rows * -(-(cols * prob.C + (16 if dense else 2)) // 8) * 8
     if dense:
         er = -(-prob.S * prob.C // 2) * 2
         steps = -(-prob.R * er // 16)
         win = rows * -(-(cols * prob.C + 2) // 8) * 8         # stored rows: L + 2, to 8
-        raw = 2 * 2 * rows * -(-(cols * prob.C + 16) // 8) * 8
         stage = 8 * 16 * mt * (kb + 8) * 2                    # each warp's outputs
         return (2 * kb * narrow_pitch(16 * steps) + 2 * 64 * steps + 4 * kb + 4 * 8 * 16 * mt +
                 2 * 2 * win + raw + stage)
