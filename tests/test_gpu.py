@@ -661,6 +661,36 @@ def test_narrow_matches_reference(rng, dtype, x_shape, w_shape, kwargs, bias):
     run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm="narrow")
 
 
+NARROW_WGMMA_CASES = [  # dense stems of K = 32 or 64 (narrow_wgmma.cu on Hopper), padded too
+    ((2, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),          # MobileNet's stem
+    ((2, 3, 29, 31), (64, 3, 7, 7), dict(stride=2)),                     # cv3's
+    ((3, 3, 40, 45), (64, 3, 7, 7), dict(stride=2, padding=3)),          # ResNet's
+    ((5, 2, 11, 9), (32, 2, 5, 5), dict(stride=2, padding=2)),           # 5 images, tails
+    ((2, 1, 9, 50), (32, 1, 2, 7), dict(stride=(1, 3), padding=(0, 3))),  # C = 1, S*C = 7
+    ((2, 3, 9, 300), (64, 3, 3, 3), dict(padding=1)),                    # three tiles a row
+    ((1, 3, 20, 23), (64, 3, 4, 4), dict(stride=4)),                     # ConvNeXt's form
+    ((2, 5, 13, 17), (32, 5, 3, 3), dict(dilation=(2, 1), padding=((1, 0), (2, 1)))),  # odd
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", NARROW_WGMMA_CASES)
+def test_narrow_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shape, kwargs):
+    """narrow_wgmma.cu forced onto dense stems it would leave to narrow_dense (padded ones)."""
+    from im2win import cuda
+    from im2win.cuda import plan as cuda_plan
+    if not hopper():
+        pytest.skip("narrow_wgmma.cu needs compute capability 9.0")
+    monkeypatch.setattr(cuda_plan, "narrow_wgmma_pays", lambda prob: True)
+    monkeypatch.setattr(cuda, "_calls", {})
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm="narrow")
+    xs, ws = to_layout("NHWC", x.astype(dtype), w.astype(dtype))
+    xs, ws = cupy.asarray(xs), cupy.asarray(ws)
+    prob = make_problem(xs, ws, layout="NHWC", **kwargs)
+    assert cuda._plan(prob, xs, ws, "narrow", None, None).file == "narrow_wgmma"
+
+
 def test_narrow_views_and_misaligned_out(rng):
     """A strided channels-last view (element-by-element copies), an out one element off 16
     bytes, and a filter of non-finite values that must stay within its group."""
@@ -966,7 +996,7 @@ def test_stems_over_their_window_columns_match_reference(rng, layout, dtype, x_s
 
 def test_stems_over_their_window_columns_read_views_and_write_views(rng):
     """x a view (every other column, negative strides along H), w not contiguous, out a
-    strided view, both layouts; and what "auto" plans for cv1 on Hopper (cv3: narrow.cu's
+    strided view, both layouts; and what "auto" plans for cv1 on Hopper (cv3: narrow_wgmma.cu's
     dense stem)."""
     from im2win import cuda
     x, w, b = random_arrays(rng, (2, 3, 13, 40), (20, 3, 5, 5), 20)
@@ -994,7 +1024,8 @@ def test_stems_over_their_window_columns_read_views_and_write_views(rng):
         assert cuda._plan(prob, *cv1, "auto", None, None).algorithm == "im2win_columns"
         cv3 = cupy.zeros((128, 227, 227, 3), cupy.float16), cupy.zeros((64, 7, 7, 3), cupy.float16)
         prob = make_problem(*cv3, layout="NHWC", stride=2)
-        assert cuda._plan(prob, *cv3, "auto", None, None).kernel == "narrow_dense<half_t, 64, 2>"
+        assert cuda._plan(prob, *cv3, "auto", None, None).kernel == \
+            "narrow_dense_wgmma<half_t, 64, 4>"
 
 
 SPLIT_CASES = [  # NHWC problems with few tiles: split-K (TMA copies: C/G a multiple of 64 or 32)

@@ -318,6 +318,21 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
                   problem((32, 224, 224, 3), (96, 4, 4, 3), np.float16, layout="NHWC",
                           stride=4)):
         assert plan_for(taken).kernel.startswith("narrow_dense<half_t, ")
+    # on Hopper, unpadded dense stems of 64 filters run narrow_wgmma.cu: tiles of one output
+    # row (111 pixels), one block of 384 threads an SM over the 128 * 111 tiles
+    cv3 = problem((128, 227, 227, 3), (64, 7, 7, 3), np.float16, layout="NHWC", stride=2)
+    wg = plan_for(cv3, arch=90)
+    assert (wg.file, wg.kernel) == ("narrow_wgmma", "narrow_dense_wgmma<half_t, 64, 4>")
+    assert wg.geometry.ints[-2:] == (1, 111) and wg.geometry.tiles == 128 * 111
+    assert wg.geometry.block == (384, 1, 1) and wg.geometry.grid(cv3, 132) == (132, 1, 1)
+    steps, wr = 10, 696              # 7 rows of 22 -> 160 products; 227 * 3 + 9 to 8 a row
+    assert wg.smem == (1024 + 3 * 64 * 128 + 4 * 7 * wr * 2 + 112 + 2 * 128 * 72 * 2 +
+                         steps * 96 + 64 * 4 + 4 * 16)
+    for other in (plan_for(cv3, arch=80), plan_for(cv3, arch=90, options=Options(hopper=False)),
+                  plan_for(problem((128, 227, 227, 3), (64, 7, 7, 3), np.float16,
+                                   layout="NHWC", stride=2, padding=3), arch=90)):
+        assert other.kernel.startswith("narrow_dense<half_t, ")
+    assert plan_for(cv3, arch=90, algorithm="narrow").file == "narrow_wgmma"
     cv1 = problem((128, 227, 227, 3), (96, 11, 11, 3), np.float16, layout="NHWC", stride=4)
     assert plan_for(cv1).algorithm != "narrow"
     assert plan_for(cv1, algorithm="narrow").kernel.startswith("narrow_dense<half_t, ")
@@ -341,7 +356,8 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
             plan_for(refused, algorithm="narrow")
     compiled = {expr for _, expr in specializations()}
     assert {plan_for(stem).kernel, plan_for(cv1, algorithm="narrow").kernel, plan.kernel,
-            plan_for(grouped).kernel, plan_for(small, algorithm="narrow").kernel} <= compiled
+            plan_for(grouped).kernel, plan_for(small, algorithm="narrow").kernel,
+            plan_for(cv3, arch=90).kernel} <= compiled
 
 
 def test_depthwise_problems_get_their_own_kernel():

@@ -8,7 +8,9 @@ short table last.
 Variants: "auto" is the planner's choice; "before" is "auto" with narrow.cu out of its
 choices; "narrow" is algorithm="narrow" (the planner's block; stems densely packed where
 narrow_dense takes them); "padded" is algorithm="narrow" with stems' C padded to 8
-(narrow_nhwc); mtM forces M m16 tiles per warp where the kernel has them. Times are
+(narrow_nhwc); mtM forces M m16 tiles per warp where the kernel has them; "mma" is "auto"
+with narrow_wgmma.cu (dense stems on Hopper) out of narrow.cu's forms (narrow_dense instead),
+"wgmma" algorithm="narrow" with it forced where it runs. Times are
 back-to-back calls between CUDA events (the GPU's figure); TFLOPS count 2*N*K*P*Q*(C/G)*R*S.
 The twelve benchmark layers (cv1..cv12) run at their own batch, 128.
 """
@@ -53,6 +55,7 @@ def main(argv=None) -> int:
     auto = (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
             cuda_plan.NARROW_AUTO_DENSE_REDUCTION)
     blocks, dense = cuda_plan.narrow_blocks, cuda_plan.narrow_dense
+    wgmma_pays = cuda_plan.narrow_wgmma_pays
     lines, wrong, layout = [], 0, "NHWC"
     for name in args.layers.split(","):
         conv = convs[name]
@@ -78,10 +81,15 @@ def main(argv=None) -> int:
             else:
                 (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
                  cuda_plan.NARROW_AUTO_DENSE_REDUCTION) = auto
-                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded") else
+                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded", "mma",
+                                                                 "wgmma") else
                                            forced_blocks(blocks, int(variant[2:])))
                 cuda_plan.narrow_dense = ((lambda *a: False) if variant == "padded" else dense)
                 algorithm = "narrow"
+            cuda_plan.narrow_wgmma_pays = {"mma": lambda prob: False,
+                                           "wgmma": lambda prob: True}.get(variant, wgmma_pays)
+            if variant == "mma":
+                algorithm = "auto"
             im2win.cuda._calls.clear()         # remembered calls hold the last variant's plan
             turn = iter(range(1 << 30))
 

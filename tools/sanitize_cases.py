@@ -34,6 +34,7 @@ from im2win.cuda.tuning import MMA_TILES, THREE_TF32_TILES, WGMMA_TILES
 from im2win import cuda
 from im2win.arrays import checked_problem
 from im2win.cuda import launch
+from im2win.cuda import plan as cuda_plan
 
 rng = np.random.default_rng(0)
 CASES = [((2, 6, 13, 11), (10, 3, 3, 2), dict(groups=2, stride=(2, 1), padding=((2, 0), (1, 3)))),
@@ -141,6 +142,23 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
     wide = cupy.zeros(x.shape[:3] + (2 * x.shape[3],), x.dtype)    # a view: element copies
     wide[..., ::2] = x
     im2win.conv2d(wide[..., ::2], w, layout="NHWC", algorithm="narrow", **kwargs)
+# narrow_wgmma.cu (Hopper) on every dense stem of K = 32 or 64 above and two more (three
+# tiles a row; no padding), forced where "auto" leaves a padded one to narrow_dense.
+pays, cuda_plan.narrow_wgmma_pays = cuda_plan.narrow_wgmma_pays, lambda prob: True
+cuda._calls.clear()
+for (x_shape, w_shape, kwargs), dtype in itertools.product(
+        NARROW_CASES + [((2, 3, 9, 300), (64, 3, 3, 3), dict(padding=1)),
+                        ((2, 3, 29, 31), (64, 3, 7, 7), dict(stride=2))],
+        (np.float16, ml_dtypes.bfloat16)):
+    if not (runs("narrow") and HOPPER) or w_shape[0] not in cuda_plan.NARROW_WGMMA_FILTERS or \
+            x_shape[1] >= 8:
+        continue
+    x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
+               (x_shape, w_shape, w_shape[0]))
+    x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
+    im2win.conv2d(x, w, cupy.asarray(b), layout="NHWC", algorithm="narrow", **kwargs)
+cuda_plan.narrow_wgmma_pays = pays
+cuda._calls.clear()
 for layout in ("NCHW", "NHWC"):
     if not runs("depthwise"):
         break
@@ -264,7 +282,6 @@ if HOPPER and runs("tma", "wgmma"):
         # ... and as planned: split-K (cv5 at batch 4; a 7x7 at stride 2 whose last range is
         # short or empty), ping-pong, the filter resident. Split-K's rule lowered to 3 slices a
         # range (the planner's asks for more), so these small cases split 4 and 8 ways.
-        from im2win.cuda import plan as cuda_plan
         min_slices, cuda_plan.SPLIT_MIN_SLICES = cuda_plan.SPLIT_MIN_SLICES, 3
         cuda._calls.clear()    # no call remembered under the planner's own rule
         try:

@@ -26,7 +26,8 @@ from im2win.problem import Problem
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
 GEMM_FILES = ("im2win_conv", "im2win_ffma", "im2win_mma", "im2win_wgmma")
 # The target each kernel file is compiled for beyond the device's own (wgmma needs sm_90a).
-FILE_ARCH = {"im2win_wgmma": "sm_90a"}
+FILE_ARCH = {"im2win_wgmma": "sm_90a", "narrow_wgmma": "sm_90a"}
+HOPPER_FILES = ("im2win_wgmma", "narrow_wgmma")     # hopper.cuh's primitives before them
 CUDA_TYPES = {"float16": ("half_t", "float"), "bfloat16": ("bf16_t", "float"),
               "float32": ("float", "float"), "float64": ("double", "double")}
 TENSOR_CORE_DTYPES = ("float16", "bfloat16")
@@ -862,6 +863,16 @@ NARROW_AUTO_GROUPS = (8, 16)
 # convnext_tiny.0 (4x4 stride 4) 61 -> 60 -> 45, 38; not cv1 (11x11: 363 products, K = 96 in
 # blocks of 32 or fewer) 256 -> 1761 -> 637 (forced), 664.
 NARROW_AUTO_DENSE_REDUCTION = 147
+# Dense stems on Hopper (narrow_wgmma.cu: K of 32 or 64 filters, one block an SM of 384
+# threads, a ring of NARROW_WGMMA_STAGES stages), from docs/hopper.md step 14
+# (tools/narrow_dev.py, float16 NHWC, H200, GPU us back to back; narrow_dense -> narrow_wgmma,
+# cuDNN): cv3 253 -> 201, 289; cv7 471 -> 428, 784; not resnet50.0 (7x7 stride 2, padding 3;
+# batch 32: 70 -> 73, 90; batch 128: 245 -> 248, 295), nor mobilenet_v2.0 and efficientnet_b0.0
+# (3x3 stride 2, padding 1, K = 32; batch 32: 30 -> 38, 31; 128: 104 -> 122, 112).
+NARROW_WGMMA_THREADS = 384
+NARROW_WGMMA_STAGES = 4
+NARROW_WGMMA_FILTERS = (32, 64)
+NARROW_WGMMA_TILE = 128            # output pixels of one output row, at most
 
 
 def narrow_form(prob: Problem) -> tuple[int, bool] | None:
@@ -1059,6 +1070,8 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
     cp, stem = narrow_form(prob)
     vx = narrow_vector(prob, x_strides, x_aligned)
     dense = narrow_dense(prob, x_strides, x_aligned)
+    if dense and narrow_wgmma_takes(prob, options, arch) and narrow_wgmma_pays(prob):
+        return narrow_wgmma_plan(prob, options, x_strides, arch)
     tile = narrow_tile(prob, cp, stem, vx, narrow_limit(arch), dense)
     # Blocks per SM: shared memory (an SM's, 1 KB of it reserved per block) and registers
     # (ptxas, sm_90: up to 128 a thread for stems, 80 for groups).
@@ -1071,6 +1084,53 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                 narrow_kernel_name(prob.dtype.name, cp, tile.kb, tile.nw, tile.mt, stem, vx,
                                    dense),
                 max(prob.N, 1), args, b"", 0)
+
+
+def narrow_wgmma_tq(prob: Problem) -> int:
+    """narrow_wgmma.cu's tile: TQ output pixels of one row, Q split evenly into tiles of at
+    most NARROW_WGMMA_TILE."""
+    return -(-prob.Q // -(-prob.Q // NARROW_WGMMA_TILE))
+
+
+def narrow_wgmma_smem(prob: Problem, tq: int) -> int:
+    """narrow_wgmma.cu's shared memory in bytes (its NarrowLayout, plus 1 KB to align it)."""
+    er = -(-prob.S * prob.C // 2) * 2
+    steps = -(-prob.R * er // 16)
+    rows = (prob.R - 1) * prob.dh + 1
+    wr = -(-(((tq - 1) * prob.sw + prob.S) * prob.C + 9) // 8) * 8   # a row, 8 shifts past L
+    ring = NARROW_WGMMA_STAGES * rows * wr * 2 + -(-NARROW_WGMMA_STAGES * rows * 4 // 16) * 16
+    return (1024 + -(-16 * steps // 64) * prob.K * 128 + ring + 2 * 128 * (prob.K + 8) * 2 +
+            steps * 4 * 24 + prob.K * 4 + 16 * NARROW_WGMMA_STAGES)
+
+
+def narrow_wgmma_takes(prob: Problem, options: Options, arch: int | None) -> bool:
+    """Whether narrow_wgmma.cu can run a dense stem (narrow_dense's): on compute capability
+    9.0 with Options(hopper=True), K of 32 or 64, its shared memory within the device's."""
+    return (options.hopper and arch == HOPPER and prob.K in NARROW_WGMMA_FILTERS and
+            narrow_wgmma_smem(prob, narrow_wgmma_tq(prob)) <= smem_limits(arch)[0])
+
+
+def narrow_wgmma_pays(prob: Problem) -> bool:
+    """Whether a dense stem narrow_wgmma.cu takes runs on it rather than on narrow_dense: K =
+    64 without padding (NARROW_WGMMA_* above: the padded stems and K = 32 ran slower on it)."""
+    return prob.K == 64 and not (prob.pt or prob.pb or prob.pl or prob.pr)
+
+
+def narrow_wgmma_plan(prob: Problem, options: Options, x_strides, arch: int | None) -> Plan:
+    """narrow_wgmma.cu's plan: a persistent grid of at most one block an SM over the N*P*
+    ceil(Q/TQ) tiles; the kernel takes narrow_dense's arguments (TP = 1)."""
+    tq = narrow_wgmma_tq(prob)
+    tiles = max(prob.N, 1) * prob.P * -(-prob.Q // tq)
+    args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
+                       prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, 1, tq),
+                      tuple(x_strides), (NARROW_WGMMA_THREADS, 1, 1),
+                      narrow_wgmma_smem(prob, tq), tiles, 1, 1)
+    return Plan("narrow", None, options, "narrow_wgmma",
+                narrow_wgmma_kernel_name(prob.dtype.name, prob.K), max(prob.N, 1), args, b"", 0)
+
+
+def narrow_wgmma_kernel_name(dtype: str, K: int) -> str:
+    return f"narrow_dense_wgmma<{CUDA_TYPES[dtype][0]}, {K}, {NARROW_WGMMA_STAGES}>"
 
 
 POINTWISE_DTYPES = ("float16", "bfloat16")
@@ -1930,6 +1990,8 @@ def specializations() -> list[tuple[str, str]]:
         for kb, nw, mts in narrow_blocks(NARROW_STEM_CHANNELS, True, dense=True):
             out.update(("narrow", narrow_kernel_name(dtype, 0, kb, nw, mt, True, True, True))
                        for mt in mts)
+        out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
+                   for K in NARROW_WGMMA_FILTERS)
     for dtype in POINTWISE_DTYPES:
         for K in range(8, POINTWISE_MAX_K + 1, 8):
             out.add(("pointwise", pointwise_kernel_name(dtype, K)))
@@ -2014,8 +2076,9 @@ def dtype_of(name: str):
 
 
 def source(file: str) -> str:
-    """common.cuh (and gemm.cuh for the GEMM kernels) followed by `file`.cu: the exact text
-    NVRTC (at run time) and nvcc (in CI) compile. Concatenated rather than #included, since
-    CuPy's cache key ignores includes."""
-    parts = ["common.cuh"] + (["gemm.cuh"] if file in GEMM_FILES else []) + [f"{file}.cu"]
+    """common.cuh (then gemm.cuh for the GEMM kernels, hopper.cuh for the sm_90a ones) followed
+    by `file`.cu: the exact text NVRTC (at run time) and nvcc (in CI) compile. Concatenated
+    rather than #included, since CuPy's cache key ignores includes."""
+    parts = (["common.cuh"] + (["gemm.cuh"] if file in GEMM_FILES else []) +
+             (["hopper.cuh"] if file in HOPPER_FILES else []) + [f"{file}.cu"])
     return "\n".join((KERNEL_DIR / part).read_text() for part in parts)

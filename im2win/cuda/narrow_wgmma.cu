@@ -1,0 +1,344 @@
+// narrow_wgmma.cu: narrow.cu's dense stems (narrow_dense) on Hopper's Tensor Cores (sm_90a),
+// warp-specialised: NHWC stems of C < 8 channels, one group, dw == 1, K = 32 or 64 filters,
+// x's pixels C contiguous channels. The reduction is narrow_dense's, in window order: output
+// pixel (p, q) multiplies the element pairs e = r*ER + j (ER = S*C rounded up to even) of
+// x's rows p*sh - pt + r*dh, from column q*sw - pl on, by the filters' packed rows.
+//
+// A tile is TQ <= 128 output pixels of one output row; one block an SM takes the tiles in
+// turn (persistent), 384 threads:
+//   - warpgroup 0 (producer; a warp a row, a lane a 16-byte chunk) copies the tile's rows
+//     (rows = (R - 1)*dh + 1 x rows, cols*C elements each) into stage s of a STAGES ring as
+//     cp.async lays them: 16-byte copies, so that row i lands shifted by shift[i], its first
+//     element's address / 2 mod 8; chunks without x's data are zero-filled, chunks that
+//     straddle the padding's edge are copied whole and their padding zeroed once the copy
+//     has landed, element by element only at x's two ends. It issues tile i's copies, then
+//     waits for its own copies of tile i - 1, zeroes those edges and arrives on that
+//     stage's `full` mbarrier (release: the consumers' wait acquires);
+//   - warpgroups 1 and 2 (consumers) take the block's tiles in turn (ping-pong): each waits
+//     on full[s], loads its A fragments from the stage (a pair at byte b of it: the words at
+//     b & ~3 and the next, bytes b % 4.. of them; masked where past S*C or R: a masked
+//     position is zero even where x holds an infinity) and runs two wgmma m64nKk16 a
+//     k-step, A from registers, B (the filters, resident in shared memory, 128-byte swizzle)
+//     by descriptor, two register sets so that one step's loads overlap the step before's
+//     wgmmas; it frees the stage after its last loads and writes its outputs (bias,
+//     conversion) through shared memory of its own in 16-byte stores, while the other
+//     consumer's wgmmas run.
+// docs/hopper.md (step 14) has the measurements behind this form: the first one, whose
+// producer built narrow_dense's two stored copies of each row, ran cv3 at 359 us against
+// narrow_dense's 257; this one at 201.
+
+template <int BN, typename T>
+__device__ __forceinline__ void narrow_rs(float (&d)[BN / 2], const unsigned (&a)[4], u64 desc_b) {
+  constexpr bool bf = same_type<T, bf16_t>::value;
+  static_assert(BN == 64 || BN == 32, "the stems' filter counts");
+#define NARROW_RS(N, TY, REGS, OUTS, A, B)                                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, " A \
+               ", %" B ", p, 1, 1, 0;\n}\n"                                                 \
+               : OUTS                                                                       \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+#define NARROW_REGS_16 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define NARROW_OUT_16 WG_F8(0), WG_F8(8)
+  if constexpr (BN == 64) {
+    if constexpr (bf) NARROW_RS(64, "bf16", WG_REGS_32, WG_OUT_32, "{%32, %33, %34, %35}", "36");
+    else NARROW_RS(64, "f16", WG_REGS_32, WG_OUT_32, "{%32, %33, %34, %35}", "36");
+  } else {
+    if constexpr (bf)
+      NARROW_RS(32, "bf16", NARROW_REGS_16, NARROW_OUT_16, "{%16, %17, %18, %19}", "20");
+    else NARROW_RS(32, "f16", NARROW_REGS_16, NARROW_OUT_16, "{%16, %17, %18, %19}", "20");
+  }
+#undef NARROW_RS
+#undef NARROW_REGS_16
+#undef NARROW_OUT_16
+}
+
+// Shared memory (bytes from the 1024-aligned base); plan.narrow_wgmma_smem says the same.
+struct NarrowLayout {
+  int atoms, b, stage, shifts, out, table, rows_of, bias, bars, total;
+  __host__ __device__ NarrowLayout(int BN, int STAGES, int E, int steps, int rows, int WR) {
+    atoms = (E + 63) / 64;
+    b = 0;                                                  // [atoms][BN][64], swizzled
+    stage = b + atoms * BN * 128;                           // [STAGES][rows][WR]
+    shifts = stage + STAGES * rows * WR * 2;                // int [STAGES][rows]
+    out = shifts + (STAGES * rows * 4 + 15) / 16 * 16;      // [2][128][BN + 8]
+    table = out + 2 * 128 * (BN + 8) * 2;                   // int4 [steps][4]
+    rows_of = table + steps * 4 * 16;                       // int2 [steps][4]
+    bias = rows_of + steps * 4 * 8;                         // float [BN]
+    bars = bias + BN * 4;                                   // full[STAGES], empty[STAGES]
+    total = bars + 16 * STAGES;
+  }
+};
+
+template <typename T, int BN, int STAGES>
+__global__ void __launch_bounds__(384, 1)
+    narrow_dense_wgmma(const T* __restrict__ x, const T* __restrict__ w,
+                       const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H, int W,
+                       int K, int G, int R, int S, int P, int Q, int sh, int sw, int dh, int dw,
+                       int pt, int pl, int TP, int TQ, i64 xn, i64 xc, i64 xh, i64 xw) {
+  constexpr int BM = 128, NW = BN / 8, SP = BN + 8;
+  constexpr int PRODUCER_REGS = 96, CONSUMER_REGS = ((168 * 3 - PRODUCER_REGS) / 2) & ~7;
+  const int SC = S * C, ER = (SC + 1) / 2 * 2;
+  const int E = (R * ER + 15) / 16 * 16, steps = E / 16;
+  const int tiles_q = (Q + TQ - 1) / TQ, tiles = N * P * tiles_q;
+  const int rows = (R - 1) * dh + 1, cols = (TQ - 1) * sw + S;
+  const int L = cols * C, WR = (L + 9 + 7) / 8 * 8, chunks = WR / 8;
+  const NarrowLayout lay(BN, STAGES, E, steps, rows, WR);
+
+  extern __shared__ unsigned char dynamic_smem[];
+  const unsigned base = (smem_addr(dynamic_smem) + 1023) & ~1023u;
+  unsigned char* smem = dynamic_smem + (base - smem_addr(dynamic_smem));
+  int* shifts = reinterpret_cast<int*>(smem + lay.shifts);
+  T* out = reinterpret_cast<T*>(smem + lay.out);
+  int4* table = reinterpret_cast<int4*>(smem + lay.table);
+  int2* rows_of = reinterpret_cast<int2*>(smem + lay.rows_of);
+  float* bias_s = reinterpret_cast<float*>(smem + lay.bias);
+  const unsigned full = base + lay.bars, empty = full + 8 * STAGES;
+  const int tid = threadIdx.x;
+
+  // The filters as B: [atom][filter][64 of the reduction], 128-byte rows, swizzled.
+  const T zero = from_acc<T>(0.f);
+#pragma unroll 4
+  for (int i = tid; i < lay.atoms * 64 * BN; i += 384) {
+    const int n = i / (lay.atoms * 64), e = i - n * lay.atoms * 64, r = e / ER, j = e - r * ER;
+    const T v = n < K && r < R && j < SC ? w[((i64)n * R + r) * SC + j] : zero;
+    *reinterpret_cast<T*>(smem + lay.b + (e / 64) * BN * 128 +
+                          chunk_offset<true>(n, (e % 64) / 8) + (e % 8) * 2) = v;
+  }
+  // table[step][c4]: byte offsets in a stage (before the row's shift) of the pairs 2*c4 and
+  // 2*c4 + 8 of k-step `step`, and their masks (past S*C or R: zero); rows_of: their rows.
+  for (int i = tid; i < 4 * steps; i += 384) {
+    int v[4], ri[2];
+#pragma unroll
+    for (int kh = 0; kh < 2; ++kh) {
+      const int e = (i / 4) * 16 + kh * 8 + (i % 4) * 2, r = e / ER, j = e - r * ER;
+      v[kh] = r < R ? 2 * (r * dh * WR + j) : 0;
+      ri[kh] = r < R ? r * dh : 0;
+      v[2 + kh] = r >= R ? 0 : j + 1 < SC ? -1 : j < SC ? 0xffff : 0;
+    }
+    table[i] = make_int4(v[0], v[1], v[2], v[3]);
+    rows_of[i] = make_int2(ri[0], ri[1]);
+  }
+  for (int i = tid; i < BN; i += 384) bias_s[i] = bias && i < K ? to_acc(bias[i], float()) : 0.f;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 128);                 // the producer's threads
+      mbar_init(empty + 8 * s, 4);                  // the reading consumer's four warps
+    }
+  }
+  fence_async_shared();                             // B, written by threads, for the wgmmas
+  __syncthreads();
+
+  auto origin = [&](int tile) {       // (image, output row, first output column)
+    const int tq = tile % tiles_q, rest = tile / tiles_q;
+    return make_int3(rest / P, rest % P, tq * TQ);
+  };
+
+  if (tid < 128) {  // ------------------------------------------------------------ producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    const int warp = tid / 32, lane = tid % 32;
+    const u64 x_elem = reinterpret_cast<u64>(x) / 2;
+    const i64 x_end = (i64)N * xn;
+    // Row ri of tile `tile`: element v of its window row is x's element at + v (x's data
+    // where v lies in [lo, hi), padding in [0, lo) and [hi, L), never read past [0, L)),
+    // stored at v + shift so that x's 16-byte chunks stay whole.
+    struct Row { i64 at; int lo, hi, shift; bool in; };
+    auto row_of = [&](int3 o, int ri) {
+      const int h = o.y * sh - pt + ri, w0 = o.z * sw - pl;
+      const int ca = max(w0, 0), cb = min(w0 + cols, W);
+      Row r;
+      r.at = (i64)o.x * xn + (i64)h * xh + (i64)w0 * C;
+      r.lo = (ca - w0) * C;
+      r.hi = (cb - w0) * C;
+      r.in = h >= 0 && h < H && ca < cb;
+      r.shift = r.in ? (int)((x_elem + (u64)r.at) & 7) : 0;
+      return r;
+    };
+    // Tile i's copies: a chunk of 8 stored elements is zeros where it holds no data, one
+    // 16-byte copy where it lies within x (padding it holds is zeroed by edges() once the
+    // copy has landed), and element by element only at x's two ends.
+    auto issue = [&](int tile, int s) {
+      const unsigned stage = base + lay.stage + s * rows * WR * 2;
+      const int3 o = origin(tile);
+      for (int ri = warp; ri < rows; ri += 4) {
+        const Row r = row_of(o, ri);
+        if (lane == 0) shifts[s * rows + ri] = r.shift;
+        for (int k = lane; k < chunks; k += 32) {
+          const int v0 = 8 * k - r.shift;
+          const unsigned to = stage + (ri * WR + 8 * k) * 2;
+          if (!r.in || v0 + 8 <= r.lo || v0 >= r.hi) {
+            cp_async16_to(to, x, false);
+          } else if (r.at + v0 >= 0 && r.at + v0 + 8 <= x_end) {
+            cp_async16_to(to, x + r.at + v0, true);
+          } else {
+            unsigned short e[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+              e[u] = v0 + u >= r.lo && v0 + u < r.hi ? x[r.at + v0 + u].bits : 0;
+            st_shared16(to, make_uint4(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16,
+                                       e[4] | (unsigned)e[5] << 16, e[6] | (unsigned)e[7] << 16));
+          }
+        }
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    // Once this thread's copies of tile `tile` have landed: zero the padding inside the chunks
+    // that straddle lo or hi (this thread copied them), then publish the stage.
+    auto edges = [&](int tile, int s) {
+      T* stage = reinterpret_cast<T*>(smem + lay.stage) + s * rows * WR;
+      const int3 o = origin(tile);
+      for (int ri = warp; ri < rows; ri += 4) {
+        const Row r = row_of(o, ri);
+        if (!r.in) continue;
+        if (r.lo > 0) {                       // [8k, lo + shift) of the chunk holding lo
+          const int k = (r.lo + r.shift) / 8;
+          if (k % 32 == lane)
+            for (int u = 8 * k; u < r.lo + r.shift; ++u) stage[ri * WR + u] = zero;
+        }
+        if (r.hi < L) {                       // [hi + shift, 8k + 8) of the chunk holding hi
+          const int k = (r.hi + r.shift) / 8;
+          if (k % 32 == lane)
+            for (int u = r.hi + r.shift; u < 8 * k + 8; ++u) stage[ri * WR + u] = zero;
+        }
+      }
+      mbar_arrive(full + 8 * s);
+    };
+    int i = 0, last = -1;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
+      const int s = i % STAGES;
+      if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
+      issue(tile, s);
+      if (last >= 0) {
+        cp_async_wait_n<1>();                  // tile i - 1's copies (this thread's) landed
+        edges(last, (i - 1) % STAGES);
+      }
+      last = tile;
+    }
+    if (last >= 0) {
+      cp_async_wait_n<0>();
+      edges(last, (i - 1) % STAGES);
+    }
+    return;
+  }
+  // ------------------------------------------------------------------------------ consumers
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  const int consumer = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, c4 = lane % 4;
+  // at[m][h]: byte offset in a row of the window of pixel m*64 + warp*16 + g + 8h; a pixel
+  // past the tile reads pixel 0's.
+  int at[2][2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int idx = m * 64 + warp * 16 + g + 8 * h;
+      at[m][h] = idx < TQ ? 2 * idx * sw * C : 0;
+      asm volatile("" : "+r"(at[m][h]));     // kept, not recomputed at every k-step
+    }
+  const bool vector_y = reinterpret_cast<u64>(y) % 16 == 0 && K % 8 == 0;
+  const u64 desc_b = descriptor<true>(base + lay.b);   // + (byte offset) / 16 a k-step
+  T* st = out + consumer * BM * SP;
+  int i = consumer;
+  for (int tile = blockIdx.x + consumer * gridDim.x; tile < tiles;
+       tile += 2 * gridDim.x, i += 2) {
+    const int s = i % STAGES;
+    mbar_wait(full + 8 * s, (i / STAGES) & 1);
+    const unsigned stage = base + lay.stage + s * rows * WR * 2;
+    const int* shift = shifts + s * rows;
+    float acc[2][BN / 2];
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      const float b0 = bias_s[j * 8 + c4 * 2], b1 = bias_s[j * 8 + c4 * 2 + 1];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        acc[m][4 * j] = acc[m][4 * j + 2] = b0;
+        acc[m][4 * j + 1] = acc[m][4 * j + 3] = b1;
+      }
+    }
+    // A fragments of step `step` into a[m]: rows g (+8), pairs 2*c4 (+8) of the k-step; a
+    // pair at shared address b is bytes b % 4 .. b % 4 + 3 of the words at b & ~3 and the next.
+    auto load = [&](int step, unsigned (&a)[2][4]) {
+      const int4 u = table[step * 4 + c4];
+      const int2 rr = rows_of[step * 4 + c4];
+      const unsigned o0 = stage + u.x + 2 * shift[rr.x], o1 = stage + u.y + 2 * shift[rr.y];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const unsigned b = at[m][q % 2] + (q / 2 ? o1 : o0), word = b & ~3u;
+          unsigned w0, w1, pair;
+          asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w0) : "r"(word));
+          asm volatile("ld.shared.u32 %0, [%1+4];\n" : "=r"(w1) : "r"(word));
+          asm("prmt.b32.f4e %0, %1, %2, %3;\n" : "=r"(pair) : "r"(w0), "r"(w1), "r"(b));
+          a[m][q] = pair & (unsigned)(q / 2 ? u.w : u.z);
+        }
+    };
+    // Two register sets: a step's loads overlap the step before's wgmmas, and a set is
+    // loaded again only once the group that read it has retired (wait_group 1, then pin_regs
+    // so that the compiler keeps its registers until then).
+    unsigned a0[2][4], a1[2][4] = {};
+    auto issue = [&](int step, unsigned (&a)[2][4]) {
+      wgmma_fence();                                 // the fragments' registers are written
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+        narrow_rs<BN, T>(acc[m], a[m], desc_b + (u64)((step / 4) * BN * 8 + (step % 4) * 2));
+      wgmma_commit();
+    };
+#pragma unroll
+    for (int m = 0; m < 2; ++m) pin(acc[m]);
+    load(0, a0);
+    for (int step = 0; step < steps; step += 2) {
+      issue(step, a0);
+      if (step + 1 < steps) {
+        wgmma_wait<1>();                             // step - 1's group (a1) has retired
+#pragma unroll
+        for (int m = 0; m < 2; ++m) pin_regs(a1[m]);
+        load(step + 1, a1);
+        issue(step + 1, a1);
+      }
+      if (step + 2 < steps) {
+        wgmma_wait<1>();                             // step's group (a0) has retired
+#pragma unroll
+        for (int m = 0; m < 2; ++m) pin_regs(a0[m]);
+        load(step + 2, a0);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * s);       // this warp's loads of the stage are done
+    wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      pin(acc[m]);
+      pin_regs(a0[m]);
+      pin_regs(a1[m]);
+    }
+
+    // Outputs: acc[m][4j + q] is pixel m*64 + warp*16 + g (+8 for q >= 2), channel 8j + 2*c4
+    // (+1 for odd q); through this warp's rows of `st` to 16-byte stores of y.
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int j = 0; j < NW; ++j)
+          *reinterpret_cast<unsigned*>(st + (m * 64 + warp * 16 + g + 8 * half) * SP + j * 8 +
+                                       c4 * 2) =
+              pack2<T>(acc[m][4 * j + 2 * half], acc[m][4 * j + 2 * half + 1]);
+    __syncwarp();
+    const int3 o = origin(tile);
+    T* y_tile = y + (((i64)o.x * P + o.y) * Q + o.z) * K;
+    for (int v = lane; v < 2 * 16 * NW; v += 32) {  // this warp's 32 pixels, NW vectors each
+      const int r = v / NW, part = v % NW, idx = (r / 16) * 64 + warp * 16 + r % 16;
+      if (idx >= TQ || o.z + idx >= Q) continue;
+      T* to = y_tile + (i64)idx * K + part * 8;
+      const T* from = st + idx * SP + part * 8;
+      if (vector_y) {
+        *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) to[e] = from[e];
+      }
+    }
+    __syncwarp();                                    // st is written again next tile
+  }
+}
