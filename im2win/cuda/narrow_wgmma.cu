@@ -163,20 +163,25 @@ __global__ void __launch_bounds__(384, 1)
       for (int ri = warp; ri < rows; ri += 4) {
         const Row r = row_of(o, ri);
         if (lane == 0) shifts[s * rows + ri] = r.shift;
+        // chunk k holds elements v0 = 8k - shift on, x's e0 + 8k on: x's data in chunks
+        // [k0, k1), x itself in [s0, s1) (short of it only at x's two ends)
+        const i64 e0 = r.at - r.shift;
+        const int k0 = r.in ? (r.lo + r.shift) / 8 : 0, k1 = r.in ? (r.hi + r.shift + 7) / 8 : 0;
+        const int s0 = e0 >= 0 ? 0 : (int)min((-e0 + 7) / 8, (i64)chunks);
+        const int s1 = (int)min(max((x_end - e0) / 8, (i64)0), (i64)chunks);
         for (int k = lane; k < chunks; k += 32) {
-          const int v0 = 8 * k - r.shift;
           const unsigned to = stage + (ri * WR + 8 * k) * 2;
-          if (!r.in || v0 + 8 <= r.lo || v0 >= r.hi) {
-            cp_async16_to(to, x, false);
-          } else if (r.at + v0 >= 0 && r.at + v0 + 8 <= x_end) {
-            cp_async16_to(to, x + r.at + v0, true);
-          } else {
+          const bool data = k >= k0 && k < k1;
+          if (data && (k < s0 || k >= s1)) {
+            const int v0 = 8 * k - r.shift;
             unsigned short e[8];
 #pragma unroll
             for (int u = 0; u < 8; ++u)
               e[u] = v0 + u >= r.lo && v0 + u < r.hi ? x[r.at + v0 + u].bits : 0;
             st_shared16(to, make_uint4(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16,
                                        e[4] | (unsigned)e[5] << 16, e[6] | (unsigned)e[7] << 16));
+          } else {
+            cp_async16_to(to, data ? x + (e0 + 8 * k) : x, data);   // zeros where not data
           }
         }
       }
