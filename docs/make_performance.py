@@ -53,7 +53,9 @@ export (on small layers up to about 100 us a call: mobilenet_v2.26 float16 NHWC 
 that way and 19 us fairly), which understated cuDNN, most on the fastest layers. bfloat16 has no im2col+cuBLAS column (CuPy's matmul has no
 bfloat16). On the H200 the float16 and bfloat16 NHWC tables run the Hopper kernel
 (`im2win_wgmma.cu`) wherever the planner takes it ([hopper.md](hopper.md)), and cv3 and cv7
-(from 2026-12-04) `narrow.cu`'s densely packed stems (hopper.md, step 13).
+(from 2026-12-04) densely packed stems: `narrow.cu`'s on mma.sync (hopper.md, step 13), then
+`narrow_wgmma.cu`'s on wgmma (step 14; the float16 and bfloat16 NHWC tables of 2026-12-04 are
+its run).
 """
 
 
@@ -688,18 +690,13 @@ differed only in its depthwise layers, measured cuDNN's total at 2.16 ms and 3.4
 the kernel work behind each change is measured on the GPU alone, replayed from CUDA graphs
 (`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
 
-The float16 columns are the run after `pointwise.cu` (the 1x1 layers of at most 96 filters
-and 240 channels) and split-K calls by pointers (6371337): all 1.07x one call at a time and
-back to back, 1x1 1.09x, 3x3 1.20x, depthwise 1.03x. Two runs that day show how far the host
-moves single calls: after `pointwise.cu` alone, on a slower host (cuDNN's resnet50 total 2.21
-ms against 1.82 here), all was 0.99x and 3x3 0.93x, its slowest layers resnet50.22 (0.57x) and
-.18 (0.79x), split-K with a partial-sum buffer and a Scratch a call (31 µs of host time, now
-19: `tools/host_probe.py`); the run before `pointwise.cu` gave 0.97x (1x1 0.98x).
-Since those runs the float16 stems run `narrow.cu`'s dense form (2026-12-04, not rerun here:
-the device time ran out); its GPU time back to back against the suite's kernels and cuDNN
-(`tools/narrow_dev.py`, batch 32): resnet50.0 (and resnext50_32x4d.0, the same layer) 81 ->
-70 us, cuDNN 88; mobilenet_v2.0 and efficientnet_b0.0 38 -> 30, 31; convnext_tiny.0 61 ->
-45, 38.
+The float16 columns are the run of 2026-12-04 after the stems' dense forms (`narrow.cu`'s
+narrow_dense, hopper.md step 13; `narrow_wgmma.cu` takes none of these stems, all padded):
+all 1.12x one call at a time and 1.13x back to back (1.07x and 1.07x in the run before, of
+2026-12-03, after `pointwise.cu` and split-K calls by pointers), stems 0.95x -> 1.15x,
+grouped 0.93x -> 1.01x, 3x3 1.20x -> 1.10x (0.95x back to back: resnet50.18, 512 channels
+from 14x14 at stride 2, 0.75x and 0.61x, the other 3x3 layers 0.84-1.28x); convnext_tiny 0.94x
+-> 1.06x, resnext50_32x4d 0.94x -> 1.05x. Neither 3x3 kernel changed between the two runs.
 
 The float32 columns are the run of 2026-12-04 after split-K for `im2win_ffma.cu` (small grids:
 ResNet's 3x3 layers at 14x14 and 7x7, ConvNeXt's downsampling layers), its sum writing the
