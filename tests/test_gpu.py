@@ -689,6 +689,12 @@ def test_narrow_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shap
     xs, ws = cupy.asarray(xs), cupy.asarray(ws)
     prob = make_problem(xs, ws, layout="NHWC", **kwargs)
     assert cuda._plan(prob, xs, ws, "narrow", None, None).file == "narrow_wgmma"
+    # x's rows in reverse (a negative H stride): the first image's last row is x's end
+    flipped = xs[:, ::-1]
+    ref = reference.conv2d(cupy.asnumpy(flipped).astype(np.float64),
+                           cupy.asnumpy(ws).astype(np.float64), layout="NHWC", **kwargs)
+    y = im2win.conv2d(flipped, ws, layout="NHWC", algorithm="narrow", **kwargs)
+    assert_close(cupy.asnumpy(y), ref, dtype, prob.reduction)
 
 
 def test_narrow_views_and_misaligned_out(rng):

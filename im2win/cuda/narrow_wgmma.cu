@@ -138,7 +138,10 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
     const int warp = tid / 32, lane = tid % 32;
     const u64 x_elem = reinterpret_cast<u64>(x) / 2;
-    const i64 x_end = (i64)N * xn;
+    // x's extent in elements from x (its strides may be negative): [x_lo, x_hi)
+    const i64 x_lo = (i64)(N - 1) * min(xn, (i64)0) + (i64)(H - 1) * min(xh, (i64)0);
+    const i64 x_hi = (i64)(N - 1) * max(xn, (i64)0) + (i64)(H - 1) * max(xh, (i64)0) +
+                     (i64)W * C;
     // Row ri of tile `tile`: element v of its window row is x's element at + v (x's data
     // where v lies in [lo, hi), padding in [0, lo) and [hi, L), never read past [0, L)),
     // stored at v + shift so that x's 16-byte chunks stay whole.
@@ -167,8 +170,8 @@ __global__ void __launch_bounds__(384, 1)
         // [k0, k1), x itself in [s0, s1) (short of it only at x's two ends)
         const i64 e0 = r.at - r.shift;
         const int k0 = r.in ? (r.lo + r.shift) / 8 : 0, k1 = r.in ? (r.hi + r.shift + 7) / 8 : 0;
-        const int s0 = e0 >= 0 ? 0 : (int)min((-e0 + 7) / 8, (i64)chunks);
-        const int s1 = (int)min(max((x_end - e0) / 8, (i64)0), (i64)chunks);
+        const int s0 = e0 >= x_lo ? 0 : (int)min((x_lo - e0 + 7) / 8, (i64)chunks);
+        const int s1 = (int)min(max((x_hi - e0) / 8, (i64)0), (i64)chunks);
         for (int k = lane; k < chunks; k += 32) {
           const unsigned to = stage + (ri * WR + 8 * k) * 2;
           const bool data = k >= k0 && k < k1;
