@@ -691,12 +691,18 @@ the kernel work behind each change is measured on the GPU alone, replayed from C
 (`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
 
 The float16 columns are the run of 2026-12-04 after the stems' dense forms (`narrow.cu`'s
-narrow_dense, hopper.md step 13; `narrow_wgmma.cu` takes none of these stems, all padded):
-all 1.12x one call at a time and 1.13x back to back (1.07x and 1.07x in the run before, of
-2026-12-03, after `pointwise.cu` and split-K calls by pointers), stems 0.95x -> 1.15x,
-grouped 0.93x -> 1.01x, 3x3 1.20x -> 1.10x (0.95x back to back: resnet50.18, 512 channels
-from 14x14 at stride 2, 0.75x and 0.61x, the other 3x3 layers 0.84-1.28x); convnext_tiny 0.94x
--> 1.06x, resnext50_32x4d 0.94x -> 1.05x. Neither 3x3 kernel changed between the two runs.
+narrow_dense, hopper.md step 13; resnet50's and resnext50_32x4d's columns are a rerun minutes
+later, after their stem, 64 filters, moved to `narrow_wgmma.cu`, step 14: resnet50.0 and
+resnext50_32x4d.0, the same layer, 71.3 and 67.4 us back to back in that run against 69.9 and
+71.1 on narrow_dense in the first, so the single runs do not separate them; in one process,
+`tools/narrow_dev.py --variants mma,wgmma`, 70.5 -> 67.4 us and at batch 128 246 -> 228):
+all 1.12x one call at a time and 1.14x back to back (1.07x and 1.07x in the run before, of
+2026-12-03, after `pointwise.cu` and split-K calls by pointers), stems 0.95x -> 1.14x,
+grouped 0.93x -> 0.99x, 3x3 1.20x -> 1.17x; convnext_tiny 0.94x -> 1.06x, resnext50_32x4d
+0.94x -> 1.02x. No class is below 0.97x; no kernel of the 1x1, 3x3, depthwise and grouped
+layers changed between these runs, so their moves are the runs' spread (in the first of them
+3x3 measured 1.10x, resnet50.18 at 0.75x, against 1.17x and 0.97x in the rerun, whose
+slowest 3x3 layer is resnet50.22 at 0.88x).
 
 The float32 columns are the run of 2026-12-04 after split-K for `im2win_ffma.cu` (small grids:
 ResNet's 3x3 layers at 14x14 and 7x7, ConvNeXt's downsampling layers), its sum writing the

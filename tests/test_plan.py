@@ -329,9 +329,11 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     assert wg.smem == (1024 + 3 * 64 * 128 + 4 * 7 * wr * 2 + 112 + 2 * 128 * 72 * 2 +
                          steps * 96 + 64 * 4 + 4 * 16)
     for other in (plan_for(cv3, arch=80), plan_for(cv3, arch=90, options=Options(hopper=False)),
-                  plan_for(problem((128, 227, 227, 3), (64, 7, 7, 3), np.float16,
-                                   layout="NHWC", stride=2, padding=3), arch=90)):
+                  plan_for(stem, arch=90)):                   # 32 filters: narrow_dense's
         assert other.kernel.startswith("narrow_dense<half_t, ")
+    resnet = problem((32, 224, 224, 3), (64, 7, 7, 3), np.float16, layout="NHWC", stride=2,
+                     padding=3)
+    assert plan_for(resnet, arch=90).file == "narrow_wgmma"
     assert plan_for(cv3, arch=90, algorithm="narrow").file == "narrow_wgmma"
     cv1 = problem((128, 227, 227, 3), (96, 11, 11, 3), np.float16, layout="NHWC", stride=4)
     assert plan_for(cv1).algorithm != "narrow"

@@ -10,7 +10,7 @@ choices; "narrow" is algorithm="narrow" (the planner's block; stems densely pack
 narrow_dense takes them); "padded" is algorithm="narrow" with stems' C padded to 8
 (narrow_nhwc); mtM forces M m16 tiles per warp where the kernel has them; "mma" is "auto"
 with narrow_wgmma.cu (dense stems on Hopper) out of narrow.cu's forms (narrow_dense instead),
-"wgmma" algorithm="narrow" with it forced where it runs. Times are
+"wgmma" algorithm="narrow" with it forced where it runs, "wgmmaS" the same with S stages. Times are
 back-to-back calls between CUDA events (the GPU's figure); TFLOPS count 2*N*K*P*Q*(C/G)*R*S.
 The twelve benchmark layers (cv1..cv12) run at their own batch, 128.
 """
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     auto = (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
             cuda_plan.NARROW_AUTO_DENSE_REDUCTION)
     blocks, dense = cuda_plan.narrow_blocks, cuda_plan.narrow_dense
-    wgmma_pays = cuda_plan.narrow_wgmma_pays
+    wgmma_pays, stages = cuda_plan.narrow_wgmma_pays, cuda_plan.NARROW_WGMMA_STAGES
     lines, wrong, layout = [], 0, "NHWC"
     for name in args.layers.split(","):
         conv = convs[name]
@@ -81,13 +81,16 @@ def main(argv=None) -> int:
             else:
                 (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
                  cuda_plan.NARROW_AUTO_DENSE_REDUCTION) = auto
-                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded", "mma",
-                                                                 "wgmma") else
+                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded", "mma") or
+                                           variant.startswith("wgmma") else
                                            forced_blocks(blocks, int(variant[2:])))
                 cuda_plan.narrow_dense = ((lambda *a: False) if variant == "padded" else dense)
                 algorithm = "narrow"
-            cuda_plan.narrow_wgmma_pays = {"mma": lambda prob: False,
-                                           "wgmma": lambda prob: True}.get(variant, wgmma_pays)
+            forced = variant.startswith("wgmma")
+            cuda_plan.narrow_wgmma_pays = ((lambda prob: False) if variant == "mma" else
+                                           (lambda prob: True) if forced else wgmma_pays)
+            cuda_plan.NARROW_WGMMA_STAGES = int(variant[5:]) if forced and variant[5:] else \
+                stages
             if variant == "mma":
                 algorithm = "auto"
             im2win.cuda._calls.clear()         # remembered calls hold the last variant's plan

@@ -191,23 +191,29 @@ __global__ void __launch_bounds__(384, 1)
       asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
     // Once this thread's copies of tile `tile` have landed: zero the padding inside the chunks
-    // that straddle lo or hi (this thread copied them), then publish the stage.
+    // that straddle lo or hi (this thread copied them: a lane owns the chunks k = lane mod
+    // 32), 16 bytes read and written back, then publish the stage.
     auto edges = [&](int tile, int s) {
-      T* stage = reinterpret_cast<T*>(smem + lay.stage) + s * rows * WR;
+      const unsigned stage = base + lay.stage + s * rows * WR * 2;
       const int3 o = origin(tile);
+      // the 16-byte chunk at `at` keeps its elements [from, to), the rest zeroed
+      auto keep = [&](unsigned at, int from, int to) {
+        uint4 v = ld_shared16(at);
+        unsigned* word = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          word[u] &= (from <= 2 * u && 2 * u < to ? 0xffffu : 0u) |
+                     (from <= 2 * u + 1 && 2 * u + 1 < to ? 0xffff0000u : 0u);
+        st_shared16(at, v);
+      };
       for (int ri = warp; ri < rows; ri += 4) {
         const Row r = row_of(o, ri);
-        if (!r.in) continue;
-        if (r.lo > 0) {                       // [8k, lo + shift) of the chunk holding lo
-          const int k = (r.lo + r.shift) / 8;
-          if (k % 32 == lane)
-            for (int u = 8 * k; u < r.lo + r.shift; ++u) stage[ri * WR + u] = zero;
-        }
-        if (r.hi < L) {                       // [hi + shift, 8k + 8) of the chunk holding hi
-          const int k = (r.hi + r.shift) / 8;
-          if (k % 32 == lane)
-            for (int u = r.hi + r.shift; u < 8 * k + 8; ++u) stage[ri * WR + u] = zero;
-        }
+        const int first = r.lo + r.shift, end = r.hi + r.shift;   // x's data, stored
+        const int kl = first / 8, kr = end / 8;
+        const bool left = r.in && r.lo > 0 && kl % 32 == lane;
+        const bool right = r.in && r.hi < L && kr % 32 == lane && !(left && kr == kl);
+        if (left) keep(stage + (ri * WR + 8 * kl) * 2, first - 8 * kl, end - 8 * kl);
+        if (right) keep(stage + (ri * WR + 8 * kr) * 2, first - 8 * kr, end - 8 * kr);
       }
       mbar_arrive(full + 8 * s);
     };

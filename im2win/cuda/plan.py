@@ -866,9 +866,9 @@ NARROW_AUTO_DENSE_REDUCTION = 147
 # Dense stems on Hopper (narrow_wgmma.cu: K of 32 or 64 filters, one block an SM of 384
 # threads, a ring of NARROW_WGMMA_STAGES stages), from docs/hopper.md step 14
 # (tools/narrow_dev.py, float16 NHWC, H200, GPU us back to back; narrow_dense -> narrow_wgmma,
-# cuDNN): cv3 253 -> 201, 289; cv7 471 -> 428, 784; not resnet50.0 (7x7 stride 2, padding 3;
-# batch 32: 70 -> 73, 90; batch 128: 245 -> 248, 295), nor mobilenet_v2.0 and efficientnet_b0.0
-# (3x3 stride 2, padding 1, K = 32; batch 32: 30 -> 38, 31; 128: 104 -> 122, 112).
+# cuDNN): cv3 256 -> 205, 294; cv7 470 -> 427, 788; resnet50.0 (7x7 stride 2, padding 3; batch
+# 32) 70.5 -> 67.4, 90.4 (batch 128: 246 -> 228, 295); not mobilenet_v2.0 and efficientnet_b0.0
+# (3x3 stride 2, padding 1, K = 32; batch 32: 30 -> 37, 32; 128: 102 -> 118, 110).
 NARROW_WGMMA_THREADS = 384
 NARROW_WGMMA_STAGES = 4
 NARROW_WGMMA_FILTERS = (32, 64)
@@ -1112,8 +1112,8 @@ def narrow_wgmma_takes(prob: Problem, options: Options, arch: int | None) -> boo
 
 def narrow_wgmma_pays(prob: Problem) -> bool:
     """Whether a dense stem narrow_wgmma.cu takes runs on it rather than on narrow_dense: K =
-    64 without padding (NARROW_WGMMA_* above: the padded stems and K = 32 ran slower on it)."""
-    return prob.K == 64 and not (prob.pt or prob.pb or prob.pl or prob.pr)
+    64 (NARROW_WGMMA_* above: the stems of 32 filters ran slower on it)."""
+    return prob.K == 64
 
 
 def narrow_wgmma_plan(prob: Problem, options: Options, x_strides, arch: int | None) -> Plan:
