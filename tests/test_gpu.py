@@ -676,7 +676,8 @@ NARROW_WGMMA_CASES = [  # dense stems of K = 32 or 64 (narrow_wgmma.cu on Hopper
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", NARROW_WGMMA_CASES)
 def test_narrow_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shape, kwargs):
-    """narrow_wgmma.cu forced onto dense stems it would leave to narrow_dense (padded ones)."""
+    """narrow_wgmma.cu forced onto dense stems, those "auto" leaves to narrow_dense (32
+    filters) too."""
     from im2win import cuda
     from im2win.cuda import plan as cuda_plan
     if not hopper():

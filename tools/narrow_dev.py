@@ -10,9 +10,9 @@ choices; "narrow" is algorithm="narrow" (the planner's block; stems densely pack
 narrow_dense takes them); "padded" is algorithm="narrow" with stems' C padded to 8
 (narrow_nhwc); mtM forces M m16 tiles per warp where the kernel has them; "mma" is "auto"
 with narrow_wgmma.cu (dense stems on Hopper) out of narrow.cu's forms (narrow_dense instead),
-"wgmma" algorithm="narrow" with it forced where it runs, "wgmmaS" the same with S stages. Times are
-back-to-back calls between CUDA events (the GPU's figure); TFLOPS count 2*N*K*P*Q*(C/G)*R*S.
-The twelve benchmark layers (cv1..cv12) run at their own batch, 128.
+"wgmma" algorithm="narrow" with it forced where it runs, "wgmmaS" the same with S stages.
+Times are back-to-back calls between CUDA events (the GPU's figure); TFLOPS count
+2*N*K*P*Q*(C/G)*R*S. The twelve benchmark layers (cv1..cv12) run at their own batch, 128.
 """
 
 from __future__ import annotations

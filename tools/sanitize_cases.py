@@ -143,7 +143,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
     wide[..., ::2] = x
     im2win.conv2d(wide[..., ::2], w, layout="NHWC", algorithm="narrow", **kwargs)
 # narrow_wgmma.cu (Hopper) on every dense stem of K = 32 or 64 above and two more (three
-# tiles a row; no padding), forced where "auto" leaves a padded one to narrow_dense.
+# tiles a row; no padding), forced where "auto" leaves one to narrow_dense (32 filters).
 pays, cuda_plan.narrow_wgmma_pays = cuda_plan.narrow_wgmma_pays, lambda prob: True
 cuda._calls.clear()
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
