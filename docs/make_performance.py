@@ -340,7 +340,11 @@ kernel. On compute capability 9.0 the planner takes the wgmma kernel (`im2win_wg
 it measured faster than this one: with TMA copies wherever C/G is a multiple of 64 (cv6, cv8 to
 cv12) or of 32 (cv4, cv5: boxes of 32 channels, two a slice), with cp.async copies in NHWC
 where C/G is another multiple of 8 and there are enough tiles; the float16 and bfloat16 NHWC
-tables above include it; [hopper.md](hopper.md) has its measurements.
+tables above include it; [hopper.md](hopper.md) has its measurements. The 16-bit NHWC stems
+of fewer than 8 channels (cv3, cv7) run packed densely by filter row, without a window tensor:
+`narrow.cu`'s narrow_dense on mma.sync, and on Hopper for 64 filters `narrow_wgmma.cu`
+(warp-specialised wgmma); cv3 is at 1.49x cuDNN against its 2x target, issue-bound on the
+consumers' per-pair loads and the epilogue (hopper.md, step 14).
 
 The FP32 path now runs `im2win_ffma.cu` with split-K on small grids (hopper.md, step 12: at
 90-93% of cuBLAS's SGEMM on the same GEMMs); the float32 tables of 2026-12-04 (after split-K)
