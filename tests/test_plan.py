@@ -285,7 +285,7 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
 
 
 def test_stems_and_narrow_groups_get_the_narrow_kernel():
-    from im2win.cuda.plan import NarrowArgs, narrow_pitch
+    from im2win.cuda.plan import NarrowArgs, narrow_pitch, narrow_wgmma_takes
     stem = problem((32, 224, 224, 3), (32, 3, 3, 3), np.float16, layout="NHWC", stride=2,
                    padding=1)                                             # mobilenet_v2.0
     plan = plan_for(stem, arch=90)
@@ -334,6 +334,10 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     resnet = problem((32, 224, 224, 3), (64, 7, 7, 3), np.float16, layout="NHWC", stride=2,
                      padding=3)
     assert plan_for(resnet, arch=90).file == "narrow_wgmma"
+    huge = make_problem(np.broadcast_to(np.empty(1, np.float16), (1 << 25, 224, 224, 3)),
+                        np.empty((64, 7, 7, 3), np.float16), layout="NHWC", stride=2,
+                        padding=3)                               # 2**25 * 112 tiles: too many
+    assert not narrow_wgmma_takes(huge, Options(), 90) and narrow_wgmma_takes(resnet, Options(), 90)
     assert plan_for(cv3, arch=90, algorithm="narrow").file == "narrow_wgmma"
     cv1 = problem((128, 227, 227, 3), (96, 11, 11, 3), np.float16, layout="NHWC", stride=4)
     assert plan_for(cv1).algorithm != "narrow"
