@@ -1106,11 +1106,11 @@ def narrow_wgmma_smem(prob: Problem, tq: int) -> int:
 def narrow_wgmma_takes(prob: Problem, options: Options, arch: int | None) -> bool:
     """Whether narrow_wgmma.cu can run a dense stem (narrow_dense's): on compute capability
     9.0 with Options(hopper=True), K of 32 or 64, its shared memory within the device's and
-    its tiles (an int in the kernel) fewer than 2**31."""
+    its tiles fewer than 2**30 (ints in the kernel, which steps past the last by the grid)."""
     tq = narrow_wgmma_tq(prob)
     return (options.hopper and arch == HOPPER and prob.K in NARROW_WGMMA_FILTERS and
             narrow_wgmma_smem(prob, tq) <= smem_limits(arch)[0] and
-            max(prob.N, 1) * prob.P * -(-prob.Q // tq) < 2 ** 31)
+            max(prob.N, 1) * prob.P * -(-prob.Q // tq) < 2 ** 30)
 
 
 def narrow_wgmma_pays(prob: Problem) -> bool:
