@@ -288,8 +288,6 @@ __device__ __forceinline__ float rna_tf32(float v) {
   return __uint_as_float(r);
 }
 
-constexpr int INT_MIN_ = -2147483647 - 1;
-
 // Four 8 x 16-byte matrices of shared memory, lane l giving row l % 8 of matrix l / 8: the
 // thread's 4-byte word l % 4 of row l / 4 of each (ldmatrix .b16, read as 32-bit words).
 __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&v)[4]) {

@@ -77,6 +77,8 @@
 
 // The primitives (copies, mbarriers, TMA, wgmma) are hopper.cuh's.
 
+constexpr int INT_MIN_ = -2147483647 - 1;   // PixelRow.w0 past the last pixel
+
 struct PixelRow {
   i64 base;    // the pixel's byte address (16-byte copies) or element offset (gathers) in src
   int h0, w0;  // fused: the window's top-left corner in x; w0 == INT_MIN past the last pixel

@@ -76,6 +76,8 @@ __global__ void __launch_bounds__(384, 1)
                        const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H, int W,
                        int K, int G, int R, int S, int P, int Q, int sh, int sw, int dh, int dw,
                        int pt, int pl, int TP, int TQ, i64 xn, i64 xc, i64 xh, i64 xw) {
+  // narrow_dense's arguments; G, dw, TP, xc and xw go unread (one group, dw == 1, tiles of one
+  // output row, pixels of C contiguous channels: plan.narrow_wgmma_plan's conditions)
   constexpr int BM = 128, NW = BN / 8, SP = BN + 8;
   constexpr int PRODUCER_REGS = 96, CONSUMER_REGS = ((168 * 3 - PRODUCER_REGS) / 2) & ~7;
   const int SC = S * C, ER = (SC + 1) / 2 * 2;
@@ -181,8 +183,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int u = 0; u < 8; ++u)
               e[u] = v0 + u >= r.lo && v0 + u < r.hi ? x[r.at + v0 + u].bits : 0;
-            st_shared16(to, make_uint4(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16,
-                                       e[4] | (unsigned)e[5] << 16, e[6] | (unsigned)e[7] << 16));
+            st_shared16(to, pack8(e));
           } else {
             cp_async16_to(to, data ? x + (e0 + 8 * k) : x, data);   // zeros where not data
           }

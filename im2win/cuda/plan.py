@@ -867,8 +867,9 @@ NARROW_AUTO_DENSE_REDUCTION = 147
 # threads, a ring of NARROW_WGMMA_STAGES stages), from docs/hopper.md step 14
 # (tools/narrow_dev.py, float16 NHWC, H200, GPU us back to back; narrow_dense -> narrow_wgmma,
 # cuDNN): cv3 256 -> 205, 294; cv7 470 -> 427, 788; resnet50.0 (7x7 stride 2, padding 3; batch
-# 32) 70.5 -> 67.4, 90.4 (batch 128: 246 -> 228, 295); not mobilenet_v2.0 and efficientnet_b0.0
-# (3x3 stride 2, padding 1, K = 32; batch 32: 30 -> 37, 32; 128: 102 -> 118, 110).
+# 32) 70.5 -> 67.4, 90.4 (batch 128: 246 -> 228, 295); not mobilenet_v2.0 (the same layer as
+# efficientnet_b0.0: 3x3 stride 2, padding 1, K = 32; batch 32: 30 -> 37, 32; 128: 102 -> 118,
+# 110).
 NARROW_WGMMA_THREADS = 384
 NARROW_WGMMA_STAGES = 4
 NARROW_WGMMA_FILTERS = (32, 64)
@@ -1086,10 +1087,11 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                 max(prob.N, 1), args, b"", 0)
 
 
-def narrow_wgmma_tq(prob: Problem) -> int:
-    """narrow_wgmma.cu's tile: TQ output pixels of one row, Q split evenly into tiles of at
-    most NARROW_WGMMA_TILE."""
-    return -(-prob.Q // -(-prob.Q // NARROW_WGMMA_TILE))
+def narrow_wgmma_tiles(prob: Problem) -> tuple[int, int]:
+    """narrow_wgmma.cu's tile, TQ output pixels of one row (Q split evenly into tiles of at
+    most NARROW_WGMMA_TILE), and how many tiles the problem has."""
+    tq = -(-prob.Q // -(-prob.Q // NARROW_WGMMA_TILE))
+    return tq, max(prob.N, 1) * prob.P * -(-prob.Q // tq)
 
 
 def narrow_wgmma_smem(prob: Problem, tq: int) -> int:
@@ -1107,10 +1109,9 @@ def narrow_wgmma_takes(prob: Problem, options: Options, arch: int | None) -> boo
     """Whether narrow_wgmma.cu can run a dense stem (narrow_dense's): on compute capability
     9.0 with Options(hopper=True), K of 32 or 64, its shared memory within the device's and
     its tiles fewer than 2**30 (ints in the kernel, which steps past the last by the grid)."""
-    tq = narrow_wgmma_tq(prob)
+    tq, tiles = narrow_wgmma_tiles(prob)
     return (options.hopper and arch == HOPPER and prob.K in NARROW_WGMMA_FILTERS and
-            narrow_wgmma_smem(prob, tq) <= smem_limits(arch)[0] and
-            max(prob.N, 1) * prob.P * -(-prob.Q // tq) < 2 ** 30)
+            narrow_wgmma_smem(prob, tq) <= smem_limits(arch)[0] and tiles < 2 ** 30)
 
 
 def narrow_wgmma_pays(prob: Problem) -> bool:
@@ -1122,8 +1123,7 @@ def narrow_wgmma_pays(prob: Problem) -> bool:
 def narrow_wgmma_plan(prob: Problem, options: Options, x_strides, arch: int | None) -> Plan:
     """narrow_wgmma.cu's plan: a persistent grid of at most one block an SM over the N*P*
     ceil(Q/TQ) tiles; the kernel takes narrow_dense's arguments (TP = 1)."""
-    tq = narrow_wgmma_tq(prob)
-    tiles = max(prob.N, 1) * prob.P * -(-prob.Q // tq)
+    tq, tiles = narrow_wgmma_tiles(prob)
     args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
                        prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, 1, tq),
                       tuple(x_strides), (NARROW_WGMMA_THREADS, 1, 1),
