@@ -21,8 +21,8 @@
 // Ws[t][filter]); with kSwizzle the column of row t is XORed with (t/4 % (BK/4)) * (32/(BK/4)),
 // which keeps float4 groups whole and makes both the transposing stores and the fragment reads
 // free of bank conflicts. kDouble: two shared buffers, the next slice's loads in flight in
-// registers while this one is computed, one barrier per slice (off: load, barrier, compute,
-// barrier).
+// registers while this one is computed, one barrier per slice, and the shared fragments
+// double-buffered in registers across it (off: load, barrier, compute, barrier).
 //
 // Split-K (im2win_ffma_split, SPLITS of 2, 4 or 8, one group): grid z holds SPLITS
 // consecutive ranges of each tile's slices; each block writes its range's FP32 sums to
@@ -173,21 +173,46 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     store(0);
     __syncthreads();
   }
-  for (int k = k0; k < k1; ++k) {
-    const bool more = k + 1 < k1;
-    if (kDouble) {
+  if (kDouble) {
+    // Register double buffering of the fragments too: kk + 1's are read while kk's products
+    // run, and the next slice's first ones right after the barrier, before this slice's last
+    // products, which cover their latency. The products go in 2 x 2 blocks (outer_8x8's
+    // kBlocks). H200, tools/ffma_dev.py, TFLOPS, in one process against the loop before
+    // (fragments read slice by slice, products row by row): cv4 45.5 against 40.4, cv8 43.6
+    // against 40.1; the prefetch alone gave 41.3 and 40.4.
+    float4 fa[2][2], fb[2][2];
+    auto frag = [&](int set, int buf, int kk) {
+      fa[set][0] = *reinterpret_cast<const float4*>(&Ws[buf][kk][col(ty * 4, kk)]);
+      fa[set][1] = *reinterpret_cast<const float4*>(&Ws[buf][kk][col(BM / 2 + ty * 4, kk)]);
+      fb[set][0] = *reinterpret_cast<const float4*>(&Xs[buf][kk][col(tx * 4, kk)]);
+      fb[set][1] = *reinterpret_cast<const float4*>(&Xs[buf][kk][col(BN / 2 + tx * 4, kk)]);
+    };
+    auto math = [&](int set) {
+      outer_8x8<true>(fa[set][0], fa[set][1], fb[set][0], fb[set][1], acc);
+    };
+    if (k0 < k1) frag(0, 0, 0);
+    for (int k = k0; k < k1; ++k) {
+      const bool more = k + 1 < k1;
       const int buf = (k - k0) & 1;
       if (more) {
         advance();
         load();                    // in flight while this slice is computed
       }
-      compute(buf);
+#pragma unroll
+      for (int kk = 0; kk + 1 < BK; ++kk) {
+        frag((kk + 1) & 1, buf, kk + 1);
+        math(kk & 1);
+      }
       if (more) store(buf ^ 1);    // buf ^ 1 was last read before the last barrier
       __syncthreads();
-    } else {
+      if (more) frag(0, buf ^ 1, 0);
+      math((BK - 1) & 1);          // BK is even: the next slice's kk = 0 went to set 0
+    }
+  } else {
+    for (int k = k0; k < k1; ++k) {
       compute(0);
       __syncthreads();
-      if (more) {
+      if (k + 1 < k1) {
         advance();
         load();
         store(0);
@@ -243,4 +268,3 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
   (void)y;
   ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS>(x, w, nullptr, partial, geo, g0);
 }
-
