@@ -346,13 +346,12 @@ of fewer than 8 channels (cv3, cv7) run packed densely by filter row, without a 
 (warp-specialised wgmma); cv3 is at 1.49x cuDNN against its 2x target, issue-bound on the
 consumers' per-pair loads and the epilogue (hopper.md, step 14).
 
-The FP32 path now runs `im2win_ffma.cu` with split-K on small grids (hopper.md, step 12: at
-90-93% of cuBLAS's SGEMM on the same GEMMs); the float32 tables of 2026-12-04 (after split-K)
-give 0.71x and 0.91x against 0.70x and 0.92x on 2026-12-02. At batch 128 split-K takes cv12,
-cv11 and cv6: cv12 0.568 -> 0.514 ms (NHWC) and 0.617 -> 0.543 (NCHW), cv11 level, cv6 slower
-one call at a time (0.935 -> 0.993 NHWC, 0.989 -> 1.063 NCHW; extra memory 50 and 72 MiB:
-the partial sums, in NCHW with the twin's copies) although faster from CUDA graphs (888 ->
-852 us), likely the second launch's host time (not measured). cuDNN's
+The FP32 path runs `im2win_ffma.cu` with split-K on small grids (hopper.md, step 12). The
+float32 tables above are of 2026-12-04 after its loop was rebuilt (hopper.md, step 15: the
+shared fragments double-buffered in registers across the slice's barrier, the products in
+snaking 2 x 2 blocks): float32 NHWC 0.91x -> 0.98x cuDNN, NCHW 0.71x -> 0.76x; cv4 40.9 ->
+45.8 TFLOPS and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on both), 39.8 and 38.9 in NCHW
+(the twin's channels-last copies included). cuDNN's
 Winograd on cv5, cv10 and cv11 sets the geometric mean.
 """
 
