@@ -1,10 +1,13 @@
 """Split-K of im2win_ffma.cu (float32 on CUDA cores) on the layers it is for, in one GPU call:
 each split count checked against float64 with y poisoned first, then GPU microseconds a call
 replayed from a CUDA graph (`suite_profile.graph_time`) of `im2win.conv2d` with the planner's
-split count, with each split count forced (1, 2, 4, 8), and of cuDNN FP32 (TF32 off).
+split count, with each split count forced (1, 2, 4, 8) on the planner's tile or on each of
+--tiles, and of cuDNN FP32 (TF32 off).
 
-``python3 tools/ffma_split_dev.py [--layers resnet50.22,cv10,...] [--layouts NHWC,NCHW]`` on the
-GPU machine; network layers at batch 32, benchmark layers (cv*) at 128. Table last.
+``python3 tools/ffma_split_dev.py [--layers resnet50.22,cv10,...] [--layouts NHWC,NCHW]
+[--tiles f64x64,f64x128]`` on the GPU machine; network layers at batch 32, benchmark layers
+(cv*) at 128. Table last. A tile named without "k8" takes its 8-deep form where C/G is not a
+multiple of 16, as the planner's rule does.
 """
 
 import argparse
@@ -61,12 +64,16 @@ def main():
     ap.add_argument("--layers", default=DEFAULT)
     ap.add_argument("--layouts", default="NHWC,NCHW")
     ap.add_argument("--splits", default="1,2,4,8")
+    ap.add_argument("--tiles", default="", help="im2win_ffma.cu tiles to force (default: the "
+                    "planner's own)")
     args = ap.parse_args()
     device = GPU()
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
         raise SystemExit("needs PyTorch on the GPU (cuDNN)")
-    count = cuda_plan.ffma_split_count
+    count, choose = cuda_plan.ffma_split_count, cuda_plan.choose_ffma_tile
     forced = [int(s) for s in args.splits.split(",")]
+    tiles = args.tiles.split(",") if args.tiles else [None]
+    variants = ["auto"] + [(tile, n) for tile in tiles for n in forced]
     rows = []
     for name in args.layers.split(","):
         conv, batch = layer_of(name)
@@ -74,9 +81,14 @@ def main():
             prob, _, _, x, w = prepare(conv, batch, "float32", layout, device)
             kw = dict(conv.kwargs)
             cells, chosen, worst = [], None, 0.0
-            for variant in ["auto"] + forced:
-                cuda_plan.ffma_split_count = count if variant == "auto" else (
-                    lambda *args, n=variant, **kw: n)
+            for variant in variants:
+                tile, n = (None, None) if variant == "auto" else variant
+                if tile and prob.Cg % 16 and not tile.endswith("k8"):
+                    tile += "k8"
+                cuda_plan.choose_ffma_tile = choose if tile is None else (
+                    lambda *args, t=tile: t)
+                cuda_plan.ffma_split_count = count if n is None else (
+                    lambda *args, n=n, **kw: n)
                 im2win.cuda._calls.clear()
                 launch._executables.clear()
                 y = cupy.full(prob.y_shape, np.nan, np.float32)
@@ -90,7 +102,7 @@ def main():
                     chosen = f"{p.file}:{p.tile.name if p.tile else '-'}/{p.splits}"
                 call, _ = bind(im2win.conv2d, [x], w, layout, kw)
                 cells.append(graph_time(call, False) * 1e6)
-            cuda_plan.ffma_split_count = count
+            cuda_plan.ffma_split_count, cuda_plan.choose_ffma_tile = count, choose
             im2win.cuda._calls.clear()
             call, _ = bind(bench.CUDNN, [x], w, layout, kw)
             cudnn = graph_time(call, True) * 1e6
@@ -99,7 +111,8 @@ def main():
             del x, w, y
             cupy.get_default_memory_pool().free_all_blocks()
     print("\nlayer | layout | auto plan | max error | auto us | "
-          + " | ".join(f"{s} ranges us" for s in forced) + " | cuDNN us | auto/cuDNN")
+          + " | ".join(f"{t + ' ' if t else ''}{n} ranges us" for t, n in variants[1:])
+          + " | cuDNN us | auto/cuDNN")
     for name, layout, chosen, worst, cells, cudnn in rows:
         print(f"{name} | {layout} | {chosen} | {worst:.1e}{'' if worst < 1e-4 else ' WRONG'} | "
               + " | ".join(f"{c:.1f}" for c in cells) + f" | {cudnn:.1f} | {cudnn / cells[0]:.2f}x")
