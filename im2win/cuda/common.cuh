@@ -89,26 +89,25 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[
 // of the 8 x 8 outer product, acc[i][j] += a[i] * b[j], IEEE fused multiply-adds, a and b each
 // two float4 (p, q: rows i < 4 and i >= 4; u, v likewise for j), from registers or (below)
 // shared memory. Each accumulator takes one product, so the order of the 64 is free and the
-// bits are the same in any: row by row, or with kBlocks
-// in 2 x 2 blocks, each block as (0,0) (0,1) (1,1) (1,0) and the blocks of a row pair snaking,
-// so most products share an operand with the one before (ptxas's operand reuse). On the H200
-// that took im2win_ffma.cu's pipelined loop from 40.1 to 43.6-44.3 TFLOPS on cv8 (other orders
-// tried: plain 2 x 2 blocks 42.6, column pairs snaking down the rows 43.0).
+// bits are the same in any: row by row, or with kBlocks in 2 x 2 blocks, each block as (0,0)
+// (0,1) (1,1) (1,0) and the blocks of a row pair snaking (BLOCKS), so that most products share
+// an operand with the one before. The order decides which registers ptxas gives the
+// accumulators; on the H200 this one took im2win_ffma.cu's pipelined loop from 41.3 (row by
+// row) to 45.5 TFLOPS on cv4 (docs/hopper.md, step 15, has the orders tried). It is fragile:
+// the same order written with index arithmetic compiled to other registers and ran at 41.2.
 template <bool kBlocks = false>
 __device__ __forceinline__ void outer_8x8(float4 p, float4 q, float4 u, float4 v,
                                           float (&acc)[8][8]) {
   const float a[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
   const float b[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
-  constexpr int SN[4][2] = {{0, 0}, {0, 1}, {1, 1}, {1, 0}};   // a block's order
+  constexpr int BLOCKS[64] = {   // kBlocks: product n is acc[BLOCKS[n] / 8][BLOCKS[n] % 8]
+       0,  1,  9,  8,  2,  3, 11, 10,  4,  5, 13, 12,  6,  7, 15, 14,
+      22, 23, 31, 30, 20, 21, 29, 28, 18, 19, 27, 26, 16, 17, 25, 24,
+      32, 33, 41, 40, 34, 35, 43, 42, 36, 37, 45, 44, 38, 39, 47, 46,
+      54, 55, 63, 62, 52, 53, 61, 60, 50, 51, 59, 58, 48, 49, 57, 56};
 #pragma unroll
   for (int n = 0; n < 64; ++n) {
-    int i, j;
-    if (!kBlocks) {
-      i = n / 8, j = n % 8;
-    } else {
-      const int bi = n / 16, bj0 = (n / 4) % 4, bj = bi % 2 ? 3 - bj0 : bj0;
-      i = bi * 2 + SN[n % 4][0], j = bj * 2 + SN[n % 4][1];
-    }
+    const int i = kBlocks ? BLOCKS[n] / 8 : n / 8, j = kBlocks ? BLOCKS[n] % 8 : n % 8;
     acc[i][j] = madd(a[i], b[j], acc[i][j]);
   }
 }
