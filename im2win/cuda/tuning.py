@@ -194,9 +194,10 @@ class Options:
             im2win_conv.cu).
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
-        double_buffer: overlap loads with math: two shared buffers (CUDA cores), a
-            three-stage pipeline (mma.sync) or the tile's ring of stages (wgmma) (off: one
-            buffer, load then compute).
+        double_buffer: overlap loads with math: two shared buffers (CUDA cores; in
+            im2win_ffma.cu the fragments double-buffered in registers too, across the
+            barrier, and the products in 2 x 2 blocks), a three-stage pipeline (mma.sync) or
+            the tile's ring of stages (wgmma) (off: one buffer, load then compute).
         conflict_free: shared-memory access free of bank conflicts: padded, interleaved
             columns (CUDA cores), XOR-swizzled 16-byte chunks (mma.sync) or wgmma's 128-byte
             swizzle (off: plain core matrices).
