@@ -343,8 +343,9 @@ where C/G is another multiple of 8 and there are enough tiles; the float16 and b
 tables above include it; [hopper.md](hopper.md) has its measurements. The 16-bit NHWC stems
 of fewer than 8 channels (cv3, cv7) run packed densely by filter row, without a window tensor:
 `narrow.cu`'s narrow_dense on mma.sync, and on Hopper for 64 filters `narrow_wgmma.cu`
-(warp-specialised wgmma); cv3 is at 1.49x cuDNN against its 2x target, issue-bound on the
-consumers' per-pair loads and the epilogue (hopper.md, step 14).
+(warp-specialised wgmma); cv3 is at 1.49x cuDNN against its 2x target: ncu found 58% of
+issue slots busy, and fewer consumer instructions (the pairs' word boundary hoisted, stmatrix
+outputs) left it at 204.9 us against 204.5, so its limit is not yet known (hopper.md, step 14).
 
 The FP32 path runs `im2win_ffma.cu` with split-K on small grids (hopper.md, step 12). The
 float32 tables above are of 2026-12-04 after its loop was rebuilt (hopper.md, step 15: the
@@ -363,11 +364,20 @@ def profile_section(paths):
             "Warp Cycles Per Issued Instruction")
     lines = ["### Profile (ncu)", ""]
     for path in paths:
-        text = path.read_text().splitlines()
-        picked = [line.strip() for line in text if line.strip().startswith(keys)]
-        fma = [line.strip() for line in text if "highest-utilized pipeline" in line]
+        # a log of several kernels heads each with "## name": their lines stay apart
+        parts, name = {}, None
+        for line in path.read_text().splitlines():
+            if line.startswith("## "):
+                name = line[3:].strip()
+            parts.setdefault(name, []).append(line.strip())
+        block = []
+        for name, text in parts.items():
+            picked = [line for line in text if line.startswith(keys)]
+            fma = [line for line in text if "highest-utilized pipeline" in line]
+            if picked or fma:
+                block += ([f"-- {name}"] if name else []) + [*dict.fromkeys(picked), *fma]
         lines += [f"`{path.name}` (`ncu --clock-control none` on `tools/profile_layer.py`):", "",
-                  "```", *dict.fromkeys(picked), *fma, "```", ""]
+                  "```", *block, "```", ""]
     return "\n".join(lines)
 
 
