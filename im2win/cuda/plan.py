@@ -514,8 +514,7 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
     """The plan of im2win_ffma.cu for a problem `ffma_refusal` accepts: one launch over the
     whole batch (grid z the groups, or split-K's ranges: ffma_split_count), no table, no
     workspace but split-K's partial sums."""
-    chosen = FFMA_TILES[tile or choose_ffma_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.Cg,
-                                                 prob.G)]
+    chosen = FFMA_TILES[tile or choose_ffma_tile(prob.Cg)]
     check_grid(prob, chosen)
     chunk = max(prob.N, 1)
     geo = geometry(prob, True, chunk, x_strides)

@@ -284,24 +284,23 @@ def choose_tile(Kg: int, pixels: int, reduction: int, layout: str, dtype_name: s
     return "128x64k16" if k16 else "128x64"
 
 
-FFMA_SMALL_GRID = 1200   # fewer 64x128 tiles than this (about 9 per SM of an H200): 64x64
+def choose_ffma_tile(Cg: int) -> str:
+    """Pick im2win_ffma.cu's tile for C/G channels a group (a multiple of 8): 64 filters x 128
+    pixels, 16-deep slices where C/G is a multiple of 16; split-K (plan.ffma_split_count) fills
+    small grids.
 
-
-def choose_ffma_tile(Kg: int, pixels: int, Cg: int, G: int) -> str:
-    """Pick im2win_ffma.cu's tile for K/G filters per group, N*P*Q pixels, C/G channels (a
-    multiple of 8) and G groups.
-
-    Read off tools/ffma_dev.py on the H200 (float32 NHWC, batch 128, cv4-cv12, 2026-12-02):
-    64 filters x 128 pixels was the fastest tile or within 5% of it on every layer (cv4 42.3
-    TFLOPS against 21.2 for 128x128, whose rows half idle at 64 filters; cv8 41.3 against
-    39.5), except where its grid is small: 64x64 on cv11 (784 tiles; 31.3 against 29.1) and
-    cv6 (1152; 30.7 against 29.7), 64x128 on cv10 (1568; 35.8 against 33.3). 16-deep slices
-    beat 8-deep ones on every layer (cv8 41.3 against 35.4) where C/G is a multiple of 16.
+    Read off tools/ffma_dev.py and tools/ffma_split_dev.py on the H200 (float32, batch 128
+    for cv*, 32 for network layers, 2026-12-04, the loop with fragments double-buffered across
+    the barrier): 64x128 was the fastest tile on cv4 (45.5 TFLOPS against 20.8 for 128x128,
+    whose rows half idle at 64 filters, and 23.0 for 128x64) and within 1% of the fastest on
+    cv8 (44.2 against 44.3 for 128x64) and cv6; with each tile's best split count it beat 64x64
+    on all nine layers timed (us, NHWC): cv6 736 against 810, cv11 521 against 574, cv12 384
+    against 446, resnet50.16 173 against 192, resnet50.22 207 against 230, convnext_tiny.6 106
+    against 117, resnet50.10 167 against 185; grouped (resnext50_32x4d.23, NCHW, G = 32, no
+    split) 75.9 against 82.8. (With the earlier loop 64x64 won where the grid was small.)
+    16-deep slices beat 8-deep ones on every layer (cv8 44.2 against 41.0).
     """
-    k = "" if Cg % 16 == 0 else "k8"
-    if -(-pixels // 128) * -(-Kg // 64) * G < FFMA_SMALL_GRID:
-        return f"f64x64{k}"
-    return f"f64x128{k}"
+    return "f64x128" if Cg % 16 == 0 else "f64x128k8"
 
 
 def choose_mma_tile(Kg: int, reduction: int, layout: str) -> str:
