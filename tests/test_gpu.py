@@ -1,5 +1,7 @@
 """im2win.conv2d on CuPy arrays against the float64 reference. Skipped without a visible GPU."""
 
+import itertools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -151,10 +153,21 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
 
 def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
     """float32 NCHW through channels-last copies onto im2win_ffma.cu (what "auto" takes for
-    large layers of 8 or more channels a group), and onto im2win_conv.cu where C/G is not."""
-    for x_shape, w_shape, kwargs in FFMA_CASES + AWKWARD[:1]:
+    large layers of 8 or more channels a group), and onto im2win_conv.cu where C/G is not.
+    im2win_ffma_to_nchw writes the NCHW y: float4 along the pixels where P*Q is a multiple of
+    4 (the last case: 144 pixels an image, a pixel tile's tail, 68 filters), else scalars
+    across the images' boundaries (the others); with Options.nchw_epilogue off, a
+    channels-last y transposed."""
+    from im2win import cuda
+    vector = ((3, 16, 12, 12), (68, 16, 3, 3), dict(padding=1))
+    for x_shape, w_shape, kwargs in FFMA_CASES + AWKWARD[:1] + [vector]:
         x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
-        run(x, w, b, "NCHW", kwargs, algorithm="im2win_nhwc")
+        for bias, options in ((b, None), (None, None), (b, Options(nchw_epilogue=False))):
+            run(x, w, bias, "NCHW", kwargs, algorithm="im2win_nhwc", options=options)
+    xs, ws = (cupy.asarray(a.astype(np.float32)) for a in random_arrays(rng, *vector[:2], 1)[:2])
+    plan = cuda._plan(make_problem(xs, ws, padding=1), xs, ws, "im2win_nhwc", None, None)
+    assert plan.inner.kernel == "im2win_ffma_to_nchw<64, 128, 16, true, true>"
+    assert plan.inner.geometry.y_nchw == 1
 
 
 def test_ffma_takes_strided_views_and_falls_back_where_it_cannot(rng):
@@ -1007,22 +1020,22 @@ def test_stems_over_their_window_columns_read_views_and_write_views(rng):
     dense stem)."""
     from im2win import cuda
     x, w, b = random_arrays(rng, (2, 3, 13, 40), (20, 3, 5, 5), 20)
-    for layout in LAYOUTS:
-        xl, wl = to_layout(layout, x.astype(np.float16), w.astype(np.float16))
+    for layout, dtype in itertools.product(LAYOUTS, (np.float16, np.float32)):
+        xl, wl = to_layout(layout, x.astype(dtype), w.astype(dtype))
         xs = cupy.asarray(xl)[:, ::-1, ::2, :] if layout == "NHWC" else \
             cupy.asarray(xl)[:, :, ::-1, ::2]
         ws = cupy.asarray(np.ascontiguousarray(np.swapaxes(wl, 0, 1)))
         ws = cupy.swapaxes(ws, 0, 1)                                   # not C-order
         prob = make_problem(xs, ws, layout=layout, padding=2)
-        big = cupy.full(prob.y_shape[:-1] + (2 * prob.y_shape[-1],), np.nan, cupy.float16)
+        big = cupy.full(prob.y_shape[:-1] + (2 * prob.y_shape[-1],), np.nan, dtype)
         out = big[..., ::2]
-        y = im2win.conv2d(xs, ws, cupy.asarray(b.astype(np.float16)), out=out, layout=layout,
+        y = im2win.conv2d(xs, ws, cupy.asarray(b.astype(dtype)), out=out, layout=layout,
                           padding=2, algorithm="im2win_columns")
         assert y is out
         ref = reference.conv2d(cupy.asnumpy(xs).astype(np.float64),
                                cupy.asnumpy(ws).astype(np.float64),
-                               b.astype(np.float16).astype(np.float64), layout=layout, padding=2)
-        assert_close(cupy.asnumpy(out), ref, np.float16, 3 * 25)
+                               b.astype(dtype).astype(np.float64), layout=layout, padding=2)
+        assert_close(cupy.asnumpy(out), ref, dtype, 3 * 25)
         assert cupy.isnan(big[..., 1::2]).all()                   # nothing outside out written
     if cuda.compute_capability(cupy.cuda.runtime.getDevice()) == 90:
         cv1 = (cupy.zeros((128, 227, 227, 3), cupy.float16),

@@ -724,32 +724,43 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
         with pytest.raises(ValueError, match="algorithm='im2win_columns' cannot run this "
                                              "problem: .*" + match):
             plan_for(prob, arch=90, algorithm="im2win_columns", workspace_limit=limit)
-    # float32 stems: the R x 1 problem on im2win_ffma.cu, on any GPU, in NHWC where the
-    # copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP; never in NCHW (its channels-last y
-    # and transpose: cv1 passes the bytes test there but ran slower on the H200).
-    from im2win.cuda.plan import TWIN_BYTES_PER_FLOP
+    # float32 stems: the R x 1 problem on im2win_ffma.cu, on any GPU, where the copies are at
+    # most TWIN_BYTES_PER_FLOP bytes a FLOP; in NCHW only where its epilogue writes the NCHW y
+    # and the reduction is short (cv7's 27, not cv3's 147 or cv1's 363: im2win_conv.cu
+    # measured faster there).
+    from im2win.cuda.plan import COLUMNS_NCHW_REDUCTION, TWIN_BYTES_PER_FLOP
     singles = {}
     for name in ("cv1", "cv3", "cv7"):
         x_shape, w_shape = LAYERS[name].shapes(128, layout)
         singles[name] = problem(x_shape, w_shape, np.float32, layout=layout,
                                 **LAYERS[name].kwargs)
-    for arch in (None, 80, 90):
-        plan = plan_for(singles["cv3"], arch=arch)
-        assert (plan.algorithm == "im2win_columns") == (layout == "NHWC")
-        if layout == "NHWC":
-            assert plan.inner.file == "im2win_ffma" and plan.inner.geometry.y_nchw == 0
-    assert (columns_workspace(singles["cv7"]) <= TWIN_BYTES_PER_FLOP * singles["cv7"].flops) \
-        == (layout == "NHWC") == (plan_for(singles["cv7"]).algorithm == "im2win_columns")
-    assert columns_workspace(singles["cv1"]) <= TWIN_BYTES_PER_FLOP * singles["cv1"].flops
-    assert (plan_for(singles["cv1"]).algorithm == "im2win_columns") == (layout == "NHWC")
+    for name, prob in singles.items():
+        assert columns_workspace(prob, y=False) <= TWIN_BYTES_PER_FLOP * prob.flops
+        short = prob.reduction <= COLUMNS_NCHW_REDUCTION
+        assert short == (name == "cv7")
+        for arch in (None, 80, 90):
+            plan = plan_for(prob, arch=arch)
+            assert (plan.algorithm == "im2win_columns") == (layout == "NHWC" or short)
+            if plan.algorithm == "im2win_columns":
+                assert plan.inner.file == "im2win_ffma" and plan.inner.geometry.y_nchw == nchw
+                assert plan.inner.kernel.startswith("im2win_ffma_to_nchw<" if nchw else
+                                                    "im2win_ffma<")
+                assert plan.workspace_bytes == columns_workspace(prob, y=False)
+    if nchw:                                     # through a channels-last y: not taken
+        assert plan_for(singles["cv7"], options=Options(nchw_epilogue=False)).algorithm == \
+            "im2win_fused"
     for switch in ("window_columns", "ffma"):
         assert plan_for(singles["cv7"], options=Options(**{switch: False})).algorithm == \
             "im2win_fused"
+    x_shape, w_shape = ((2, 3, 9, 9), (8, 3, 3, 3)) if nchw else ((2, 9, 9, 3), (8, 3, 3, 3))
+    thin = problem(x_shape, w_shape, np.float32, layout=layout)     # 8 filters: 0.23 B a FLOP
+    assert columns_workspace(thin, y=False) > TWIN_BYTES_PER_FLOP * thin.flops
+    assert plan_for(thin).algorithm == "im2win_fused"
     compiled = {expr for _, expr in specializations()}
     assert {f"window_columns<{t}>" for t in ("half_t", "bf16_t", "float")} <= compiled
     assert {plan_for(p, arch=90).inner.kernel for p in layers.values()} <= compiled
-    assert plan_for(singles["cv7"] if layout == "NHWC" else singles["cv3"],
-                    algorithm="im2win_columns").inner.kernel in compiled
+    assert {plan_for(p, algorithm="im2win_columns").inner.kernel
+            for p in singles.values()} <= compiled
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -23,10 +23,17 @@ from im2win.cuda.plan import geometry
 from im2win.layers import LAYERS
 
 
+def depth(tile: str) -> int:
+    return int(tile.split("x")[2])
+
+
 def ffma(tile: str, double=True, swizzle=True):
+    """Tile "BMxBNxBK" of im2win_ffma.cu, or "FILE:BMxBNxBK" of a modified copy FILE.cu of it
+    in im2win/cuda (the same template: a variant timed against the original in one process)."""
+    file, _, tile = tile.rpartition(":")
     BM, BN, BK = map(int, tile.split("x"))
     name = f"im2win_ffma<{BM}, {BN}, {BK}, {str(double).lower()}, {str(swizzle).lower()}>"
-    fn = launch.kernel("im2win_ffma", name)
+    fn = launch.kernel(file or "im2win_ffma", name)
 
     def run(x, w, bias, y, **kw):
         prob, _, _, _ = checked_problem(x, w, bias, layout="NHWC", **kw)
@@ -70,7 +77,7 @@ def check(tiles):
         run = ffma(tile, double, swizzle)
         for N, H, W, C, K, R, S, kw, has_bias in CASES:
             G = kw.get("groups", 1)
-            if (C // G) % int(tile.split("x")[2]):
+            if (C // G) % depth(tile):
                 continue
             x = rng.standard_normal((N, H, W, C), dtype=cupy.float32)
             w = rng.standard_normal((K, R, S, C // G), dtype=cupy.float32)
@@ -115,7 +122,7 @@ def main():
         t["sgemm"] = device.time(lambda: a @ b)
         del a, b
         for tile in tiles:
-            if layer.C % int(tile.split("x")[2]):
+            if layer.C % depth(tile):
                 continue
             run = ffma(tile)
             out = cupy.empty_like(y)

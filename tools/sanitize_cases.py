@@ -15,7 +15,8 @@ narrow.cu's stems and groups (both 16-bit types, vector and element copies); wit
 ``pointwise``, pointwise.cu's 1x1 forms (both 16-bit types, x in place and a channel slice, y
 and w off 16 bytes); with ``tf32``,
 float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
-the float32 NHWC CUDA-core kernels (im2win_ffma.cu's every tile and switch, wgrad_ffma.cu's
+the float32 CUDA-core kernels (im2win_ffma.cu's every tile and switch, in NHWC and through
+the NCHW twin writing the NCHW y, wgrad_ffma.cu's
 every tile, both x loads and split counts, backward data's window gradients of many
 channels, and a float32 stem over its window columns). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
@@ -354,6 +355,17 @@ if runs("ffma"):
             if prob.Cg % FFMA_TILES[tile].BK == 0:
                 cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile,
                             options=Options.ablations()[name])
+    # NCHW through the NHWC twin, im2win_ffma_to_nchw writing the NCHW y: float4 along the
+    # pixels (P*Q = 144) and scalars across the images (P*Q = 63), every tile and switch.
+    for x_shape in ((3, 16, 12, 12), (2, 16, 9, 7)):
+        x = cupy.asarray(rng.uniform(-1, 1, x_shape).astype(np.float32))
+        w = cupy.asarray(rng.uniform(-1, 1, (68, 16, 3, 3)).astype(np.float32))
+        b = cupy.asarray(rng.uniform(-1, 1, 68).astype(np.float32))
+        prob = checked_problem(x, w, b, layout="NCHW", padding=1)[0]
+        for tile, name in itertools.product(FFMA_TILES, ("full", "no_double_buffer",
+                                                         "no_conflict_free")):
+            cuda.conv2d(prob, x, w, b, algorithm="im2win_nhwc", tile=tile,
+                        options=Options.ablations()[name])
     # Split-K forced (the planner splits a GFLOP or more): 9 slices of 16 in 2, 4 and 8 ranges
     # (odd first slices, empty last ranges), partial sums and split_reduce, bias and tails;
     # NCHW on the NHWC twin (transpose_narrow's filter, split_reduce_nchw's y).

@@ -21,8 +21,8 @@ struct Geometry {
   int PQ, Q;
   int sh, sw, pt, pl, H, W;   // fused: h0 = p*sh - pt, w0 = q*sw - pl, bounds H x W
   int Cg, R, S, dh, dw;       // table-free decomposition of t
-  int y_nchw;                 // 1: y written (n, k, p, q) by the wgmma kernel from NHWC x (an
-                              // NCHW problem's NHWC twin writes the NCHW y itself); else 0
+  int y_nchw;                 // 1: y written (n, k, p, q) by the wgmma or ffma kernel from
+                              // NHWC x (an NCHW problem's NHWC twin writes the NCHW y itself)
 };
 
 struct Pixel {

@@ -12,8 +12,10 @@
 //     division in the main loop.
 // base(pixel) is 64-bit, computed once per loaded pixel in the prologue (32-bit divisions while
 // the launch's pixels fit 32 bits); the epilogue needs none: in NHWC y[pixel, k] is at
-// pixel*K + k. The window semantics stay im2win's fused mode: the B tile in shared memory is the
-// window tile built straight from x, and each output's sum runs over t in order.
+// pixel*K + k (im2win_ffma_to_nchw's NCHW y[n, k, pq]: one division for each thread's 4
+// neighbouring pixels). The window semantics stay im2win's fused mode: the B tile in
+// shared memory is the window tile built straight from x, and each output's sum runs over t in
+// order.
 //
 // Tiles: BM filters x BN pixels, BM*BN/64 threads, each an 8 x 8 register micro-tile made of two
 // 4-wide halves in each direction (filters ty*4 + i and BM/2 + ty*4 + i, pixels tx*4 + j and
@@ -38,7 +40,7 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ p) {
 }
 
 // The kernel's body; the two entry points below give it y, or split-K's partial sums.
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, bool kNCHWY = false>
 __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ y,
                                           const Geometry& geo, int g0) {
@@ -221,6 +223,56 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     }
   }
 
+  if constexpr (kNCHWY) {
+    static_assert(SPLITS == 1, "split-K's partial sums are pixel-major");
+    // Epilogue into an NCHW y (an NCHW problem's NHWC twin, or a stem's window columns):
+    // y[n, k, pq]. Each filter's 4 neighbouring pixels are one float4 where PQ is a multiple of
+    // 4 and y 16-byte aligned (the 4 then lie in one image): a warp's store writes 128
+    // contiguous bytes of each of 4 filters. Else scalars, the image advanced by comparison.
+    const bool vec = geo.PQ % 4 == 0 && ((unsigned long long)y & 15) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 pix = j0 + h * (BN / 2) + tx * 4;
+      if (pix >= geo.npix) continue;
+      i64 n;
+      int pq;
+      if (geo.npix <= 0x7fffffff) {
+        n = (int)pix / geo.PQ;
+        pq = (int)pix - (int)n * geo.PQ;
+      } else {
+        n = pix / geo.PQ;
+        pq = (int)(pix - n * geo.PQ);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int f = m0 + (i / 4) * (BM / 2) + ty * 4 + i % 4;
+        if (f >= geo.Kg) continue;
+        const int k = g * geo.Kg + f;
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          v[e] = bias ? add(acc[i][h * 4 + e], bias[k]) : acc[i][h * 4 + e];
+        if (vec) {
+          *reinterpret_cast<float4*>(y + (n * geo.K + k) * geo.PQ + pq) =
+              make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+          i64 ne = n;
+          int pe = pq;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (pix + e >= geo.npix) break;
+            y[(ne * geo.K + k) * geo.PQ + pe] = v[e];
+            if (++pe == geo.PQ) {
+              pe = 0;
+              ++ne;
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+
   // Epilogue: overwrite y, masking the tails; float4 stores of 4 filters where they can be.
   const bool vec = geo.Kg % 4 == 0 && ((unsigned long long)y & 15) == 0;
 #pragma unroll
@@ -255,6 +307,18 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
                 const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
   ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1>(x, w, bias, y, geo, g0);
+}
+
+// The same writing the NCHW y[n, k, pq] (Geometry.y_nchw: an NCHW problem's NHWC twin, or a
+// stem's window columns), in place of a channels-last y transposed after it. Its own entry, so
+// that im2win_ffma's code (whose speed hangs on ptxas's register choice) stays as it was.
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
+__global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
+    im2win_ffma_to_nchw(const float* __restrict__ x, const float* __restrict__ w,
+                        const float* __restrict__ bias, float* __restrict__ y,
+                        const int2* __restrict__ taps, Geometry geo, int g0) {
+  (void)taps;
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, true>(x, w, bias, y, geo, g0);
 }
 
 // Split-K: FP32 partial sums into `partial` (SPLITS x N*P*Q x K, no bias), which split_reduce

@@ -67,7 +67,7 @@ class Geometry(NamedTuple):
     S: int
     dh: int
     dw: int
-    y_nchw: int = 0   # 1: the wgmma kernel writes y (n, k, p, q) from NHWC x (nhwc_plan)
+    y_nchw: int = 0   # 1: the wgmma or ffma kernel writes y (n, k, p, q) from NHWC x (`around`)
 
 
 GEOMETRY_64BIT = 9      # the first 9 fields are 64-bit (i64), the rest 32-bit (int)
@@ -500,13 +500,14 @@ def ffma_refusal(prob: Problem, options: Options, x_strides, x_aligned: bool, w_
     return None
 
 
-def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1) -> str:
+def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: bool = False) -> str:
     """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
-    split-K's ranges)."""
+    split-K's ranges; im2win_ffma_to_nchw writing an NCHW y, Geometry.y_nchw)."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
     if splits > 1:
         return f"im2win_ffma_split<{', '.join(str(f).lower() for f in flags + [splits])}>"
-    return f"im2win_ffma<{', '.join(str(f).lower() for f in flags)}>"
+    entry = "im2win_ffma_to_nchw" if nchw_y else "im2win_ffma"
+    return f"{entry}<{', '.join(str(f).lower() for f in flags)}>"
 
 
 def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
@@ -1463,14 +1464,18 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
            copies: Callable[..., int]) -> Plan:
     """The plan of `algorithm` (copies around an NHWC problem's plan `inner`): for an NCHW
     `prob`, `inner` writing the NCHW y (Geometry.y_nchw) where it can (Options.nchw_epilogue):
-    the wgmma kernel's epilogue in one work item a tile, and split-K's sum of the partial sums
+    the wgmma kernel's epilogue in one work item a tile, im2win_ffma.cu's epilogue, and
+    split-K's sum of the partial sums
     (split_reduce_nchw, either kernel); workspace: `copies(prob, y=...)` bytes, with the
     channels-last y or without, and the inner plan's. The workspace limit is still checked
     against the copies with y (nhwc_refusal, columns_refusal), a bound."""
     direct = prob.layout == "NCHW" and options.nchw_epilogue and (
-        inner.file == WGMMA.file or inner.splits > 1)
+        inner.file in (WGMMA.file, "im2win_ffma") or inner.splits > 1)
     if direct:
         inner = dataclasses.replace(inner, geometry=inner.geometry._replace(y_nchw=1))
+        if inner.file == "im2win_ffma" and inner.splits == 1:
+            inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
+                inner.tile, inner.options, nchw_y=True))
     return Plan(algorithm, inner.tile, options, None, None, max(prob.N, 1), None, b"",
                 copies(prob, y=not direct) + inner.workspace_bytes, inner=inner)
 
@@ -1550,27 +1555,37 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
                   functools.partial(columns_workspace, precision=precision))
 
 
+# float32 NCHW stems over window columns (im2win_ffma_to_nchw writing the NCHW y): where the
+# reduction R*S*C is at most this. tools/nchw_dev.py on the H200 (batch 128, TFLOPS, the
+# planned im2win_conv.cu against the columns): cv7 (27) 10.5 -> 13.1, cv3 (147) 23.6 -> 22.2,
+# cv1 and cv2 (363) 20.3 -> 19.6 and 20.2 -> 20.7: im2win_conv.cu is weak on short reductions.
+COLUMNS_NCHW_REDUCTION = 64
+
+
 def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
                       arch: int | None, sms: int | None = None) -> Plan | None:
     """The "im2win_columns" plan where "auto" takes it (Options.window_columns), else None:
     for C/G not a multiple of 8 (the general kernels gather such windows element by element:
     mma.sync's C = 3 path ran cv3 at 45 TFLOPS on the H200, im2win_conv.cu's float32 at 18-20
     on cv1 to cv3), where the copies fit the workspace limit and the R x 1 problem runs the
-    wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32, NHWC, any GPU, where
-    the copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP, the NHWC twin's estimate). Not
-    float32 NCHW: im2win_ffma.cu writes a channels-last y that is then transposed, and on the
-    H200 (batch 128, GPU time) cv1 went from 1.32 to 1.46 ms and cv2 from 1.36 to 1.51 that
-    way, while NHWC gained on all four stems (cv1 1.42 -> 1.24, cv3 1.50 -> 1.07, cv7 2.45
-    -> 1.56)."""
+    wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32, any GPU, where the
+    copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP, the NHWC twin's estimate). float32
+    NHWC gained on all four stems (H200, batch 128, GPU ms: cv1 1.42 -> 1.24, cv3 1.50 ->
+    1.07, cv7 2.45 -> 1.56); float32 NCHW only where its kernel writes the NCHW y
+    (Options.nchw_epilogue; through a channels-last y transposed after it, cv1 went from 1.32
+    to 1.46 ms) and the reduction is short (COLUMNS_NCHW_REDUCTION)."""
     if not options.window_columns or prob.C % 8 == 0 or \
             columns_refusal(prob, workspace_limit) is not None:
         return None
     if prob.dtype.name == "float32":
-        if prob.layout != "NHWC" or not options.ffma or \
-                columns_workspace(prob) > TWIN_BYTES_PER_FLOP * prob.flops:
+        nchw = prob.layout == "NCHW"
+        if not options.ffma or (nchw and not (options.nchw_epilogue and
+                                              prob.reduction <= COLUMNS_NCHW_REDUCTION)) or \
+                columns_workspace(prob, y=False) > TWIN_BYTES_PER_FLOP * prob.flops:
             return None
         plan = columns_plan(prob, options, workspace_limit, None, arch, sms=sms)
-        return plan if plan.inner.file == "im2win_ffma" else None
+        return plan if plan.inner.file == "im2win_ffma" and \
+            (not nchw or plan.inner.geometry.y_nchw) else None
     if arch != HOPPER or not options.hopper:
         return None
     plan = columns_plan(prob, options, workspace_limit, None, arch)
@@ -1999,7 +2014,9 @@ def specializations() -> list[tuple[str, str]]:
             out.add(("pointwise", pointwise_kernel_name(dtype, K)))
     for tile in FFMA_TILES.values():           # every tile, fully on and each switch off alone
         for name in ("full", "no_double_buffer", "no_conflict_free"):
-            out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name])))
+            for nchw_y in (False, True):
+                out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name],
+                                                         nchw_y=nchw_y)))
         for splits in SPLITS:                  # split-K, fully on
             out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), splits)))
     out.add(("im2win_ffma", "split_reduce<float>"))

@@ -1,0 +1,81 @@
+"""float32 NCHW through channels-last plans, in one process on the GPU machine: each layer's
+planned call (`algorithm="auto"`) with `Options.nchw_epilogue` on (the kernel writes the NCHW
+y) and off (a channels-last y transposed into y), and for the stems (C not a multiple of 8)
+"im2win_columns" both ways, against cuDNN FP32 (TF32 off, NCHW).
+
+``python3 tools/nchw_dev.py [--layers cv1,cv7,...] [--batch 128]``: each variant checked
+against float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed with
+CUDA events (median, `bench.GPU.time`). Table last (TFLOPS, plan).
+"""
+
+import argparse
+
+import cupy
+import numpy as np
+import torch
+
+import im2win
+from im2win import bench
+from im2win.bench import GPU, make_inputs
+from im2win.cuda.tuning import Options
+from im2win.layers import LAYERS
+
+
+def relative_error(x, w, y, kw) -> float:
+    xt = torch.as_tensor(x[:2].astype(np.float64), device="cuda")
+    wt = torch.as_tensor(w.astype(np.float64), device="cuda")
+    ref = cupy.asarray(torch.nn.functional.conv2d(xt, wt, **kw).contiguous())
+    got = y[:2].astype(np.float64)
+    if not bool(cupy.isfinite(got).all()):
+        return float("inf")
+    return float(cupy.abs(got - ref).max() / cupy.abs(ref).max())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", default="cv1,cv2,cv3,cv7,cv4,cv8,cv9,cv10")
+    ap.add_argument("--batch", type=int, default=128)
+    args = ap.parse_args()
+    device = GPU()
+    if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
+        raise SystemExit("needs PyTorch on the GPU (cuDNN)")
+    variants = {"auto": ("auto", Options()),
+                "auto, y transposed": ("auto", Options(nchw_epilogue=False)),
+                "columns": ("im2win_columns", Options()),
+                "columns, y transposed": ("im2win_columns", Options(nchw_epilogue=False))}
+    rows = []
+    for name in args.layers.split(","):
+        layer = LAYERS[name]
+        x_host, w_host = make_inputs(layer, args.batch, "float32", "NCHW")
+        x, w = cupy.asarray(x_host), cupy.asarray(w_host)
+        kw = dict(layer.kwargs)
+        flops = None
+        cells = {}
+        for label, (algorithm, options) in variants.items():
+            if algorithm == "im2win_columns" and layer.C % 8 == 0:
+                continue
+            call = (lambda a=algorithm, o=options:
+                    im2win.conv2d(x, w, algorithm=a, options=o, **kw))
+            y = call()
+            y.fill(np.nan)
+            y = im2win.conv2d(x, w, algorithm=algorithm, options=options, out=y, **kw)
+            err = relative_error(x, w, y, kw)
+            flops = flops or 2 * y.size * layer.C * layer.R * layer.S
+            cells[label] = (flops / device.time(call) / 1e12, err)
+            del y
+        call, _ = bench.bind(bench.CUDNN, [x], w, "NCHW", layer.kwargs)
+        cells["cudnn"] = (flops / device.time(call) / 1e12, 0.0)
+        rows.append((name, cells))
+        print(name, cells, flush=True)
+        del x, w
+        cupy.get_default_memory_pool().free_all_blocks()
+    print(f"\nfloat32 NCHW, batch {args.batch}: TFLOPS (max error vs float64)")
+    for name, cells in rows:
+        print(f"{name:5s} " + "  ".join(
+            f"{label}={tf:5.1f}" + ("" if label == "cudnn" else
+                                    f" ({err:.0e}{'' if err < 1e-4 else ' WRONG'})")
+            for label, (tf, err) in cells.items()))
+
+
+if __name__ == "__main__":
+    main()
