@@ -350,12 +350,14 @@ outputs) left it at 204.9 us against 204.5, so its limit is not yet known (hoppe
 The FP32 path runs `im2win_ffma.cu` with split-K on small grids (hopper.md, step 12). The
 float32 tables above are of 2026-12-04 after its loop was rebuilt (hopper.md, step 15: the
 shared fragments double-buffered in registers across the slice's barrier, the products in
-snaking 2 x 2 blocks) and its tile rule refitted to that loop (step 16: 64 x 128 everywhere,
-split-K filling the small grids): float32 NHWC 0.91x -> 0.98x -> 1.01x cuDNN, NCHW 0.71x ->
-0.76x -> 0.78x; cv4 40.9 -> 45.8 TFLOPS and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on
-both), cv6, cv11 and cv12 34.9, 35.8, 32.5 -> 39.5, 40.6, 37.9; in NCHW the twin's
-channels-last copies are in the times. cuDNN's Winograd on cv5, cv10 and cv11 sets the
-geometric mean.
+snaking 2 x 2 blocks), its tile rule refitted to that loop (step 16: 64 x 128 everywhere,
+split-K filling the small grids) and, in NCHW, its epilogue writing the NCHW y of the NHWC
+twin and of cv7's window columns (step 17: `im2win_ffma_to_nchw`, no channels-last y to
+transpose): float32 NHWC 0.91x -> 0.98x -> 1.01x cuDNN, NCHW 0.71x -> 0.76x -> 0.78x ->
+0.81x; cv4 40.9 -> 45.8 TFLOPS and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on both),
+cv6, cv11 and cv12 34.9, 35.8, 32.5 -> 39.5, 40.5, 38.1; in NCHW cv8 38.9 -> 43.0 and cv7
+10.4 -> 13.1 (x's channels-last copy is still in the NCHW times). cuDNN's Winograd on cv5,
+cv10 and cv11 sets the geometric mean.
 """
 
 

@@ -180,8 +180,10 @@ class Options:
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
             (off: the general kernels, which gather C = 3 element by element).
         nchw_epilogue: an NCHW problem run on an NHWC one ("im2win_nhwc", "im2win_columns")
-            that takes the wgmma kernel in one work item a tile writes the NCHW y from the
-            kernel's epilogue (off: into a channels-last y that layout.cu transposes into y).
+            that takes the wgmma kernel in one work item a tile, or im2win_ffma.cu
+            (im2win_ffma_to_nchw), writes the NCHW y from the kernel's epilogue (off: into a
+            channels-last y that layout.cu transposes into y; float32 NCHW stems then do not
+            take "im2win_columns").
         split_k: where TMA copies and a problem has fewer tiles than about one per SM, the
             reduction split into 2, 4 or 8 ranges run as separate work items, their FP32
             partial sums added in a fixed order by a second kernel (off: one work item per
