@@ -721,18 +721,20 @@ layers changed between these runs, so their moves are the runs' spread (in the f
 3x3 measured 1.10x, resnet50.18 at 0.75x, against 1.17x and 0.97x in the rerun, whose
 slowest 3x3 layer is resnet50.22 at 0.88x).
 
-The float32 columns are the run of 2026-12-04 after split-K for `im2win_ffma.cu` (small grids:
-ResNet's 3x3 layers at 14x14 and 7x7, ConvNeXt's downsampling layers), its sum writing the
-NCHW y of an NCHW problem's NHWC twin, and the twin's filter copied one element a thread: all
-1.05-1.06x, 3x3 0.75x -> 0.87x, resnet50 0.88x -> 0.95x against the run before (1.00x).
-convnext_tiny's column is a rerun a few minutes after the five-network run, of the same code:
-in that run its downsampling layers' single calls gave "other" 0.77x (convnext_tiny.4 at
-0.71x); in this one and a third, 0.86x and 0.85x (.2 0.75x, .4 0.87x, .6 0.94x, against
-cuDNN's 147, 156 and 180 µs). The 3x3 layers' slowest are the stride-1 ones at 28x28 and
-14x14 (resnet50.10 0.63x, .16 0.68x), where cuDNN's FP32 runs at 45-60 TFLOPS of direct
-FLOPs (replayed from CUDA graphs), near the 67 TFLOPS peak and above cuBLAS's SGEMM on this
-machine (45-47 TFLOPS on the benchmark's GEMMs): fewer multiplications (Winograd) would explain
-it; not verified.
+The float32 columns are the run of 2026-12-04 (eleventh session) after `im2win_ffma.cu`'s
+tile rule was refitted to its new loop (64 x 128 everywhere, split-K filling the small grids;
+hopper.md step 16) and its kernel writes the NCHW y of the NHWC twin (step 17): all 1.06x one
+call at a time (its composition moved: 3x3 0.87x -> 1.02x, "other" 0.86x -> 0.98x, grouped
+1.50x -> 1.37x) and 1.09x -> 1.10x back to back; resnet50 0.95x -> 1.03x, efficientnet_b0
+1.07x -> 1.08x, convnext_tiny 1.62x -> 1.69x, resnext50_32x4d 1.07x -> 1.04x against the run
+before (split-K for `im2win_ffma.cu`, its sum writing the twin's NCHW y). The 3x3 layers'
+slowest is still resnet50.10 (stride 1 at 28x28: 214 against cuDNN's 144 µs, 0.67x), then
+resnet50.16 (14x14, 0.83x), where cuDNN's FP32 runs at 45-60 TFLOPS of direct FLOPs
+(replayed from CUDA graphs), near the 67 TFLOPS peak and above cuBLAS's SGEMM on this machine
+(45-47 TFLOPS on the benchmark's GEMMs): fewer multiplications (Winograd) would explain it;
+not verified. The layers below 0.8x are 1x1 layers on cuBLAS (resnet50.8 0.70x,
+mobilenet_v2.15 0.68x), the stem mobilenet_v2.0 (0.74x) and the grouped resnext50_32x4d.2
+(0.56x).
 """
 
 FORWARD_NOTES = """
