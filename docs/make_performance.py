@@ -756,6 +756,18 @@ host counts in full, and the host's speed moved by half between rounds. Target: 
 | float32 NCHW, eager, rounds 1-3 | 11.63, 11.62, 11.65 | 11.22, 11.22, 11.19 | 0.96x, 0.97x, 0.96x |
 | float32 NCHW, replayed from a CUDA graph | 11.26 | 10.70 | 0.95x |
 
+| 2026-12-04, ca1adad (`--rounds 2`) | im2win ms | PyTorch ms | ratio |
+|---|---|---|---|
+| float16 NHWC, eager, rounds 1-2 | 4.19, 4.49 | 4.55, 4.85 | 1.09x, 1.08x |
+| float16 NHWC, replayed from a CUDA graph | 2.51 | 2.36 | 0.94x |
+| float32 NCHW, eager, rounds 1-2 | 10.31, 10.55 | 11.22, 11.21 | 1.09x, 1.06x |
+| float32 NCHW, replayed from a CUDA graph | 9.92 | 10.71 | 1.08x |
+
+The second run is after `im2win_ffma.cu`'s new loop, tile rule and NCHW epilogue (hopper.md
+steps 15-17): the float32 forward's 3x3 layers run on it (0.95x -> 1.08x from CUDA graphs).
+No float16 kernel changed between the runs: its graph replay's 2.51 ms is the same, PyTorch's
+2.40 -> 2.36.
+
 The outputs' relative error (by norm) against PyTorch's, from `examples/resnet50.py` on the
 same weights (the run before): 4.3e-04 in float16, 5.5e-07 in float32. What moved the ratios
 to these:
