@@ -1464,11 +1464,11 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
            copies: Callable[..., int]) -> Plan:
     """The plan of `algorithm` (copies around an NHWC problem's plan `inner`): for an NCHW
     `prob`, `inner` writing the NCHW y (Geometry.y_nchw) where it can (Options.nchw_epilogue):
-    the wgmma kernel's epilogue in one work item a tile, im2win_ffma.cu's epilogue, and
-    split-K's sum of the partial sums
-    (split_reduce_nchw, either kernel); workspace: `copies(prob, y=...)` bytes, with the
-    channels-last y or without, and the inner plan's. The workspace limit is still checked
-    against the copies with y (nhwc_refusal, columns_refusal), a bound."""
+    the wgmma kernel's epilogue in one work item a tile, im2win_ffma.cu's (im2win_ffma_to_nchw),
+    and split-K's sum of the partial sums (split_reduce_nchw, either kernel); workspace:
+    `copies(prob, y=...)` bytes, with the channels-last y or without, and the inner plan's.
+    The workspace limit is still checked against the copies with y (nhwc_refusal,
+    columns_refusal), a bound."""
     direct = prob.layout == "NCHW" and options.nchw_epilogue and (
         inner.file in (WGMMA.file, "im2win_ffma") or inner.splits > 1)
     if direct:
