@@ -356,8 +356,9 @@ twin and of cv7's window columns (step 17: `im2win_ffma_to_nchw`, no channels-la
 transpose): float32 NHWC 0.91x -> 0.98x -> 1.01x cuDNN, NCHW 0.71x -> 0.76x -> 0.78x ->
 0.81x; cv4 40.9 -> 45.8 TFLOPS and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on both),
 cv6, cv11 and cv12 34.9, 35.8, 32.5 -> 39.5, 40.5, 38.1; in NCHW cv8 38.9 -> 43.0 and cv7
-10.4 -> 13.1 (x's channels-last copy is still in the NCHW times). cuDNN's Winograd on cv5,
-cv10 and cv11 sets the geometric mean.
+10.4 -> 13.1 (x's channels-last copy is still in the NCHW times). After this run cv3 moved to
+its window columns in NCHW too (step 18: 23.4 -> 24.7 in tools/nchw_dev.py; the table is not
+rerun). cuDNN's Winograd on cv5, cv10 and cv11 sets the geometric mean.
 """
 
 

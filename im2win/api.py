@@ -80,7 +80,7 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             q*sw + s*dw - pl, c] in workspace, the S*C values of a filter row one run of
             channels); "auto" takes it for C not a multiple of 8 where that problem runs the
             wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32: NHWC, and NCHW
-            of at most 64 products an output, the kernel writing the NCHW y). On the
+            of at most 160 products an output, the kernel writing the NCHW y). On the
             CPU: "auto" or "im2win" (the window path) or "im2col_gemm".
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is

@@ -13,9 +13,9 @@
 // base(pixel) is 64-bit, computed once per loaded pixel in the prologue (32-bit divisions while
 // the launch's pixels fit 32 bits); the epilogue needs none: in NHWC y[pixel, k] is at
 // pixel*K + k (im2win_ffma_to_nchw's NCHW y[n, k, pq]: one division for each thread's 4
-// neighbouring pixels). The window semantics stay im2win's fused mode: the B tile in
-// shared memory is the window tile built straight from x, and each output's sum runs over t in
-// order.
+// neighbouring pixels, or for each of the BN/32 pixels it stores from shared memory). The
+// window semantics stay im2win's fused mode: the B tile in shared memory is the window tile
+// built straight from x, and each output's sum runs over t in order.
 //
 // Tiles: BM filters x BN pixels, BM*BN/64 threads, each an 8 x 8 register micro-tile made of two
 // 4-wide halves in each direction (filters ty*4 + i and BM/2 + ty*4 + i, pixels tx*4 + j and
@@ -226,16 +226,12 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   if constexpr (kNCHWY) {
     static_assert(SPLITS == 1, "split-K's partial sums are pixel-major");
     // Epilogue into an NCHW y (an NCHW problem's NHWC twin, or a stem's window columns):
-    // y[n, k, pq]. Each filter's 4 neighbouring pixels are one float4 where PQ is a multiple of
-    // 4 and y 16-byte aligned (the 4 then lie in one image): a warp's store writes 128
-    // contiguous bytes of each of 4 filters. Else scalars, the image advanced by comparison.
-    const bool vec = geo.PQ % 4 == 0 && ((unsigned long long)y & 15) == 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const i64 pix = j0 + h * (BN / 2) + tx * 4;
-      if (pix >= geo.npix) continue;
-      i64 n;
-      int pq;
+    // y[n, k, pq]. Where PQ is a multiple of 4 and y 16-byte aligned, each filter's 4
+    // neighbouring pixels are one float4 (they lie in one image): a warp's store writes 128
+    // contiguous bytes of each of 4 filters. Else the tile passes through shared memory, RP of
+    // each thread's 8 filter rows a pass, and a warp stores 32 consecutive pixels of one
+    // filter an instruction (scalar stores 16 bytes apart would write every sector 4 times).
+    auto image_of = [&](i64 pix, i64& n, int& pq) {
       if (geo.npix <= 0x7fffffff) {
         n = (int)pix / geo.PQ;
         pq = (int)pix - (int)n * geo.PQ;
@@ -243,31 +239,68 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
         n = pix / geo.PQ;
         pq = (int)(pix - n * geo.PQ);
       }
+    };
+    auto value = [&](int i, int j, int f) {
+      return bias ? add(acc[i][j], bias[g * geo.Kg + f]) : acc[i][j];
+    };
+    if (geo.PQ % 4 == 0 && ((unsigned long long)y & 15) == 0) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int f = m0 + (i / 4) * (BM / 2) + ty * 4 + i % 4;
-        if (f >= geo.Kg) continue;
-        const int k = g * geo.Kg + f;
-        float v[4];
+      for (int h = 0; h < 2; ++h) {
+        const i64 pix = j0 + h * (BN / 2) + tx * 4;
+        if (pix >= geo.npix) continue;
+        i64 n;
+        int pq;
+        image_of(pix, n, pq);
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          v[e] = bias ? add(acc[i][h * 4 + e], bias[k]) : acc[i][h * 4 + e];
-        if (vec) {
-          *reinterpret_cast<float4*>(y + (n * geo.K + k) * geo.PQ + pq) =
-              make_float4(v[0], v[1], v[2], v[3]);
-        } else {
-          i64 ne = n;
-          int pe = pq;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if (pix + e >= geo.npix) break;
-            y[(ne * geo.K + k) * geo.PQ + pe] = v[e];
-            if (++pe == geo.PQ) {
-              pe = 0;
-              ++ne;
-            }
-          }
+        for (int i = 0; i < 8; ++i) {
+          const int f = m0 + (i / 4) * (BM / 2) + ty * 4 + i % 4;
+          if (f >= geo.Kg) continue;
+          *reinterpret_cast<float4*>(y + (n * geo.K + g * geo.Kg + f) * geo.PQ + pq) =
+              make_float4(value(i, h * 4, f), value(i, h * 4 + 1, f), value(i, h * 4 + 2, f),
+                          value(i, h * 4 + 3, f));
         }
+      }
+      return;
+    }
+    constexpr int FL = BM / 8;                              // filter rows a row index i spans
+    constexpr int RP = 4096 / (FL * BN) < 8 ? 4096 / (FL * BN) : 8;   // 16 KB a pass
+    constexpr int LANES = BN / 32, WARPS = NT / 32;
+    static_assert(RP >= 1 && 8 % RP == 0, "passes of whole row indices");
+    __shared__ __align__(16) float stage[RP * FL][BN];
+    i64 base[LANES];                                        // y's offset of this lane's pixels
+#pragma unroll
+    for (int m = 0; m < LANES; ++m) {
+      const i64 pix = j0 + lane + 32 * m;
+      i64 n;
+      int pq;
+      image_of(pix < geo.npix ? pix : 0, n, pq);
+      base[m] = pix < geo.npix ? n * geo.K * geo.PQ + pq : -1;
+    }
+#pragma unroll
+    for (int pass = 0; pass < 8 / RP; ++pass) {
+      if (pass) __syncthreads();                            // the last pass's rows stored
+#pragma unroll
+      for (int r = 0; r < RP; ++r) {
+        const int i = pass * RP + r;
+        const int f = m0 + (i / 4) * (BM / 2) + ty * 4 + i % 4;
+        float* row = stage[r * FL + ty];
+        const bool ok = f < geo.Kg;
+        *reinterpret_cast<float4*>(row + tx * 4) = ok ?
+            make_float4(value(i, 0, f), value(i, 1, f), value(i, 2, f), value(i, 3, f)) :
+            make_float4(0.f, 0.f, 0.f, 0.f);
+        *reinterpret_cast<float4*>(row + BN / 2 + tx * 4) = ok ?
+            make_float4(value(i, 4, f), value(i, 5, f), value(i, 6, f), value(i, 7, f)) :
+            make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      __syncthreads();
+      for (int q = warp; q < RP * FL; q += WARPS) {
+        const int i = pass * RP + q / FL, fl = q % FL;
+        const int f = m0 + (i / 4) * (BM / 2) + fl * 4 + i % 4;
+        if (f >= geo.Kg) continue;
+        const i64 k = (i64)(g * geo.Kg + f) * geo.PQ;
+#pragma unroll
+        for (int m = 0; m < LANES; ++m)
+          if (base[m] >= 0) y[base[m] + k] = stage[q][lane + 32 * m];
       }
     }
     return;
@@ -310,7 +343,8 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
 }
 
 // The same writing the NCHW y[n, k, pq] (Geometry.y_nchw: an NCHW problem's NHWC twin, or a
-// stem's window columns), in place of a channels-last y transposed after it. Its own entry, so
+// stem's window columns), in place of a channels-last y transposed after it; 16 KB more
+// shared memory (the epilogue's passes where P*Q is not a multiple of 4). Its own entry, so
 // that im2win_ffma's code (whose speed hangs on ptxas's register choice) stays as it was.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)

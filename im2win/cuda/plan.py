@@ -1557,9 +1557,11 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
 
 # float32 NCHW stems over window columns (im2win_ffma_to_nchw writing the NCHW y): where the
 # reduction R*S*C is at most this. tools/nchw_dev.py on the H200 (batch 128, TFLOPS, the
-# planned im2win_conv.cu against the columns): cv7 (27) 10.5 -> 13.1, cv3 (147) 23.6 -> 22.2,
-# cv1 and cv2 (363) 20.3 -> 19.6 and 20.2 -> 20.7: im2win_conv.cu is weak on short reductions.
-COLUMNS_NCHW_REDUCTION = 64
+# planned im2win_conv.cu against the columns, same process): cv7 (27) 10.5 -> 13.1, cv3 (147)
+# 23.4 -> 24.7 (P*Q = 12321: the epilogue's pass through shared memory; 22.2 with scalar
+# stores), cv1 (363) 20.2 -> 19.8, cv2 (363) 20.4 -> 20.3: im2win_conv.cu is weak on short
+# reductions. resnet50.0 (7x7x3 at stride 2, as cv3) follows cv3, not timed in NCHW itself.
+COLUMNS_NCHW_REDUCTION = 160
 
 
 def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
