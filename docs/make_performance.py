@@ -310,16 +310,21 @@ def sweep_section(record):
 
 GPU_WHY = """### Why the targets are missed
 
-The kernels are a CUDA-core GEMM with im2win operand addressing. The profile below (ncu on the
-two layers' default kernels) shows where the time goes: the FMA pipe is busy about half of the
-time, the schedulers issue on about three cycles in four, and the registers (on cv8 the 8x8
-micro-tile, its fragments and the prefetch registers take 128 per thread) limit occupancy to 25%
-(cv8) and 37.5% (cv10). The rest of each k-step is address, table and bounds work for the B gather,
-shared-memory traffic and barriers. cuDNN's FP32 kernels are hand-scheduled, and where its
-effective rate exceeds the 67 TFLOPS peak (cv5) it must be doing fewer multiplications
-than the FLOPs we count (Winograd or FFT), which no direct or GEMM-based kernel can match. In NHWC our B tile
-gathers pixels C elements apart, with 2 or 4 distinct table entries per warp load. The materialised mode pays for writing and reading the
-window tensor, so the fused mode is the default.
+The float32 kernels are CUDA-core GEMMs with im2win operand addressing. The general one
+(`im2win_conv.cu`, which "auto" keeps for C/G not a multiple of 8 and wherever
+`im2win_ffma.cu` is not taken) is profiled in the first log below (cv10 in NCHW, from before the
+FP32 path moved to `im2win_ffma.cu`): the FMA pipe busy about half of the time, the
+schedulers issuing on about three cycles in four, 128 registers a thread limiting occupancy
+to 37.5%, the rest of each k-step address, table and bounds work for the B gather. The FP32
+path (`im2win_ffma.cu`: each reduction slice within one window tap, float4 loads, no table)
+is profiled against cuBLAS's SGEMM of the same GEMM in the ffma-vs-SGEMM log: the same FFMA
+share of instructions, its issue slots busy 75% against 90% (hopper.md, step 15); on the
+benchmark layers' GEMMs, operands already laid out, SGEMM runs 39-48 TFLOPS (cv9 39, cv4 48),
+this kernel 38-46 with its window addressing (`tools/ffma_dev.py`). cuDNN's FP32 kernels are
+hand-scheduled, and where its effective rate exceeds the 67 TFLOPS peak (cv5) it must be
+doing fewer multiplications than the FLOPs we count (Winograd or FFT), which no direct or
+GEMM-based kernel can match. The materialised mode pays for writing and reading the window
+tensor, so the fused mode is the default.
 
 float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
 ldmatrix, swizzled shared rows) passes this project's FP32 path by the factor above but stays
