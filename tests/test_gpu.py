@@ -155,19 +155,30 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
     """float32 NCHW through channels-last copies onto im2win_ffma.cu (what "auto" takes for
     large layers of 8 or more channels a group), and onto im2win_conv.cu where C/G is not.
     im2win_ffma_to_nchw writes the NCHW y: float4 along the pixels where P*Q is a multiple of
-    4 (the last case: 144 pixels an image, a pixel tile's tail, 68 filters), else scalars
-    across the images' boundaries (the others); with Options.nchw_epilogue off, a
-    channels-last y transposed."""
+    4 and y 16-byte aligned (the last case: 144 pixels an image, a pixel tile's tail, 68
+    filters), else through shared memory, 32 consecutive pixels of a filter a warp store,
+    across the images' boundaries (the others, and the last case into an out 4 bytes off 16);
+    with Options.nchw_epilogue off, a channels-last y transposed."""
     from im2win import cuda
     vector = ((3, 16, 12, 12), (68, 16, 3, 3), dict(padding=1))
     for x_shape, w_shape, kwargs in FFMA_CASES + AWKWARD[:1] + [vector]:
         x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
         for bias, options in ((b, None), (None, None), (b, Options(nchw_epilogue=False))):
             run(x, w, bias, "NCHW", kwargs, algorithm="im2win_nhwc", options=options)
-    xs, ws = (cupy.asarray(a.astype(np.float32)) for a in random_arrays(rng, *vector[:2], 1)[:2])
-    plan = cuda._plan(make_problem(xs, ws, padding=1), xs, ws, "im2win_nhwc", None, None)
+    x, w, b = (cupy.asarray(a.astype(np.float32)) for a in random_arrays(rng, *vector[:2], 68))
+    plan = cuda._plan(make_problem(x, w, padding=1), x, w, "im2win_nhwc", None, None)
     assert plan.inner.kernel == "im2win_ffma_to_nchw<64, 128, 16, true, true>"
     assert plan.inner.geometry.y_nchw == 1
+    y_shape = make_problem(x, w, padding=1).y_shape
+    size = int(np.prod(y_shape))
+    buffer = cupy.full(size + 2, np.nan, cupy.float32)
+    out = buffer[1:size + 1].reshape(y_shape)                     # contiguous, 4 bytes off 16
+    assert out.data.ptr % 16 == 4
+    y = im2win.conv2d(x, w, b, out=out, padding=1, algorithm="im2win_nhwc")
+    assert y is out and cupy.isnan(buffer[0]) and cupy.isnan(buffer[-1])
+    ref = reference.conv2d(cupy.asnumpy(x).astype(np.float64), cupy.asnumpy(w).astype(np.float64),
+                           cupy.asnumpy(b).astype(np.float64), padding=1)
+    assert_close(cupy.asnumpy(out), ref, np.float32, 16 * 9)
 
 
 def test_ffma_takes_strided_views_and_falls_back_where_it_cannot(rng):

@@ -24,7 +24,8 @@ from im2win.layers import LAYERS
 
 
 def depth(tile: str) -> int:
-    return int(tile.split("x")[2])
+    """The slice depth BK of "BMxBNxBK" or "FILE:BMxBNxBK"."""
+    return int(tile.rpartition(":")[2].split("x")[2])
 
 
 def ffma(tile: str, double=True, swizzle=True):
