@@ -319,8 +319,9 @@ to 37.5%, the rest of each k-step address, table and bounds work for the B gathe
 path (`im2win_ffma.cu`: each reduction slice within one window tap, float4 loads, no table)
 is profiled against cuBLAS's SGEMM of the same GEMM in the ffma-vs-SGEMM log: the same FFMA
 share of instructions, its issue slots busy 75% against 90% (hopper.md, step 15); on the
-benchmark layers' GEMMs, operands already laid out, SGEMM runs 39-48 TFLOPS (cv9 39, cv4 48),
-this kernel 38-46 with its window addressing (`tools/ffma_dev.py`). cuDNN's FP32 kernels are
+benchmark layers' GEMMs, operands already laid out, SGEMM runs 39-48 TFLOPS (cv9 39, cv4 48:
+`tools/ffma_dev.py`), this path 38-46 on cv4-cv12 with its window addressing (the NHWC table
+above). cuDNN's FP32 kernels are
 hand-scheduled, and where its effective rate exceeds the 67 TFLOPS peak (cv5) it must be
 doing fewer multiplications than the FLOPs we count (Winograd or FFT), which no direct or
 GEMM-based kernel can match. The materialised mode pays for writing and reading the window

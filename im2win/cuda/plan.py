@@ -536,7 +536,11 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
 # slices a block runs, where a partial wave costs FFMA_SPLIT_TAIL of a full one plus its
 # share of the rest (fitted to those 11 layers: it picks the fastest count on 9, on cv6 one 2%
 # slower, on convnext_tiny.6 one 12% slower); of counts within FFMA_SPLIT_MARGIN of the least
-# time, the fewest (each range adds partial sums to write and to add).
+# time, the fewest (each range adds partial sums to write and to add). Those times are of the
+# loop before step 15 (docs/hopper.md); with its loop and the 64x128 tile everywhere (step 16)
+# the same constants pick the fastest count on 7 of 9 layers, cv6 2% and convnext_tiny.6 12%
+# off (us, NHWC, 1 / 2 / 4 / 8 ranges: cv6 772 / 751 / 736 / 778, convnext_tiny.6 157 / 119 /
+# 106 / 117, resnet50.16 232 / 173 / 178 / 194, cv12 461 / 463 / 402 / 384).
 FFMA_SPLIT_MIN_SLICES = 8
 FFMA_SPLIT_MIN_FLOPS = 10**9     # not measured below 3.7 GFLOP (the smallest layer above): the
                                  # sum's launch and partial sums are a fixed cost a split must repay
