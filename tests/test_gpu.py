@@ -527,12 +527,22 @@ def test_autotune_times_candidates_and_remembers_the_winner(rng):
     from im2win import cuda
     x, w, b = random_arrays(rng, (4, 16, 20, 20), (32, 16, 3, 3), 32, np.float32)
     x, w, b = cupy.asarray(x), cupy.asarray(w), cupy.asarray(b)
-    results = cuda.autotune(x, w, b, padding=1, tiles=["64x128", "32x128"], repeat=3)
-    assert len(results) == 4 and [r[2] for r in results] == sorted(r[2] for r in results)
     prob = make_problem(x, w, b, padding=1)
+    default = cuda._plan(prob, x, w, "auto", None, None)
+    results = cuda.autotune(x, w, b, padding=1, tiles=["64x128", "32x128"], repeat=3)
+    assert len(results) == 5 and [r[2] for r in results] == sorted(r[2] for r in results)
+    assert ("auto", None) in [r[:2] for r in results]       # the planner's choice, timed too
     plan = cuda._plan(prob, x, w, "auto", None, None)
-    assert (plan.algorithm, plan.tile.name) == results[0][:2]
+    if results[0][:2] == ("auto", None):
+        assert plan == default
+    else:
+        assert (plan.algorithm, plan.tile.name) == results[0][:2]
     run(*(cupy.asnumpy(a) for a in (x, w, b)), "NCHW", dict(padding=1))
+    # Named candidates only: exactly those; the remembered winner is replaced.
+    again = cuda.autotune(x, w, b, padding=1, tiles=["32x128"], algorithms=("im2win",),
+                          repeat=3)
+    assert [r[:2] for r in again] == [("im2win", "32x128")]
+    assert cuda._plan(prob, x, w, "auto", None, None).algorithm == "im2win"
 
 
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", [

@@ -23,7 +23,8 @@ for layout in ("NCHW", "NHWC"):
         prob, _, _, x, w = bench.prepare(layer, 128, dtype, layout, device)
         # float16: autotune's default, every Tensor-Core tile.
         tiles = None if dtype == "float16" else [t for t in cuda.TILES if t != NO_MICRO_KERNEL]
-        results = cuda.autotune(x, w, stride=layer.stride, layout=layout, tiles=tiles, repeat=5)
+        results = cuda.autotune(x, w, stride=layer.stride, layout=layout, tiles=tiles, repeat=5,
+                                algorithms=("im2win_fused", "im2win"))   # tiles: no "auto"
         for algorithm, tile, ms in results:
             rows.append(dict(layer=name, layout=layout, algorithm=algorithm, tile=tile, ms=ms,
                              tflops=prob.flops / ms / 1e9))

@@ -240,7 +240,7 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
 
 
 def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
-             algorithms=("im2win_fused", "im2win"), tiles=None, repeat=10, precision=None):
+             algorithms=None, tiles=None, repeat=10, precision=None):
     """Time the candidate algorithms and tiles on these arrays; remember the fastest.
 
     Later `im2win.conv2d` calls with algorithm="auto" and no workspace_limit on the same
@@ -249,10 +249,14 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
 
     Args:
         x, w, bias, stride, padding, dilation, groups, layout: as `im2win.conv2d` (CuPy).
-        algorithms: candidates among "im2win_fused", "im2win", "direct", "im2col_gemm",
+        algorithms: candidates among "auto" (the planner's own choice with its own tile:
+            ("auto", None) in the results; the NHWC twin, window columns and split-K are
+            reached this way), "im2win_fused", "im2win", "direct", "im2col_gemm",
             "depthwise" (groups = C only), "narrow" (float16 and bfloat16 NHWC stems and
             groups of 8, 16 or 32 channels), "pointwise" (float16 and bfloat16 NHWC 1x1 at
-            stride 1, K at most 96), "gemm" (1x1, no padding, one group).
+            stride 1, K at most 96), "gemm" (1x1, no padding, one group). Default: "auto",
+            "im2win_fused" and "im2win", so that the winner is never slower than the
+            planner's choice.
         tiles: tile names to try for the im2win algorithms (default: for float16 and
             bfloat16 every Tensor-Core tile, of both kernels on Hopper; otherwise every
             CUDA-core tile with a register micro-kernel whose shared memory fits the dtype,
@@ -280,9 +284,11 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
                                        gpu_only=True)
-    unknown = [a for a in algorithms if a not in ALGORITHMS or a == "auto"]
+    if algorithms is None:
+        algorithms = ("auto", "im2win_fused", "im2win")
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown or not algorithms:
-        raise ValueError(f"algorithms must name some of {', '.join(ALGORITHMS[1:])}, got "
+        raise ValueError(f"algorithms must name some of {', '.join(ALGORITHMS)}, got "
                          f"{algorithms!r}")
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a positive int, got {repeat!r}")
@@ -302,9 +308,15 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
                  if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))] + \
             [name for name in FFMA_TILES
              if ffma_refusal(prob, Options(), strides, *_aligned(x, w), True, name) is None]
+    key = (prob, launch.element_strides(x, prob.layout), _aligned(x, w)[0], precision)
+    with _lock:                  # "auto" below is the planner's own choice, not a past winner
+        _tuned.pop(key, None)
+    _calls.clear()
     results = []
     for algorithm in algorithms:
         candidates = [t for t in tiles if algorithm == "im2win_fused" or t not in FFMA_TILES]
+        if algorithm == "auto" and precision == "float32":
+            candidates = [None]                          # the planner's tile
         for tile in (candidates if algorithm.startswith("im2win") or algorithm == "auto"
                      else [None]):
             def call():
@@ -323,7 +335,6 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     results.sort(key=lambda r: r[2])
     if prob.N == 0:
         return results
-    _remember(_tuned, (prob, launch.element_strides(x, prob.layout), _aligned(x, w)[0],
-                       precision), results[0][:2])
+    _remember(_tuned, key, results[0][:2])
     _calls.clear()          # remembered calls of this problem were planned without the winner
     return results
