@@ -156,8 +156,9 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
     large layers of 8 or more channels a group), and onto im2win_conv.cu where C/G is not.
     im2win_ffma_to_nchw writes the NCHW y: float4 along the pixels where P*Q is a multiple of
     4 and y 16-byte aligned (the last case: 144 pixels an image, a pixel tile's tail, 68
-    filters), else through shared memory, 32 consecutive pixels of a filter a warp store,
-    across the images' boundaries (the others, and the last case into an out 4 bytes off 16);
+    filters), scalars where y is not (the last case into an out 4 bytes off 16);
+    im2win_ffma_to_nchw_staged where P*Q is not a multiple of 4, through shared memory, 32
+    consecutive pixels of a filter a warp store, across the images' boundaries (the others);
     with Options.nchw_epilogue off, a channels-last y transposed."""
     from im2win import cuda
     vector = ((3, 16, 12, 12), (68, 16, 3, 3), dict(padding=1))

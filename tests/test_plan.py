@@ -728,7 +728,7 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
     # most TWIN_BYTES_PER_FLOP bytes a FLOP; in NCHW only where its epilogue writes the NCHW y
     # and the reduction is short (cv7's 27 and cv3's 147, not cv1's 363: im2win_conv.cu
     # measured faster there).
-    from im2win.cuda.plan import COLUMNS_NCHW_REDUCTION, TWIN_BYTES_PER_FLOP
+    from im2win.cuda.plan import COLUMNS_NCHW_REDUCTION, FFMA_STAGED_NCHW, TWIN_BYTES_PER_FLOP
     singles = {}
     for name in ("cv1", "cv3", "cv7"):
         x_shape, w_shape = LAYERS[name].shapes(128, layout)
@@ -743,8 +743,10 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
             assert (plan.algorithm == "im2win_columns") == (layout == "NHWC" or short)
             if plan.algorithm == "im2win_columns":
                 assert plan.inner.file == "im2win_ffma" and plan.inner.geometry.y_nchw == nchw
-                assert plan.inner.kernel.startswith("im2win_ffma_to_nchw<" if nchw else
-                                                    "im2win_ffma<")
+                staged = nchw and FFMA_STAGED_NCHW and prob.P * prob.Q % 4 != 0   # cv3
+                assert plan.inner.kernel.startswith(
+                    "im2win_ffma_to_nchw_staged<" if staged else
+                    "im2win_ffma_to_nchw<" if nchw else "im2win_ffma<")
                 assert plan.workspace_bytes == columns_workspace(prob, y=False)
     if nchw:                                     # through a channels-last y: not taken
         assert plan_for(singles["cv7"], options=Options(nchw_epilogue=False)).algorithm == \

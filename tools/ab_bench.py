@@ -39,7 +39,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     trees = {}
     for rev in args.revs.split(","):
-        tree = pathlib.Path(rev) if pathlib.Path(rev).is_dir() else \
+        tree = pathlib.Path(rev).resolve() if pathlib.Path(rev).is_dir() else \
             pathlib.Path(f"/tmp/im2win-ab-{rev}")
         rev = tree.name if pathlib.Path(rev).is_dir() else rev
         if not tree.exists():

@@ -8,7 +8,9 @@ tensors (a call seen before through `launch.TorchCall`), the same with TorchCall
 path off for calls of more than one launch (views in, y back through DLPack), im2win with
 that memo off (CuPy views made at every call by `interop.Door`, then the remembered CuPy
 call), and PyTorch (cuDNN, TF32 off); then both forwards captured into CUDA graphs and
-replayed (no host time: the GPU's work alone). With --layers, each convolution's host microseconds a
+replayed (no host time: the GPU's work alone). With --profile (alone), each model's GPU
+kernels of one eager forward pass (torch.profiler, the mean of 5 passes), summed by kernel
+name, largest first: where the two forwards' GPU time differs. With --layers, each convolution's host microseconds a
 call (its input from one forward pass; 100 calls unsynchronised, median of 5) through
 TorchCall and through torch.nn.functional.conv2d, with the plan's algorithm, summed by
 algorithm. With --stages (alone), the host time of each stage of one remembered float16
@@ -48,6 +50,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", action="store_true")
     ap.add_argument("--stages", action="store_true")
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     if args.stages:
         return stages()
@@ -86,8 +89,37 @@ def main():
             for name, model in (("im2win", ours), ("PyTorch", ref)):
                 cells.append(f"{name} {graphed_ms(model, x):.2f} ms")
             print(f"{dtype} {layout} replayed from a CUDA graph: " + "; ".join(cells), flush=True)
+            if args.profile:
+                for name, model in (("im2win", ours), ("PyTorch", ref)):
+                    profile(name, model, x, dtype, layout)
+                continue
             if args.layers:
                 per_layer(ours, x, dtype, layout)
+
+
+def profile(name, model, x, dtype, layout, passes=5, top=14) -> None:
+    """The GPU kernels of one forward pass of model(x), summed by kernel name (torch.profiler,
+    CUPTI: CuPy's launches are seen too), the mean of `passes` passes."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    model(x)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(passes):
+            model(x)
+        torch.cuda.synchronize()
+    kernels = {}
+    for event in prof.events():
+        if str(event.device_type).endswith("CUDA"):
+            us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0)
+            k = kernels.setdefault(event.name, [0, 0.0])
+            k[0] += 1
+            k[1] += us
+    total = sum(us for _, us in kernels.values()) / passes
+    print(f"{dtype} {layout} {name}: {total:.0f} us of kernels a pass, "
+          f"{sum(n for n, _ in kernels.values()) // passes} kernels", flush=True)
+    for kname, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"  {us / passes:8.1f} us {n // passes:4d}x  {kname[:110]}", flush=True)
 
 
 def graphed_ms(model, x, repeats=10) -> float:

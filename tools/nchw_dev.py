@@ -1,7 +1,9 @@
 """float32 NCHW through channels-last plans, in one process on the GPU machine: each layer's
 planned call (`algorithm="auto"`) with `Options.nchw_epilogue` on (the kernel writes the NCHW
-y) and off (a channels-last y transposed into y), and for the stems (C not a multiple of 8)
-"im2win_columns" both ways, against cuDNN FP32 (TF32 off, NCHW).
+y) and off (a channels-last y transposed into y), and on with scalar stores where P*Q is not a
+multiple of 4 (`plan.FFMA_STAGED_NCHW` off: im2win_ffma_to_nchw in place of its staged form);
+for the stems (C not a multiple of 8) "im2win_columns" the three ways; against cuDNN FP32
+(TF32 off, NCHW).
 
 ``python3 tools/nchw_dev.py [--layers cv1,cv7,...] [--batch 128]``: each variant checked
 against float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed with
@@ -17,6 +19,8 @@ import torch
 import im2win
 from im2win import bench
 from im2win.bench import GPU, make_inputs
+from im2win import cuda
+from im2win.cuda import plan as planning
 from im2win.cuda.tuning import Options
 from im2win.layers import LAYERS
 
@@ -40,8 +44,10 @@ def main():
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
         raise SystemExit("needs PyTorch on the GPU (cuDNN)")
     variants = {"auto": ("auto", Options()),
+                "auto, scalar": ("auto", Options()),
                 "auto, y transposed": ("auto", Options(nchw_epilogue=False)),
                 "columns": ("im2win_columns", Options()),
+                "columns, scalar": ("im2win_columns", Options()),
                 "columns, y transposed": ("im2win_columns", Options(nchw_epilogue=False))}
     rows = []
     for name in args.layers.split(","):
@@ -54,6 +60,10 @@ def main():
         for label, (algorithm, options) in variants.items():
             if algorithm == "im2win_columns" and layer.C % 8 == 0:
                 continue
+            # ", scalar": im2win_ffma_to_nchw's scalar stores where P*Q % 4 != 0, in place of
+            # its staged form (plan.FFMA_STAGED_NCHW off while planned)
+            planning.FFMA_STAGED_NCHW = not label.endswith(", scalar")
+            cuda._calls.clear()
             call = (lambda a=algorithm, o=options:
                     im2win.conv2d(x, w, algorithm=a, options=o, **kw))
             y = call()
@@ -62,6 +72,8 @@ def main():
             err = relative_error(x, w, y, kw)
             flops = flops or 2 * y.size * layer.C * layer.R * layer.S
             cells[label] = (flops / device.time(call) / 1e12, err)
+            planning.FFMA_STAGED_NCHW = True
+            cuda._calls.clear()
             del y
         call, _ = bench.bind(bench.CUDNN, [x], w, "NCHW", layer.kwargs)
         cells["cudnn"] = (flops / device.time(call) / 1e12, 0.0)

@@ -355,8 +355,9 @@ if runs("ffma"):
             if prob.Cg % FFMA_TILES[tile].BK == 0:
                 cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile,
                             options=Options.ablations()[name])
-    # NCHW through the NHWC twin, im2win_ffma_to_nchw writing the NCHW y: float4 along the
-    # pixels (P*Q = 144) and scalars across the images (P*Q = 63), every tile and switch.
+    # NCHW through the NHWC twin writing the NCHW y: im2win_ffma_to_nchw's float4 along the
+    # pixels (P*Q = 144), _staged's through the x tiles' shared memory across the images (P*Q =
+    # 63), every tile and switch.
     for x_shape in ((3, 16, 12, 12), (2, 16, 9, 7)):
         x = cupy.asarray(rng.uniform(-1, 1, x_shape).astype(np.float32))
         w = cupy.asarray(rng.uniform(-1, 1, (68, 16, 3, 3)).astype(np.float32))
@@ -366,6 +367,11 @@ if runs("ffma"):
                                                          "no_conflict_free")):
             cuda.conv2d(prob, x, w, b, algorithm="im2win_nhwc", tile=tile,
                         options=Options.ablations()[name])
+    # im2win_ffma_to_nchw's scalar stores: P*Q = 144 into a y 4 bytes off 16
+    x = cupy.asarray(rng.uniform(-1, 1, (3, 16, 12, 12)).astype(np.float32))
+    prob = checked_problem(x, w, b, layout="NCHW", padding=1)[0]
+    buffer = cupy.empty(int(np.prod(prob.y_shape)) + 1, np.float32)
+    cuda.conv2d(prob, x, w, b, buffer[1:].reshape(prob.y_shape), algorithm="im2win_nhwc")
     # Split-K forced (the planner splits a GFLOP or more): 9 slices of 16 in 2, 4 and 8 ranges
     # (odd first slices, empty last ranges), partial sums and split_reduce, bias and tails;
     # NCHW on the NHWC twin (transpose_narrow's filter, split_reduce_nchw's y).

@@ -13,7 +13,7 @@
 // base(pixel) is 64-bit, computed once per loaded pixel in the prologue (32-bit divisions while
 // the launch's pixels fit 32 bits); the epilogue needs none: in NHWC y[pixel, k] is at
 // pixel*K + k (im2win_ffma_to_nchw's NCHW y[n, k, pq]: one division for each thread's 4
-// neighbouring pixels, or for each of the BN/32 pixels it stores from shared memory). The
+// neighbouring pixels; _staged's: for each of the BN/32 pixels it stores from shared memory). The
 // window semantics stay im2win's fused mode: the B tile in shared memory is the window tile
 // built straight from x, and each output's sum runs over t in order.
 //
@@ -40,7 +40,7 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ p) {
 }
 
 // The kernel's body; the two entry points below give it y, or split-K's partial sums.
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, bool kNCHWY = false>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY = 0>
 __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ y,
                                           const Geometry& geo, int g0) {
@@ -223,14 +223,61 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     }
   }
 
-  if constexpr (kNCHWY) {
+  if constexpr (kNCHWY == 1) {
     static_assert(SPLITS == 1, "split-K's partial sums are pixel-major");
     // Epilogue into an NCHW y (an NCHW problem's NHWC twin, or a stem's window columns):
-    // y[n, k, pq]. Where PQ is a multiple of 4 and y 16-byte aligned, each filter's 4
-    // neighbouring pixels are one float4 (they lie in one image): a warp's store writes 128
-    // contiguous bytes of each of 4 filters. Else the tile passes through shared memory, RP of
-    // each thread's 8 filter rows a pass, and a warp stores 32 consecutive pixels of one
-    // filter an instruction (scalar stores 16 bytes apart would write every sector 4 times).
+    // y[n, k, pq]. Each filter's 4 neighbouring pixels are one float4 where PQ is a multiple of
+    // 4 and y 16-byte aligned (the 4 then lie in one image): a warp's store writes 128
+    // contiguous bytes of each of 4 filters. Else scalars, the image advanced by comparison.
+    const bool vec = geo.PQ % 4 == 0 && ((unsigned long long)y & 15) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 pix = j0 + h * (BN / 2) + tx * 4;
+      if (pix >= geo.npix) continue;
+      i64 n;
+      int pq;
+      if (geo.npix <= 0x7fffffff) {
+        n = (int)pix / geo.PQ;
+        pq = (int)pix - (int)n * geo.PQ;
+      } else {
+        n = pix / geo.PQ;
+        pq = (int)(pix - n * geo.PQ);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int f = m0 + (i / 4) * (BM / 2) + ty * 4 + i % 4;
+        if (f >= geo.Kg) continue;
+        const int k = g * geo.Kg + f;
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          v[e] = bias ? add(acc[i][h * 4 + e], bias[k]) : acc[i][h * 4 + e];
+        if (vec) {
+          *reinterpret_cast<float4*>(y + (n * geo.K + k) * geo.PQ + pq) =
+              make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+          i64 ne = n;
+          int pe = pq;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (pix + e >= geo.npix) break;
+            y[(ne * geo.K + k) * geo.PQ + pe] = v[e];
+            if (++pe == geo.PQ) {
+              pe = 0;
+              ++ne;
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+  if constexpr (kNCHWY == 2) {
+    static_assert(SPLITS == 1, "split-K's partial sums are pixel-major");
+    // kNCHWY == 2 (im2win_ffma_to_nchw_staged, where P*Q is not a multiple of 4): the tile
+    // passes through shared memory, RP of each thread's 8 filter rows a pass, and a warp
+    // stores 32 consecutive pixels of one filter an instruction (form 1's scalar stores 16
+    // bytes apart write every sector 4 times).
     auto image_of = [&](i64 pix, i64& n, int& pq) {
       if (geo.npix <= 0x7fffffff) {
         n = (int)pix / geo.PQ;
@@ -243,30 +290,21 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     auto value = [&](int i, int j, int f) {
       return bias ? add(acc[i][j], bias[g * geo.Kg + f]) : acc[i][j];
     };
-    if (geo.PQ % 4 == 0 && ((unsigned long long)y & 15) == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const i64 pix = j0 + h * (BN / 2) + tx * 4;
-        if (pix >= geo.npix) continue;
-        i64 n;
-        int pq;
-        image_of(pix, n, pq);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int f = m0 + (i / 4) * (BM / 2) + ty * 4 + i % 4;
-          if (f >= geo.Kg) continue;
-          *reinterpret_cast<float4*>(y + (n * geo.K + g * geo.Kg + f) * geo.PQ + pq) =
-              make_float4(value(i, h * 4, f), value(i, h * 4 + 1, f), value(i, h * 4 + 2, f),
-                          value(i, h * 4 + 3, f));
-        }
-      }
-      return;
-    }
+    // The stage is Xs, free after the main loop's last barrier (RP row indices a pass, as
+    // many as it holds). A 16 KB buffer of its own, in one kernel with form 1, cost form 1's
+    // layers 7-11% (H200, tools/ab_bench.py, NCHW: cv8 42.4 -> 39.1 TFLOPS, cv10 37.4 -> 33.3).
     constexpr int FL = BM / 8;                              // filter rows a row index i spans
-    constexpr int RP = 4096 / (FL * BN) < 8 ? 4096 / (FL * BN) : 8;   // 16 KB a pass
+    constexpr int FIT = NBUF * BK / FL;                     // row indices Xs holds
+    constexpr int RP = FIT >= 8 ? 8 : FIT >= 4 ? 4 : FIT >= 2 ? 2 : 1;
     constexpr int LANES = BN / 32, WARPS = NT / 32;
-    static_assert(RP >= 1 && 8 % RP == 0, "passes of whole row indices");
-    __shared__ __align__(16) float stage[RP * FL][BN];
+    static_assert(8 % RP == 0, "passes of whole row indices");
+    float(*stage)[BN];
+    if constexpr (FIT >= 1) {
+      stage = reinterpret_cast<float(*)[BN]>(&Xs[0][0][0]);
+    } else {                                                // one 8-deep buffer of 128 filters
+      __shared__ __align__(16) float own[FL][BN];
+      stage = own;
+    }
     i64 base[LANES];                                        // y's offset of this lane's pixels
 #pragma unroll
     for (int m = 0; m < LANES; ++m) {
@@ -278,7 +316,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     }
 #pragma unroll
     for (int pass = 0; pass < 8 / RP; ++pass) {
-      if (pass) __syncthreads();                            // the last pass's rows stored
+      __syncthreads();                       // Xs's last reads, or the last pass's stores
 #pragma unroll
       for (int r = 0; r < RP; ++r) {
         const int i = pass * RP + r;
@@ -343,16 +381,26 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
 }
 
 // The same writing the NCHW y[n, k, pq] (Geometry.y_nchw: an NCHW problem's NHWC twin, or a
-// stem's window columns), in place of a channels-last y transposed after it; 16 KB more
-// shared memory (the epilogue's passes where P*Q is not a multiple of 4). Its own entry, so
-// that im2win_ffma's code (whose speed hangs on ptxas's register choice) stays as it was.
+// stem's window columns), in place of a channels-last y transposed after it: float4 along the
+// pixels (scalars where y is not 16-byte aligned), or, where P*Q is not a multiple of 4,
+// through shared memory (_staged). Entries of their own, so that im2win_ffma's code (whose
+// speed hangs on ptxas's register choice) stays as it was, and each form's main loop too.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma_to_nchw(const float* __restrict__ x, const float* __restrict__ w,
                         const float* __restrict__ bias, float* __restrict__ y,
                         const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, true>(x, w, bias, y, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 1>(x, w, bias, y, geo, g0);
+}
+
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
+__global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
+    im2win_ffma_to_nchw_staged(const float* __restrict__ x, const float* __restrict__ w,
+                               const float* __restrict__ bias, float* __restrict__ y,
+                               const int2* __restrict__ taps, Geometry geo, int g0) {
+  (void)taps;
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 2>(x, w, bias, y, geo, g0);
 }
 
 // Split-K: FP32 partial sums into `partial` (SPLITS x N*P*Q x K, no bias), which split_reduce
