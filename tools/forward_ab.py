@@ -97,7 +97,7 @@ def main():
                 per_layer(ours, x, dtype, layout)
 
 
-def profile(name, model, x, dtype, layout, passes=5, top=14) -> None:
+def profile(name, model, x, dtype, layout, passes=5, top=30) -> None:
     """The GPU kernels of one forward pass of model(x), summed by kernel name (torch.profiler,
     CUPTI: CuPy's launches are seen too), the mean of `passes` passes."""
     from torch.profiler import ProfilerActivity
@@ -116,8 +116,10 @@ def profile(name, model, x, dtype, layout, passes=5, top=14) -> None:
             k[0] += 1
             k[1] += us
     total = sum(us for _, us in kernels.values()) / passes
+    own = sum(us for k, (_, us) in kernels.items() if k.startswith("void at::native")) / passes
     print(f"{dtype} {layout} {name}: {total:.0f} us of kernels a pass, "
-          f"{sum(n for n, _ in kernels.values()) // passes} kernels", flush=True)
+          f"{sum(n for n, _ in kernels.values()) // passes} kernels; PyTorch's own operations "
+          f"(at::native) {own:.0f} us, the rest {total - own:.0f} us", flush=True)
     for kname, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]:
         print(f"  {us / passes:8.1f} us {n // passes:4d}x  {kname[:110]}", flush=True)
 
