@@ -208,6 +208,46 @@ def test_a_remembered_torch_call_of_several_launches_runs_on_the_tensors(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("w_shape", [(256, 64, 1, 1), (64, 64, 1, 1)])
+def test_inside_a_torch_graph_16_bit_1x1_layers_run_as_cublas_gemms(torch_cuda, monkeypatch,
+                                                                    w_shape):
+    """A float16 NHWC 1x1 layer that "auto" runs on the Tensor-Core kernel (256 filters) or
+    pointwise.cu (64) runs as cuBLAS's GEMM inside a PyTorch CUDA graph capture
+    (plan.graph_plan: there only GPU time is replayed); eagerly, before and after, the
+    kernel. Both match float64."""
+    from im2win import cuda
+    from im2win.cuda.launch import TorchCall
+    torch = torch_cuda
+    monkeypatch.setattr(cuda, "_calls", {})
+    ran, run = [], TorchCall._run
+    monkeypatch.setattr(TorchCall, "_run", lambda self, exe, *a: ran.append(
+        exe.plan.algorithm) or run(self, exe, *a))
+    x, w, b, _ = torch_case(torch, (2, 64, 12, 11), w_shape, torch.float16, "NHWC", bias=True,
+                            padding=0)
+
+    def check(y):
+        ref = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2).double(),
+                                         w.permute(0, 3, 1, 2).double(), b.double())
+        assert_close(y.double().cpu().numpy(), ref.permute(0, 2, 3, 1).cpu().numpy(),
+                     np.float16, 64)
+    check(im2win.conv2d(x, w, b, layout="NHWC"))
+    (call,) = [c for c in cuda._calls.values() if isinstance(c, TorchCall)]
+    assert call.call.exe.plan.algorithm in ("im2win_fused", "pointwise")
+    assert call.call.graph.plan.algorithm == "gemm"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = im2win.conv2d(x, w, b, layout="NHWC")
+    assert ran == ["gemm"]
+    for _ in range(2):
+        x.uniform_(-1, 1)
+        y.fill_(float("nan"))
+        graph.replay()
+        check(y)
+    check(im2win.conv2d(x, w, b, layout="NHWC"))
+    assert ran == ["gemm"]                  # eagerly the kernel again
+
+
+@pytest.mark.gpu
 def test_torch_tensors_not_read_as_they_lie_are_refused(torch_cuda):
     torch = torch_cuda
     x, w, _, _ = torch_case(torch, (1, 8, 6, 6), (4, 8, 3, 3), torch.float32, "NCHW")

@@ -13,7 +13,7 @@ from helpers import contiguous_strides
 from im2win import reference
 from im2win.cuda import TILES, Options
 from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, DepthwiseTile, Geometry,
-                              depthwise_tile, geometry, make_plan, reduction_taps,
+                              depthwise_tile, geometry, graph_plan, make_plan, reduction_taps,
                               reduction_tables, specializations, window_bytes)
 from im2win.cuda.tuning import NO_MICRO_KERNEL, WGMMA_TILES, choose_tile
 from im2win.layers import LAYERS
@@ -982,3 +982,29 @@ def test_float32_nhwc_fused_windows_of_8_channels_run_on_the_ffma_kernel():
         plan_for(problem((2, 9, 9, 24), (64, 3, 3, 24), layout="NHWC"), tile="f64x128")
     with pytest.raises(ValueError, match="float32 NHWC problems with fused windows only"):
         plan_for(problem((2, 32, 9, 9), (64, 32, 3, 3)), tile="f64x128k8")
+
+
+def test_graph_plan_takes_cublas_for_16_bit_nhwc_1x1_layers_inside_a_capture():
+    """Inside a CUDA graph capture "auto" runs float16 and bfloat16 NHWC 1x1 layers at stride
+    1 that it gives pointwise.cu or the Tensor-Core kernels as cuBLAS's GEMM (graph_plan);
+    nothing else changes: float32, NCHW, 3x3, strided, grouped, padded, and what "auto"
+    already gives cuBLAS."""
+    def graph_of(x_shape, w_shape, dtype, layout="NHWC", **kw):
+        prob = problem(x_shape, w_shape, dtype, layout=layout, **kw)
+        plan = plan_for(prob, arch=90)
+        return plan, graph_plan(prob, plan, contiguous_strides(prob), plan.options)
+
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        for w_shape in ((1024, 1, 1, 256), (64, 1, 1, 64)):      # wgmma kernel, pointwise.cu
+            plan, graph = graph_of((32, 14, 14, w_shape[3]), w_shape, dtype)
+            assert plan.algorithm in ("im2win_fused", "pointwise")
+            assert graph.algorithm == "gemm" and not graph.geometry.gather
+    assert graph_of((32, 56, 56, 16), (128, 1, 1, 16), np.float16)[0].algorithm == "gemm"
+    for args, kw in ((((32, 14, 14, 256), (1024, 1, 1, 256), np.float32), {}),
+                     (((32, 256, 14, 14), (1024, 256, 1, 1), np.float16, "NCHW"), {}),
+                     (((32, 14, 14, 256), (256, 3, 3, 256), np.float16), {}),
+                     (((32, 14, 14, 256), (1024, 1, 1, 256), np.float16), dict(stride=2)),
+                     (((32, 14, 14, 256), (1024, 1, 1, 128), np.float16), dict(groups=2)),
+                     (((32, 14, 14, 256), (1024, 1, 1, 256), np.float16), dict(padding=1)),
+                     (((32, 56, 56, 16), (128, 1, 1, 16), np.float16), {})):
+        assert graph_of(*args, **kw)[1] is None

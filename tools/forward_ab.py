@@ -1,7 +1,8 @@
 """ResNet-50 forward passes with im2win's convolutions, the ways a PyTorch tensor can reach
 them, against PyTorch's own forward, in one process (`examples/resnet50.py`'s model).
 
-``python3 tools/forward_ab.py [--batch 32] [--rounds 3] [--layers]`` on the GPU machine. For
+``python3 tools/forward_ab.py [--batch 32] [--rounds 3] [--layers] [--dtypes float16,float32]``
+on the GPU machine. For
 float16 NHWC and float32 NCHW, each round times (median of 10 forward passes between CUDA
 events after a warm-up, and the host's time to issue one pass, unsynchronised): im2win on the
 tensors (a call seen before through `launch.TorchCall`), the same with TorchCall's direct
@@ -51,6 +52,7 @@ def main():
     ap.add_argument("--layers", action="store_true")
     ap.add_argument("--stages", action="store_true")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--dtypes", default="float16,float32")
     args = ap.parse_args()
     if args.stages:
         return stages()
@@ -60,6 +62,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     key = cuda.torch_call_key
     for dtype, layout in ((torch.float16, "NHWC"), (torch.float32, "NCHW")):
+        if str(dtype).removeprefix("torch.") not in args.dtypes.split(","):
+            continue
         memory = torch.channels_last if layout == "NHWC" else torch.contiguous_format
         torch.manual_seed(0)
         ref = example["resnet50"]().eval().to("cuda", dtype).to(memory_format=memory)
@@ -97,19 +101,37 @@ def main():
                 per_layer(ours, x, dtype, layout)
 
 
-def profile(name, model, x, dtype, layout, passes=5, top=30) -> None:
+def profile(name, model, x, dtype, layout, passes=5, top=12) -> None:
     """The GPU kernels of one forward pass of model(x), summed by kernel name (torch.profiler,
-    CUPTI: CuPy's launches are seen too), the mean of `passes` passes."""
+    CUPTI: CuPy's launches are seen too), the mean of `passes` passes; and each convolution's
+    GPU span (a record_function range around the module: first kernel's start to last's end)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
+    from torch.profiler import record_function
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) or hasattr(m, "layout")]
+    ranges, hooks = {}, []
+    for i, m in enumerate(convs):           # each convolution a range: its GPU span a pass
+        def enter(m, args, i=i):
+            ranges[i] = record_function(f"conv{i:02d}")
+            ranges[i].__enter__()
+
+        def leave(m, args, out, i=i):
+            ranges.pop(i).__exit__(None, None, None)
+        hooks += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
     model(x)
     torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(passes):
             model(x)
         torch.cuda.synchronize()
-    kernels = {}
+    for h in hooks:
+        h.remove()
+    kernels, spans = {}, {}
     for event in prof.events():
+        if str(event.device_type).endswith("CUDA") and event.name.startswith("conv"):
+            us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0)
+            spans.setdefault(event.name, []).append(us)
+            continue
         if str(event.device_type).endswith("CUDA"):
             us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0)
             k = kernels.setdefault(event.name, [0, 0.0])
@@ -122,6 +144,11 @@ def profile(name, model, x, dtype, layout, passes=5, top=30) -> None:
           f"(at::native) {own:.0f} us, the rest {total - own:.0f} us", flush=True)
     for kname, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]:
         print(f"  {us / passes:8.1f} us {n // passes:4d}x  {kname[:110]}", flush=True)
+    if spans:                              # the GPU span of each convolution, median of passes
+        print(f"{dtype} {layout} {name} convolutions (GPU span, us): " + " ".join(
+            f"{k[4:]}:{statistics.median(v):.1f}" for k, v in sorted(spans.items())), flush=True)
+    else:
+        print("no GPU ranges recorded", flush=True)
 
 
 def graphed_ms(model, x, repeats=10) -> float:

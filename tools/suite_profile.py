@@ -3,7 +3,7 @@ implementation, the single-call time (what `python -m im2win --suite` reports), 
 host time per call (issued without waiting), and GPU time from a CUDA graph of the same calls
 (no host work at all).
 
-``python3 tools/suite_profile.py DTYPE LAYOUT [KIND|all] [--profile NAME]`` on the GPU machine
+``python3 tools/suite_profile.py DTYPE LAYOUT [KIND|all] [--network NET] [--profile NAME]`` on the GPU machine
 (KIND one of `NetConv.kinds`: 1x1, 3x3, depthwise, ...; default 1x1). Implementations: im2win's
 default ("auto", its plan's kernel and grid printed), im2win's cuBLAS GEMM where a layer can
 take it ("gemm"), and cuDNN through PyTorch as `bench.CUDNN` times it. `--profile NAME`: a
@@ -86,10 +86,12 @@ def main():
     ap.add_argument("layout")
     ap.add_argument("kind", nargs="?", default="1x1")
     ap.add_argument("--profile")
+    ap.add_argument("--network", help="one network's layers only")
     args = ap.parse_args()
     device = GPU()
     have_torch = bench.torch_cuda_available()
-    convs = {c.name: c for net in NETWORKS.values() for c in net}
+    convs = {c.name: c for key, net in NETWORKS.items() for c in net
+             if args.network in (None, key)}
     if args.profile:
         conv = convs[args.profile]
         prob, _, _, x, w = prepare(conv, SUITE_BATCH["gpu"], args.dtype, args.layout, device)

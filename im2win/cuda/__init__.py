@@ -189,6 +189,20 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None, precision=
                               sms=launch.sm_count(x.data.device_id))
 
 
+def _graph_plan(prob, x, w, plan, algorithm, tile, workspace_limit):
+    """The plan an "auto" call runs inside a CUDA graph capture in place of `plan`
+    (`plan.graph_plan`: where replayed GPU time favours another), or None; never for a forced
+    algorithm or tile, a workspace limit or an autotuned winner."""
+    from im2win.cuda import launch, plan as planning
+
+    if algorithm != "auto" or tile is not None or workspace_limit is not None:
+        return None
+    x_strides = launch.element_strides(x, prob.layout)
+    if (prob, x_strides, _aligned(x, w)[0], "float32") in _tuned:
+        return None
+    return planning.graph_plan(prob, plan, x_strides, plan.options)
+
+
 def _aligned(x, w) -> tuple[bool, bool]:
     """Whether x, and w as the launch reads it, start on a 16-byte boundary (a non-contiguous
     filter is copied into a fresh, aligned buffer before the launch)."""
@@ -233,7 +247,11 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
 
     with cupy.cuda.Device(x.data.device_id):
         plan = _plan(prob, x, w, algorithm, options, workspace_limit, tile, precision)
-        call = launch.Call(prob, launch.executable(prob, plan), x, w, bias, out)
+        graph = _graph_plan(prob, x, w, plan, algorithm, tile, workspace_limit)
+        if graph is not None:
+            launch.prime_cublas(prob.dtype)
+        call = launch.Call(prob, launch.executable(prob, plan), x, w, bias, out,
+                           None if graph is None else launch.executable(prob, graph))
     if key is not None and tile is None:
         _remember(_calls, key, call)
     return call(x, w, bias, out)

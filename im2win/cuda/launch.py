@@ -248,6 +248,28 @@ def _cublas():
     return lib
 
 
+_primed: set = set()
+
+
+def prime_cublas(dtype) -> None:
+    """One tiny GEMM of `dtype` on the current stream, once per device and dtype, outside any
+    capture: cuBLAS makes its handle and workspace at first use, which a CUDA graph capture
+    refuses (a Call whose graph plan is cuBLAS's, plan.graph_plan, may first run it there)."""
+    device = cupy.cuda.runtime.getDevice()
+    if (device, dtype.name) in _primed or \
+            cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
+        return
+    from cupy.cuda import cublas
+    data, compute, scale = _cublas_types(dtype.name)
+    scalars = np.array([1, 0], scale)
+    a = cupy.zeros(64, dtype)
+    cublas.gemmStridedBatchedEx(cupy.cuda.device.get_cublas_handle(), 0, 0, 8, 8, 8,
+                                scalars.ctypes.data, a.data.ptr, data, 8, 0, a.data.ptr, data,
+                                8, 0, scalars.ctypes.data + scalars.itemsize, a.data.ptr, data,
+                                8, 0, 1, compute, cublas.CUBLAS_GEMM_DEFAULT)
+    _primed.add((device, dtype.name))
+
+
 class GemmCall:
     """A plan's cuBLAS GEMM (plan.geometry: GemmArgs) with what every call passes the same,
     made once: the element and compute types and the host scalars alpha = 1 and beta (0, or 1
@@ -666,7 +688,9 @@ class TorchCall:
         device = x.get_device()
         stream = raw(device) if raw else torch.cuda.current_stream(x.device).cuda_stream
         same_device = cupy.cuda.runtime.getDevice() == call.device
-        if call.fast and same_device:
+        # inside a capture, a Call with a graph plan runs that (below, or Call.__call__)
+        graph = call.graph is not None and cupy.cuda.runtime.streamIsCapturing(stream)
+        if call.fast and same_device and not graph:
             exe = call.exe
             if exe.has_table and cupy.cuda.runtime.streamIsCapturing(stream):
                 _captured.add(exe)               # the graph holds its table's address
@@ -682,21 +706,21 @@ class TorchCall:
             return y
         if self.direct:
             y = x.new_empty(call.y_shape)
+            exe = call.graph if graph else call.exe
             if call.N > 0 and call.nbytes > 0:
                 if same_device:
-                    self._run(x, w, bias, y, stream)
+                    self._run(exe, x, w, bias, y, stream)
                 else:
                     with cupy.cuda.Device(call.device):
-                        self._run(x, w, bias, y, stream)
+                        self._run(exe, x, w, bias, y, stream)
             return y
         with cupy.cuda.Device(call.device), _external_stream(stream, call.device):
             y = call(cupy_view(x), cupy_view(w), None if bias is None else cupy_view(bias),
                      None)
             return torch.from_dlpack(y)      # on y's stream: DLPack makes no event
 
-    def _run(self, x, w, bias, y, stream: int) -> None:
-        """The Executable on views of the tensors, on `stream` (the current device's)."""
-        exe = self.call.exe
+    def _run(self, exe, x, w, bias, y, stream: int) -> None:
+        """The Executable `exe` on views of the tensors, on `stream` (the current device's)."""
         with _external_stream(stream, self.call.device):
             scratch = Scratch()
             if scratch.capturing:
@@ -803,11 +827,12 @@ class Call:
     bias and out, and the byte extents that the overlap test of `out` needs.
     """
 
-    __slots__ = ("exe", "device", "N", "y_shape", "dtype", "copy_w", "copy_bias", "out_direct",
-                 "extents", "nbytes", "fast")
+    __slots__ = ("exe", "graph", "device", "N", "y_shape", "dtype", "copy_w", "copy_bias",
+                 "out_direct", "extents", "nbytes", "fast")
 
-    def __init__(self, prob, exe, x, w, bias, out):
-        self.exe, self.device, self.N = exe, x.data.device_id, prob.N
+    def __init__(self, prob, exe, x, w, bias, out, graph=None):
+        # graph: the Executable run in place of exe inside a CUDA graph capture (plan.graph_plan)
+        self.exe, self.graph, self.device, self.N = exe, graph, x.data.device_id, prob.N
         self.y_shape, self.dtype = prob.y_shape, prob.dtype
         self.copy_w = not w.flags.c_contiguous
         self.copy_bias = bias is not None and not bias.flags.c_contiguous
@@ -835,7 +860,10 @@ class Call:
             with cupy.cuda.Device(self.device):
                 return self(x, w, bias, out)
         exe = self.exe
-        if self.fast:
+        if self.graph is not None and \
+                cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
+            exe = self.graph                     # captured: the GPU time's plan (graph_plan)
+        elif self.fast:
             # The kernel is launched as soon as y's memory exists; its array (2-3 us of host
             # time) is made while the GPU runs. Split-K's partial sums come from CuPy's pool
             # (back to it at once: the pool orders their reuse on this stream), except in a
@@ -853,7 +881,7 @@ class Call:
                 return cupy.ndarray(self.y_shape, self.dtype, memory)
         scratch = Scratch()
         if scratch.capturing:
-            _captured.add(self.exe)              # the graph holds its table's address
+            _captured.add(exe)                   # the graph holds its table's address
         if out is None:
             y = cupy.empty(self.y_shape, self.dtype)
         else:
@@ -863,7 +891,7 @@ class Call:
                 w = scratch.contiguous(w)
             if self.copy_bias:
                 bias = scratch.contiguous(bias)
-            self.exe(x, w, bias, y, scratch)
+            exe(x, w, bias, y, scratch)
         if out is not None and not self.out_direct:
             y = copy_into(out, y)
         scratch.release()

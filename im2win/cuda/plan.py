@@ -1338,6 +1338,29 @@ def gemm_refusal(prob: Problem, x_strides) -> str | None:
     return None
 
 
+def graph_plan(prob: Problem, plan: Plan, x_strides, options: Options) -> Plan | None:
+    """The plan that "auto" runs in place of `plan` inside a CUDA graph capture, where a
+    call's host time is paid once, at capture, and only its GPU time is replayed; None where
+    it is `plan` there too.
+
+    cuBLAS's GEMM for float16 and bfloat16 NHWC 1x1 convolutions at stride 1 (one group, no
+    padding) that `plan` gives pointwise.cu or the Tensor-Core kernels: one call at a time
+    those win on host time (cuBLAS's own is 14-18 us a call, a call of theirs 15-25 in all),
+    but replayed from a graph cuBLAS's kernels are faster. `tools/suite_profile.py float16
+    NHWC all --network resnet50` (H200, batch 32, 2026-12-04, us of GPU time a call replayed
+    from a graph, ours / cuBLAS / cuDNN): resnet50.13 16.1 / 9.4 / 9.6, .11 21.6 / 13.8 /
+    13.9, .21 15.0 / 8.2 / 8.4, .3 31.4 / 22.3 / 22.7, .7 18.7 / 13.4 / 13.7, .1 (pointwise)
+    9.3 / 8.0 / 8.5, .5 24.5 / 24.5 / 26.4: cuBLAS as fast or faster on all twelve such
+    layers (design.md: over the 67 of the five networks, cuBLAS 1.08x cuDNN and the wgmma
+    kernel 0.66x). In ResNet-50's forward from a graph these layers were most of the gap
+    to cuDNN's (tools/forward_ab.py --profile: each convolution's GPU span)."""
+    if prob.dtype.itemsize != 2 or prob.layout != "NHWC" or \
+            plan.algorithm not in ("pointwise", "im2win_fused") or \
+            (prob.sh, prob.sw) != (1, 1) or gemm_refusal(prob, x_strides) is not None:
+        return None
+    return gemm_plan(prob, options, x_strides)
+
+
 def gather_problem(prob: Problem) -> Problem:
     """The stride-1 problem on the pixels a strided 1x1 convolution reads (x[:, ::sh, ::sw]
     cut to P x Q): the same y."""
