@@ -776,6 +776,29 @@ steps 15-17): the float32 forward's 3x3 layers run on it (0.95x -> 1.08x from CU
 No float16 kernel changed between the runs: its graph replay's 2.51 ms is the same, PyTorch's
 2.40 -> 2.36.
 
+| 2026-12-04, 3e2d9fd (`--rounds 3 --dtypes float16`) | im2win ms | PyTorch ms | ratio |
+|---|---|---|---|
+| float16 NHWC, eager, rounds 1-3 | 8.70, 8.73, 8.80 | 8.63, 8.59, 8.59 | 0.99x, 0.98x, 0.98x |
+| float16 NHWC, replayed from a CUDA graph | 2.34 | 2.36 | **1.01x** |
+
+The third is after "auto" runs the float16 1x1 layers as cuBLAS's GEMM inside a graph capture
+(`plan.graph_plan`, 3e2d9fd). Where the graph's time went before it: `tools/forward_ab.py
+--profile` (each model's kernels of one eager pass by name, and each convolution's GPU span
+inside a `record_function` range): PyTorch's own operations took the same 1.44-1.45 ms in
+both models; the convolutions' kernels 1.00 ms in im2win's against 0.86-0.87 in cuDNN's. Span
+by span, im2win's 3x3 layers and stem were as fast or faster and its 1x1 layers slower: the
+expanding 1x1 of the 14x14 stage (resnet50.13's shape, six of them) 15.7-15.9 µs against 9.2,
+layer 1's 31.0 against 24.0-24.5, the 7x7 stage's 2048 -> 512 14.7 against 7.9.
+`tools/suite_profile.py float16 NHWC all --network resnet50` then timed each layer's call
+replayed from a graph three ways: on all twelve stride-1 1x1 layers cuBLAS's GEMM (which
+cuDNN's own kernels match) was as fast as or faster than pointwise.cu and the wgmma kernel
+(resnet50.13 9.4 against 16.1 µs, .21 8.2 against 15.0), while one call at a time the kernels
+win on host time (cuBLAS's own is 14-18 µs a call). Inside a capture the host's time is paid
+once, so there "auto" takes cuBLAS; eagerly it keeps the kernels. In the run before this table
+(same commit, `--rounds 2`) the graphs measured 2.34 against 2.38 ms, and the eager rounds
+7.28 against 7.76 and 8.90 against 7.61 ms: eagerly the host bounds both models (8.2-8.6 ms
+of host time a pass in the table's run), and its speed moves between rounds.
+
 The outputs' relative error (by norm) against PyTorch's, from `examples/resnet50.py` on the
 same weights (the run before): 4.3e-04 in float16, 5.5e-07 in float32. What moved the ratios
 to these:

@@ -70,7 +70,9 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             it runs with C at most 240, and "gemm" for float32 and float64 problems of at
             least 16 channels, and float16 and bfloat16 ones of at most 32 channels over at
             least 65536 pixels (plan.gemm_pays), where the gathered pixels fit
-            `workspace_limit`.
+            `workspace_limit`; inside a CUDA graph capture also float16 and bfloat16 NHWC
+            ones at stride 1 that it gives "pointwise" or the Tensor-Core kernels eagerly
+            (plan.graph_plan: only GPU time is replayed there).
             "im2win_nhwc": a float16, bfloat16 or float32 NCHW problem run on its NHWC twin
             (x, w and y copied through channels-last workspace); "auto" takes it on Hopper
             where the twin runs the wgmma kernel, and for float32 where it runs im2win_ffma.cu
