@@ -39,7 +39,8 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ p) {
   return __ldg(reinterpret_cast<const float4*>(p));
 }
 
-// The kernel's body; the two entry points below give it y, or split-K's partial sums.
+// The kernel's body; the entry points below give it y (NHWC, or NCHW in two forms), or
+// split-K's partial sums.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY = 0>
 __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ y,
