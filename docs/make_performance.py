@@ -327,6 +327,15 @@ doing fewer multiplications than the FLOPs we count (Winograd or FFT), which no 
 GEMM-based kernel can match. The materialised mode pays for writing and reading the window
 tensor, so the fused mode is the default.
 
+What issue 11's float32 NCHW target (1.0x) asks, against this run's cuDNN NCHW column: every
+layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.20x, at 50
+(cuBLAS's SGEMM on these GEMMs) 1.33x, so the target is not out of a direct method's reach
+although cuDNN's Winograd layers (cv5 139, cv10 77, cv11 65 TFLOPS) stay out of it. The NHWC
+path's own rates against cuDNN's NCHW times would be 0.88x: the rest of the gap to NHWC is
+the twin's copy of x into channels-last memory. Below 45 are the stems (cv1 and cv2 20
+TFLOPS, cv7 13, cv3 25: short or padded reductions, and their window columns or gathers) and
+the small maps (cv9 37, cv12 34: the tiles' prologue and epilogue against 576-4608 products).
+
 float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
 ldmatrix, swizzled shared rows) passes this project's FP32 path by the factor above but stays
 under cuDNN's FP16 rate except on cv1 and cv2 (and cv7 in NCHW). Where C/G is a multiple of 8 (NHWC) each pixel's
