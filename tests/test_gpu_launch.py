@@ -281,3 +281,28 @@ def test_copy_into_a_strided_out(rng, dtype, shape, index):
     want = cupy.full(shape, cupy.nan, dtype)
     want[index] = y
     cupy.testing.assert_array_equal(base, want)
+
+
+def test_a_16_bit_1x1_call_first_seen_inside_a_capture_keeps_its_kernel(rng, monkeypatch):
+    """Eagerly a float16 NHWC 1x1 call of "auto" holds cuBLAS's GEMM for captures
+    (plan.graph_plan); first seen inside a capture with cuBLAS not yet primed in the process
+    (launch._primed emptied here), it does not (cuBLAS would make its handle and workspace
+    inside the capture), and the capture replays the kernel's eager bits."""
+    from im2win.cuda import launch
+    (x, w, b), kw = device_case(rng, ((2, 64, 12, 11), (256, 64, 1, 1), dict()), np.float16,
+                                "NHWC")
+    monkeypatch.setattr(cuda, "_calls", {})
+    eager = im2win.conv2d(x, w, b, **kw)
+    (call,) = cuda._calls.values()
+    assert call.exe.plan.algorithm != "gemm" and call.graph.plan.algorithm == "gemm"
+    monkeypatch.setattr(launch, "_primed", set())
+    cuda._calls.clear()
+    out = cupy.full_like(eager, np.nan)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        assert im2win.conv2d(x, w, b, out=out, **kw) is out
+        graph = stream.end_capture()
+    (call,) = cuda._calls.values()
+    assert call.graph is None
+    assert_replays_give(graph, [out], [eager], np.float16)

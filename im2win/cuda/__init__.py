@@ -248,8 +248,8 @@ def conv2d(prob, x, w, bias=None, out=None, *, algorithm="auto", options=None,
     with cupy.cuda.Device(x.data.device_id):
         plan = _plan(prob, x, w, algorithm, options, workspace_limit, tile, precision)
         graph = _graph_plan(prob, x, w, plan, algorithm, tile, workspace_limit)
-        if graph is not None:
-            launch.prime_cublas(prob.dtype)
+        if graph is not None and not launch.prime_cublas(prob.dtype):
+            graph = None        # first seen inside a capture, cuBLAS never run: the kernels
         call = launch.Call(prob, launch.executable(prob, plan), x, w, bias, out,
                            None if graph is None else launch.executable(prob, graph))
     if key is not None and tile is None:

@@ -251,14 +251,16 @@ def _cublas():
 _primed: set = set()
 
 
-def prime_cublas(dtype) -> None:
+def prime_cublas(dtype) -> bool:
     """One tiny GEMM of `dtype` on the current stream, once per device and dtype, outside any
     capture: cuBLAS makes its handle and workspace at first use, which a CUDA graph capture
-    refuses (a Call whose graph plan is cuBLAS's, plan.graph_plan, may first run it there)."""
+    refuses (a Call whose graph plan is cuBLAS's, plan.graph_plan, may first run it there).
+    Whether cuBLAS is primed: False inside a capture, if it was not before."""
     device = cupy.cuda.runtime.getDevice()
-    if (device, dtype.name) in _primed or \
-            cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
-        return
+    if (device, dtype.name) in _primed:
+        return True
+    if cupy.cuda.runtime.streamIsCapturing(cupy.cuda.get_current_stream().ptr):
+        return False
     from cupy.cuda import cublas
     data, compute, scale = _cublas_types(dtype.name)
     scalars = np.array([1, 0], scale)
@@ -268,6 +270,7 @@ def prime_cublas(dtype) -> None:
                                 8, 0, scalars.ctypes.data + scalars.itemsize, a.data.ptr, data,
                                 8, 0, 1, compute, cublas.CUBLAS_GEMM_DEFAULT)
     _primed.add((device, dtype.name))
+    return True
 
 
 class GemmCall:
