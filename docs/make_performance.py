@@ -368,7 +368,7 @@ shared fragments double-buffered in registers across the slice's barrier, the pr
 snaking 2 x 2 blocks), its tile rule refitted to that loop (step 16: 64 x 128 everywhere,
 split-K filling the small grids) and, in NCHW, its epilogue writing the NCHW y of the NHWC
 twin and of the stems' window columns (steps 17-19: `im2win_ffma_to_nchw`, no channels-last
-y to transpose; `_staged` where P*Q is not a multiple of 4): float32 NHWC 0.91x -> 0.98x ->
+y to transpose; its `kStaged` form where P*Q is not a multiple of 4): float32 NHWC 0.91x -> 0.98x ->
 1.01x -> 1.02x cuDNN, NCHW 0.71x -> 0.76x -> 0.78x -> 0.81x; cv4 40.9 -> 45.3-45.8 TFLOPS
 and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on both), cv6, cv11 and cv12 34.9, 35.8,
 32.5 -> 39.6, 40.5, 37.9; in NCHW cv8 38.9 -> 43.0, cv7 10.4 -> 12.5-13.1 and cv3 23.2 ->

@@ -157,7 +157,7 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
     im2win_ffma_to_nchw writes the NCHW y: float4 along the pixels where P*Q is a multiple of
     4 and y 16-byte aligned (the last case: 144 pixels an image, a pixel tile's tail, 68
     filters), scalars where y is not (the last case into an out 4 bytes off 16);
-    im2win_ffma_to_nchw_staged where P*Q is not a multiple of 4, through shared memory, 32
+    its kStaged form where P*Q is not a multiple of 4, through shared memory, 32
     consecutive pixels of a filter a warp store, across the images' boundaries (the others);
     with Options.nchw_epilogue off, a channels-last y transposed."""
     from im2win import cuda
@@ -168,7 +168,7 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
             run(x, w, bias, "NCHW", kwargs, algorithm="im2win_nhwc", options=options)
     x, w, b = (cupy.asarray(a.astype(np.float32)) for a in random_arrays(rng, *vector[:2], 68))
     plan = cuda._plan(make_problem(x, w, padding=1), x, w, "im2win_nhwc", None, None)
-    assert plan.inner.kernel == "im2win_ffma_to_nchw<64, 128, 16, true, true>"
+    assert plan.inner.kernel == "im2win_ffma_to_nchw<64, 128, 16, true, true, false>"
     assert plan.inner.geometry.y_nchw == 1
     y_shape = make_problem(x, w, padding=1).y_shape
     size = int(np.prod(y_shape))

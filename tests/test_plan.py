@@ -745,8 +745,9 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
                 assert plan.inner.file == "im2win_ffma" and plan.inner.geometry.y_nchw == nchw
                 staged = nchw and FFMA_STAGED_NCHW and prob.P * prob.Q % 4 != 0   # cv3
                 assert plan.inner.kernel.startswith(
-                    "im2win_ffma_to_nchw_staged<" if staged else
                     "im2win_ffma_to_nchw<" if nchw else "im2win_ffma<")
+                assert plan.inner.kernel.endswith(", true>" if staged else ", false>" if nchw
+                                                  else ">")
                 assert plan.workspace_bytes == columns_workspace(prob, y=False)
     if nchw:                                     # through a channels-last y: not taken
         assert plan_for(singles["cv7"], options=Options(nchw_epilogue=False)).algorithm == \

@@ -356,8 +356,8 @@ if runs("ffma"):
                 cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile,
                             options=Options.ablations()[name])
     # NCHW through the NHWC twin writing the NCHW y: im2win_ffma_to_nchw's float4 along the
-    # pixels (P*Q = 144), _staged's through the x tiles' shared memory across the images (P*Q =
-    # 63), every tile and switch.
+    # pixels (P*Q = 144), its kStaged form through the x tiles' shared memory across the
+    # images (P*Q = 63), every tile and switch.
     for x_shape in ((3, 16, 12, 12), (2, 16, 9, 7)):
         x = cupy.asarray(rng.uniform(-1, 1, x_shape).astype(np.float32))
         w = cupy.asarray(rng.uniform(-1, 1, (68, 16, 3, 3)).astype(np.float32))

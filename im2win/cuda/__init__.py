@@ -178,8 +178,7 @@ def _plan(prob, x, w, algorithm, options, workspace_limit, tile=None, precision=
 
     x_strides = launch.element_strides(x, prob.layout)
     x_aligned, w_aligned = _aligned(x, w)
-    # keyed by x's alignment too: a winner that copies x by 16 bytes cannot run a shifted x
-    tuned = _tuned.get((prob, x_strides, x_aligned, precision))
+    tuned = _tuned.get(_tuned_key(prob, x, w, precision))
     if algorithm == "auto" and tile is None and tuned and workspace_limit is None:
         algorithm, tile = tuned
     return planning.make_plan(prob, x_strides=x_strides, w_aligned=w_aligned,
@@ -197,10 +196,17 @@ def _graph_plan(prob, x, w, plan, algorithm, tile, workspace_limit):
 
     if algorithm != "auto" or tile is not None or workspace_limit is not None:
         return None
-    x_strides = launch.element_strides(x, prob.layout)
-    if (prob, x_strides, _aligned(x, w)[0], "float32") in _tuned:
+    if _tuned_key(prob, x, w, "float32") in _tuned:      # 16-bit types: "float32" always
         return None
-    return planning.graph_plan(prob, plan, x_strides, plan.options)
+    return planning.graph_plan(prob, plan, launch.element_strides(x, prob.layout),
+                               plan.options)
+
+
+def _tuned_key(prob, x, w, precision):
+    """The key of autotune's winner for these arrays: keyed by x's alignment too, since a
+    winner that copies x by 16 bytes cannot run a shifted x."""
+    from im2win.cuda import launch
+    return prob, launch.element_strides(x, prob.layout), _aligned(x, w)[0], precision
 
 
 def _aligned(x, w) -> tuple[bool, bool]:
@@ -326,7 +332,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
                  if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))] + \
             [name for name in FFMA_TILES
              if ffma_refusal(prob, Options(), strides, *_aligned(x, w), True, name) is None]
-    key = (prob, launch.element_strides(x, prob.layout), _aligned(x, w)[0], precision)
+    key = _tuned_key(prob, x, w, precision)
     with _lock:                  # "auto" below is the planner's own choice, not a past winner
         _tuned.pop(key, None)
     _calls.clear()

@@ -13,7 +13,7 @@
 // base(pixel) is 64-bit, computed once per loaded pixel in the prologue (32-bit divisions while
 // the launch's pixels fit 32 bits); the epilogue needs none: in NHWC y[pixel, k] is at
 // pixel*K + k (im2win_ffma_to_nchw's NCHW y[n, k, pq]: one division for each thread's 4
-// neighbouring pixels; _staged's: for each of the BN/32 pixels it stores from shared memory). The
+// neighbouring pixels; staged: for each of the BN/32 pixels it stores from shared memory). The
 // window semantics stay im2win's fused mode: the B tile in shared memory is the window tile
 // built straight from x, and each output's sum runs over t in order.
 //
@@ -275,7 +275,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   }
   if constexpr (kNCHWY == 2) {
     static_assert(SPLITS == 1, "split-K's partial sums are pixel-major");
-    // kNCHWY == 2 (im2win_ffma_to_nchw_staged, where P*Q is not a multiple of 4): the tile
+    // kNCHWY == 2 (im2win_ffma_to_nchw's kStaged, where P*Q is not a multiple of 4): the tile
     // passes through shared memory, RP of each thread's 8 filter rows a pass, and a warp
     // stores 32 consecutive pixels of one filter an instruction (form 1's scalar stores 16
     // bytes apart write every sector 4 times).
@@ -383,25 +383,16 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
 
 // The same writing the NCHW y[n, k, pq] (Geometry.y_nchw: an NCHW problem's NHWC twin, or a
 // stem's window columns), in place of a channels-last y transposed after it: float4 along the
-// pixels (scalars where y is not 16-byte aligned), or, where P*Q is not a multiple of 4,
-// through shared memory (_staged). Entries of their own, so that im2win_ffma's code (whose
-// speed hangs on ptxas's register choice) stays as it was, and each form's main loop too.
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
+// pixels (scalars where y is not 16-byte aligned), or with kStaged, for P*Q not a multiple of
+// 4, through shared memory. An entry of its own, so that im2win_ffma's code (whose speed hangs
+// on ptxas's register choice) stays as it was, and each form's main loop too.
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStaged>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma_to_nchw(const float* __restrict__ x, const float* __restrict__ w,
                         const float* __restrict__ bias, float* __restrict__ y,
                         const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 1>(x, w, bias, y, geo, g0);
-}
-
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
-__global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
-    im2win_ffma_to_nchw_staged(const float* __restrict__ x, const float* __restrict__ w,
-                               const float* __restrict__ bias, float* __restrict__ y,
-                               const int2* __restrict__ taps, Geometry geo, int g0) {
-  (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 2>(x, w, bias, y, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1>(x, w, bias, y, geo, g0);
 }
 
 // Split-K: FP32 partial sums into `partial` (SPLITS x N*P*Q x K, no bias), which split_reduce

@@ -500,17 +500,17 @@ def ffma_refusal(prob: Problem, options: Options, x_strides, x_aligned: bool, w_
     return None
 
 
-def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: bool = False,
-                     staged: bool = False) -> str:
+def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int = 0) -> str:
     """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
-    split-K's ranges; im2win_ffma_to_nchw writing an NCHW y, Geometry.y_nchw, and
-    im2win_ffma_to_nchw_staged its form through shared memory)."""
+    split-K's ranges). nchw_y: 0, an NHWC y (im2win_ffma); 1, im2win_ffma_to_nchw writing
+    an NCHW y (Geometry.y_nchw) with float4 along the pixels; 2, its form through shared
+    memory (kStaged)."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
     if splits > 1:
         return f"im2win_ffma_split<{', '.join(str(f).lower() for f in flags + [splits])}>"
-    entry = ("im2win_ffma_to_nchw_staged" if staged else "im2win_ffma_to_nchw") if nchw_y \
-        else "im2win_ffma"
-    return f"{entry}<{', '.join(str(f).lower() for f in flags)}>"
+    if nchw_y:
+        return f"im2win_ffma_to_nchw<{', '.join(str(f).lower() for f in flags + [nchw_y == 2])}>"
+    return f"im2win_ffma<{', '.join(str(f).lower() for f in flags)}>"
 
 
 def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
@@ -1491,8 +1491,8 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
 
 
 # im2win_ffma.cu's NCHW y where P*Q is not a multiple of 4 (no float4 along the pixels):
-# through shared memory (im2win_ffma_to_nchw_staged), not scalar stores 16 bytes apart
-# (im2win_ffma_to_nchw). tools/nchw_dev.py on the H200 (float32 NCHW, batch 128, 2026-12-04,
+# through shared memory (im2win_ffma_to_nchw's kStaged form), not scalar stores 16 bytes
+# apart. tools/nchw_dev.py on the H200 (float32 NCHW, batch 128, 2026-12-04,
 # TFLOPS staged / scalar): cv3 on its window columns 24.1 / 21.4, cv4 40.9 / 40.5, cv12 31.6 /
 # 33.4 (in tools/ab_bench.py's run minutes later cv12 staged 32.8 against 32.1 for scalar at
 # d880e2d: within the runs' spread).
@@ -1515,7 +1515,7 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
         if inner.file == "im2win_ffma" and inner.splits == 1:
             staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
-                inner.tile, inner.options, nchw_y=True, staged=staged))
+                inner.tile, inner.options, nchw_y=2 if staged else 1))
     return Plan(algorithm, inner.tile, options, None, None, max(prob.N, 1), None, b"",
                 copies(prob, y=not direct) + inner.workspace_bytes, inner=inner)
 
@@ -2056,9 +2056,9 @@ def specializations() -> list[tuple[str, str]]:
             out.add(("pointwise", pointwise_kernel_name(dtype, K)))
     for tile in FFMA_TILES.values():           # every tile, fully on and each switch off alone
         for name in ("full", "no_double_buffer", "no_conflict_free"):
-            for nchw_y, staged in ((False, False), (True, False), (True, True)):
+            for nchw_y in (0, 1, 2):
                 out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name],
-                                                         nchw_y=nchw_y, staged=staged)))
+                                                         nchw_y=nchw_y)))
         for splits in SPLITS:                  # split-K, fully on
             out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), splits)))
     out.add(("im2win_ffma", "split_reduce<float>"))
