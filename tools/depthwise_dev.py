@@ -5,16 +5,25 @@ table last.
     python3 tools/depthwise_dev.py [--layers mobilenet_v2.4,convnext_tiny.1] [--configs
         float16:NHWC,float32:NCHW] [--variants tile,q2,16x4,16x2] [--batch 32]
 
-Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_tile_nhwc where it
-takes the problem); "q2" / "q4" give depthwise_tile_nhwc 2 / 4 output columns per thread in
-every form, "iN" aims its blocks at N items (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads
-(at most 256) aiming at N items, "vN" caps its channel vectors per block at N, "hB" gives its
-threads B bytes of channels (DEPTHWISE_TILE_THREAD_BYTES, 16 or 8), "all" gives it every map
-size (DEPTHWISE_TILE_MAX_PIXELS); "BxQ" runs depthwise_nhwc / depthwise_nchw
-(Options(smem=False)) with DEPTHWISE_VECTOR_BYTES = B and Q output columns per thread for
-every form ("auto": the planner's table, DEPTHWISE_WINDOWS). Times are GPU microseconds per call replayed from a CUDA
-graph of 10 calls (no host time; cuDNN in PyTorch's graph) and, after the slash, back to back
-between CUDA events; the bandwidth is of x, w and y, each moved once, at the graph's time.
+Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_rows_nhwc, else
+depthwise_tile_nhwc where they take the problem); "q2" / "q4" give depthwise_tile_nhwc 2 / 4
+output columns per thread in every form, "iN" aims its blocks at N items
+(DEPTHWISE_TILE_ITEMS), "tN" makes them N threads (at most 256) aiming at N items, "vN" caps
+its channel vectors per block at N, "hB" gives its threads B bytes of channels
+(DEPTHWISE_TILE_THREAD_BYTES, 16 or 8), "all" gives it every map size
+(DEPTHWISE_TILE_MAX_PIXELS); "norows" takes depthwise_rows_nhwc out of the planner's choices
+(the tile and register-window kernels as before it), "rqN" / "rvN" / "rpN" set its columns /
+channels a thread and rows a strip for every form, "rtN" its block's threads at most, "rbN"
+compiles it for at least N blocks an SM; "bN" compiles all of depthwise.cu's kernels for at
+least N blocks an SM (__launch_bounds__(256, N): fewer registers a thread); "BxQ" runs
+depthwise_nhwc / depthwise_nchw (Options(smem=False)) with DEPTHWISE_VECTOR_BYTES = B and Q
+output columns per thread for every form ("auto": the planner's table, DEPTHWISE_WINDOWS).
+
+Times are GPU microseconds per call replayed from a CUDA graph of 10 calls (no host time;
+cuDNN in PyTorch's graph) and, after the slash, back to back between CUDA events; the
+bandwidth is of x, w and y, each moved once, at the graph's time. "copy" is a device-to-device
+copy of half those bytes (so it moves as many), from sources cycled like x's (out of the L2
+cache), timed the same way: what the layer's bytes cost at their size.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import numpy as np
 
 import im2win
 from im2win import bench, reference
-from im2win.cuda import plan as cuda_plan
+from im2win.cuda import launch, plan as cuda_plan
 from im2win.networks import NETWORKS
 from im2win.problem import make_problem
 from im2win.testing import allowed_error, relative_error
@@ -36,20 +45,41 @@ from suite_profile import graph_time
 PEAK = 4.3e12      # the H200's copy bandwidth, measured (issue 12)
 WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
 TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
+ROWS = dict(cuda_plan.DEPTHWISE_ROWS)
 TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
         cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS,
         cuda_plan.DEPTHWISE_TILE_THREAD_BYTES)
 
 
+SOURCE = launch.source
+
+
+def patched_source(blocks: int, row_blocks: int):
+    """launch.source with depthwise.cu's kernels bounded to `blocks` blocks an SM, and then
+    depthwise_rows_nhwc to `row_blocks` (0: as is)."""
+    def source(file: str) -> str:
+        text = SOURCE(file)
+        if file == "depthwise" and row_blocks:
+            text = text.replace("__launch_bounds__(256)\n    depthwise_rows_nhwc(",
+                                f"__launch_bounds__(256, {row_blocks})\n    depthwise_rows_nhwc(")
+        if file == "depthwise" and blocks:
+            text = text.replace("__launch_bounds__(256)", f"__launch_bounds__(256, {blocks})")
+        return text
+    return source
+
+
 def configure(variant: str):
     """Set the planner's constants for `variant` (knobs joined by "+"); return the Options to
     call with."""
+    blocks = row_blocks = 0
     cuda_plan.DEPTHWISE_TILE_QT = dict(TILE_QT)
     (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
      cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS,
      cuda_plan.DEPTHWISE_TILE_THREAD_BYTES) = TILE
     cuda_plan.DEPTHWISE_VECTOR_BYTES, cuda_plan.DEPTHWISE_WINDOWS = 16, dict(WINDOWS)
     cuda_plan.DEPTHWISE_QT = 4
+    cuda_plan.DEPTHWISE_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = dict(ROWS), None
+    cuda_plan.DEPTHWISE_ROWS_THREADS = 256
     options = {}
     for knob in variant.split("+"):
         if knob == "tile":
@@ -69,13 +99,47 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_TILE_ITEMS = int(knob[1:])
         elif knob.startswith("h"):             # a thread's channels as bytes
             cuda_plan.DEPTHWISE_TILE_THREAD_BYTES = int(knob[1:])
+        elif knob == "norows":
+            cuda_plan.DEPTHWISE_ROWS = {}
+        elif knob[:2] in ("rq", "rv"):          # rows: columns, channels a thread
+            at = ("rq", "rv").index(knob[:2])
+            cuda_plan.DEPTHWISE_ROWS = {key: form[:at] + (int(knob[2:]),) + form[at + 1:]
+                                        for key, form in cuda_plan.DEPTHWISE_ROWS.items()}
+        elif knob.startswith("rp"):             # rows: output rows a strip
+            cuda_plan.DEPTHWISE_ROWS_STRIP = int(knob[2:])
+        elif knob.startswith("rb"):            # rows: at least N blocks an SM
+            row_blocks = int(knob[2:])
+        elif knob.startswith("rt"):
+            cuda_plan.DEPTHWISE_ROWS_THREADS = int(knob[2:])
+        elif knob.startswith("b"):             # at least N blocks an SM
+            blocks = int(knob[1:])
         elif knob == "all":                   # every map size
             cuda_plan.DEPTHWISE_TILE_MAX_PIXELS = 1 << 62
         elif knob.startswith("v"):
             cuda_plan.DEPTHWISE_TILE_VECTORS = (min(8, int(knob[1:])), int(knob[1:]))
         else:
             raise ValueError(f"unknown variant {knob!r}")
+    launch.source = patched_source(blocks, row_blocks)
+    launch._kernel.cache_clear()
+    launch._executables.clear()
     return im2win.cuda.Options(**options) if options else None
+
+
+def copy_call(cupy, moved: int, device):
+    """A call copying moved / 2 bytes (moving `moved`) device to device on the current
+    stream, its sources cycled as bench.rotation cycles x."""
+    half = moved // 2 // 16 * 16
+    sources = bench.rotation(cupy.zeros(half, dtype=cupy.uint8), device)
+    dst = cupy.empty(half, dtype=cupy.uint8)
+    turn = [0]
+
+    def call():
+        src = sources[turn[0] % len(sources)]
+        turn[0] += 1
+        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, half,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice,
+                                      cupy.cuda.get_current_stream().ptr)
+    return call
 
 
 def main(argv=None) -> int:
@@ -126,6 +190,9 @@ def main(argv=None) -> int:
                 seconds = device.back_to_back(call, calls=20, repeats=5)
                 row.append(f"cudnn {graph * 1e6:5.1f}/{seconds * 1e6:5.1f}us "
                            f"{moved / graph / 1e12:4.2f}")
+            call = copy_call(cupy, moved, device)
+            graph = graph_time(call, False)
+            row.append(f"copy {graph * 1e6:5.1f}us {moved / graph / 1e12:4.2f}")
             lines.append(" | ".join(row))
             print(lines[-1], flush=True)
     print("\n".join(["", f"GPU us per call (graph replay / back to back) and TB/s moved at the "

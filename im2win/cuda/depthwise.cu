@@ -30,6 +30,11 @@
 // row, column group) items of one image (coalesced row reads; small maps still fill a block);
 // the filter's taps are read through the cache.
 //
+// NHWC, rows in order (depthwise_rows_nhwc, below depthwise_nchw): each thread walks the
+// input rows under a strip of output rows once, top to bottom, adding each row to every
+// output row of the strip it lies under; x is read once per strip instead of once per output
+// row and filter row.
+//
 // NHWC small maps (depthwise_tile_nhwc, at the end of this file: K = C, 16-byte channel
 // vectors, no dilation): a block copies its output tile's input window into shared memory and
 // its threads take their register windows from there.
@@ -47,6 +52,8 @@ __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p) {
     *reinterpret_cast<uint4*>(out.v) = *reinterpret_cast<const uint4*>(p);
   } else if constexpr (sizeof(T) * VEC == 8) {
     *reinterpret_cast<uint2*>(out.v) = *reinterpret_cast<const uint2*>(p);
+  } else if constexpr (sizeof(T) * VEC == 4 && VEC > 1) {
+    *reinterpret_cast<unsigned*>(out.v) = *reinterpret_cast<const unsigned*>(p);
   } else {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) out.v[v] = p[v];
@@ -60,6 +67,8 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, VEC>& a, bool align
     *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(a.v);
   } else if (sizeof(T) * VEC == 8 && aligned) {
     *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(a.v);
+  } else if (sizeof(T) * VEC == 4 && VEC > 1 && aligned) {
+    *reinterpret_cast<unsigned*>(p) = *reinterpret_cast<const unsigned*>(a.v);
   } else {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) p[v] = a.v[v];
@@ -218,6 +227,123 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
       for (int qi = 0; qi < QT; ++qi)
         if (q0 + qi < Q) out[qi] = from_acc<T>(acc[qi][0]);
+    }
+  }
+}
+
+// depthwise_rows_nhwc: the NHWC form of groups = C = K for filters of R_ x S_ at strides SH x
+// SW (no dilation), where x's channels are contiguous and its vectors of TV channels aligned
+// (the planner checks). A block owns blockDim.x * TV channels of a strip of PS output rows of
+// image blockIdx.z (and + gridDim.z, ...); its threads take TV channels (threadIdx.x) of QT
+// consecutive output columns (threadIdx.y, then + blockDim.y * QT, ...).
+//
+// A thread reads the strip's input rows in order, each once: the row's span of (QT-1)*SW +
+// S_ columns (zeros outside [0, W)), converted to Acc, is added to each output row p of the
+// strip that lies over it, with filter row r = h + pt - p*SH, into that output row's
+// accumulators. Within an output row the products run in window order (r, then s). An output
+// row is open in NS = ceil(R_ / SH) slots at most, p % NS its slot (the rows' loop unrolled
+// over NS*SH rows, so that every slot is a register); when its last input row (r = R_-1) is
+// added it is stored and its slot starts again at the bias; output rows outside the strip
+// take no products. The filters sit in shared memory as Acc, [r*S_ + s][channel]: one vector
+// load a tap.
+
+template <typename T, typename Acc, int TV, int R_, int S_, int SH, int SW, int QT>
+__global__ void __launch_bounds__(256)
+    depthwise_rows_nhwc(const T* __restrict__ x, const T* __restrict__ w,
+                        const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H,
+                        int W, int P, int Q, int pt, int pl, int PS, i64 xn, i64 xc, i64 xh,
+                        i64 xw) {
+  constexpr int RS = R_ * S_, NS = (R_ + SH - 1) / SH, PERIOD = NS * SH;
+  constexpr int J = (QT - 1) * SW + S_, LIFT = R_ * SH;
+  extern __shared__ __align__(16) unsigned char depthwise_smem[];
+  Acc* wsm = reinterpret_cast<Acc*>(depthwise_smem);          // [RS][KT]
+  const int KT = blockDim.x * TV, k0 = blockIdx.x * KT;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
+  for (int i = tid; i < RS * KT; i += threads) {              // w's block in order
+    const int kk = i / RS, rs = i - kk * RS, k = k0 + kk;
+    wsm[rs * KT + kk] = k < C ? to_acc(w[(i64)k * RS + rs], Acc()) : Acc(0);
+  }
+  __syncthreads();
+  const int kt = threadIdx.x * TV, k = k0 + kt;
+  if (k >= C) return;                                         // C is a multiple of TV
+  Acc b[TV];
+#pragma unroll
+  for (int v = 0; v < TV; ++v) b[v] = bias ? to_acc(bias[k + v], Acc()) : Acc(0);
+  const int p0 = blockIdx.y * PS, pe = min(P, p0 + PS);       // the strip's output rows
+  const int h_first = p0 * SH - pt, h_last = (pe - 1) * SH - pt + R_ - 1;
+  const bool y_aligned = reinterpret_cast<unsigned long long>(y) % (sizeof(T) * TV) == 0;
+
+  for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
+    const T* xb = x + n * xn + k;
+    for (int q0 = threadIdx.y * QT; q0 < Q; q0 += blockDim.y * QT) {
+      const int c0 = q0 * SW - pl;
+      Acc acc[NS][QT][TV];
+#pragma unroll
+      for (int o = 0; o < NS; ++o)
+#pragma unroll
+        for (int qi = 0; qi < QT; ++qi)
+#pragma unroll
+          for (int v = 0; v < TV; ++v) acc[o][qi][v] = b[v];
+      for (int hb = h_first; hb <= h_last; hb += PERIOD) {
+        const int base = (hb - h_first) / SH;                 // a multiple of NS
+#pragma unroll
+        for (int i = 0; i < PERIOD; ++i) {
+          const int h = hb + i;
+          if (h > h_last) break;
+          if (h >= 0 && h < H) {
+            Acc win[J][TV];
+            const T* row = xb + h * xh;
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+              const int col = c0 + j;
+              if (col >= 0 && col < W) {
+                const Vec<T, TV> a = load_vec<T, TV>(row + col * xw);
+#pragma unroll
+                for (int v = 0; v < TV; ++v) win[j][v] = to_acc(a.v[v], Acc());
+              } else {
+#pragma unroll
+                for (int v = 0; v < TV; ++v) win[j][v] = Acc(0);
+              }
+            }
+#pragma unroll
+            for (int r = 0; r < R_; ++r) {                    // output row p: h = p*SH - pt + r
+              const int d = i - r + LIFT;
+              if (d % SH != 0) continue;
+              const int pr = base + d / SH - R_;              // p - p0
+              if (pr < 0 || p0 + pr >= pe) continue;
+              const int slot = ((d / SH - R_) % NS + NS) % NS;
+#pragma unroll
+              for (int s = 0; s < S_; ++s) {
+                const Vec<Acc, TV> f = load_vec<Acc, TV>(wsm + (r * S_ + s) * KT + kt);
+#pragma unroll
+                for (int qi = 0; qi < QT; ++qi)
+#pragma unroll
+                  for (int v = 0; v < TV; ++v)
+                    acc[slot][qi][v] = madd(win[qi * SW + s][v], f.v[v], acc[slot][qi][v]);
+              }
+            }
+          }
+          const int d = i - (R_ - 1) + LIFT;                  // the output row h completes
+          if (d % SH == 0) {
+            const int pr = base + d / SH - R_, slot = ((d / SH - R_) % NS + NS) % NS;
+            if (pr >= 0 && p0 + pr < pe) {
+#pragma unroll
+              for (int qi = 0; qi < QT; ++qi) {
+                if (q0 + qi >= Q) break;
+                Vec<T, TV> o;
+#pragma unroll
+                for (int v = 0; v < TV; ++v) o.v[v] = from_acc<T>(acc[slot][qi][v]);
+                store_vec<T, TV>(y + ((n * P + p0 + pr) * Q + q0 + qi) * (i64)C + k, o,
+                                 y_aligned);
+              }
+            }
+#pragma unroll
+            for (int qi = 0; qi < QT; ++qi)
+#pragma unroll
+              for (int v = 0; v < TV; ++v) acc[slot][qi][v] = b[v];
+          }
+        }
+      }
     }
   }
 }

@@ -629,6 +629,25 @@ DEPTHWISE_TILE_VECTORS = (8, 16)      # channel vectors of a block: about the fi
                                       # the second where a small map leaves too few items
 
 
+# depthwise_rows_nhwc (NHWC, K = C, aligned channel vectors, no dilation): its forms (R = S,
+# sh = sw) -> (output columns a thread QT, channels a thread TV; TV at most a 16-byte vector).
+# 7x7 is not among them: ConvNeXt's 7x7 layers ran slower on it than on the register and
+# tile kernels (tools/depthwise_dev.py, H200, float16 NHWC, batch 32: convnext_tiny.1 96 us
+# against 82, .3 63 against 46; its filter, 49 taps of TV channels, takes the registers).
+DEPTHWISE_ROWS = {(3, 1): (4, 4), (3, 2): (2, 4), (5, 1): (4, 2), (5, 2): (2, 2)}
+# It takes stride-2 layers and stride-1 layers of output maps at least this tall: in the same
+# runs (GPU us replayed from CUDA graphs, float16 / float32 NHWC, the register or tile kernel
+# -> rows) it gained on mobilenet_v2.7 (56x56) 39.0 -> 31.6 / 63.6 -> 41.4, .12 (28x28) 15.2
+# -> 14.3 / 17.9 -> 16.2, .23 (stride 2 to 7x7) 11.8 -> 8.3 / 11.4 -> 8.6, efficientnet_b0.15
+# (5x5, stride 2) 33.3 -> 34.2 / 69.2 -> 41.3, .36 17.4 -> 13.7 / 23.3 -> 13.3, .18 (5x5,
+# 28x28) 30.0 -> 29.2 / 37.5 -> 34.1, and lost on stride-1 maps of 14x14 and 7x7 (.32, 5x5
+# 14x14, 24.2 -> 25.3 at best; mobilenet_v2.21 13.1 -> 13.8, .26 7.0 -> 9.6); mobilenet_v2.4
+# (stride 2 to 56x56) 40.0 -> 41.2 / 60.1 -> 57.4.
+DEPTHWISE_ROWS_MIN_ROWS = 28
+DEPTHWISE_ROWS_STRIP = None           # output rows a block's strip (None: depthwise_rows_strip)
+DEPTHWISE_ROWS_THREADS = 256          # a block's threads, at most
+
+
 DEPTHWISE_GROUPS = (2, 4, 8)          # channels per group the kernel also takes (NHWC, K = C)
 # ... and those "auto" gives it: resnext50_32x4d's 3x3 of 4 channels per group (float16 NHWC,
 # batch 32, H200) took 71 us on it against 743 on the im2win kernel, but those of 8 took 169
@@ -796,6 +815,79 @@ def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, ve
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
+def depthwise_rows(prob: Problem, vec: int) -> tuple[int, int, int] | None:
+    """depthwise_rows_nhwc's (QT, TV, PS) for `prob` (DEPTHWISE_ROWS, depthwise_rows_strip),
+    or None where the form is not compiled, the problem is not one it takes, or it is a
+    stride-1 layer of fewer than DEPTHWISE_ROWS_MIN_ROWS output rows."""
+    form = DEPTHWISE_ROWS.get((prob.S, prob.sw))
+    if (form is None or prob.R != prob.S or prob.sh != prob.sw or prob.dh != 1 or
+            prob.dw != 1 or prob.layout != "NHWC" or not is_depthwise(prob) or
+            prob.K != prob.C or vec * prob.dtype.itemsize != 16 or
+            (prob.sh == 1 and prob.P < DEPTHWISE_ROWS_MIN_ROWS)):
+        return None
+    qt, tv = form
+    return qt, min(tv, vec), DEPTHWISE_ROWS_STRIP or depthwise_rows_strip(prob)
+
+
+def depthwise_rows_strip(prob: Problem) -> int:
+    """Output rows a block of depthwise_rows_nhwc walks: a longer strip reads fewer halo rows
+    ((R-1)*sh a strip), a shorter one makes more blocks. Read off tools/depthwise_dev.py
+    (strips of 2, 4, 8 and 16 on the 3x3 and 5x5 layers of mobilenet_v2 and efficientnet_b0,
+    H200, batch 32; the fastest in both dtypes where they agree)."""
+    if prob.sh == 1:
+        return 16 if prob.P >= 56 or prob.R >= 5 else 8       # mobilenet_v2.7 and .12
+    if prob.R >= 5:
+        return 4 if prob.P <= 14 else 16                       # efficientnet_b0.36 and .15
+    return 2 if prob.P <= 7 else 4 if prob.P <= 14 else 8      # mobilenet_v2.23, .14, .9
+
+
+class DepthwiseRowsArgs(NamedTuple):
+    """What a depthwise_rows_nhwc launch reads besides its four pointers and the grid: (N, C,
+    H, W, P, Q, pt, pl, PS), x's element strides (N, C, H, W), the block (channel threads,
+    column groups), its shared memory (the block's filters as Acc) and the tiles (channel
+    tiles, row strips)."""
+
+    ints: tuple[int, ...]
+    x_strides: tuple[int, int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    tiles: tuple[int, int]
+
+    def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
+        """(channel tiles, row strips, images): a block per strip of an image (the kernel
+        loops past 65535 images)."""
+        return (*self.tiles, max(1, min(prob.N, MAX_GRID_YZ)))
+
+
+def depthwise_rows_kernel_name(T: str, Acc: str, tv: int, S: int, sw: int, qt: int) -> str:
+    return f"depthwise_rows_nhwc<{T}, {Acc}, {tv}, {S}, {S}, {sw}, {sw}, {qt}>"
+
+
+def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, int],
+                        x_strides) -> Plan:
+    """A block per strip of PS output rows: its column groups down (all of a row where
+    DEPTHWISE_ROWS_THREADS allow, else evenly split passes), its channel threads across (the
+    image's split evenly into tiles that fill the rest of the block)."""
+    qt, tv, ps = form
+    T, Acc = CUDA_TYPES[prob.dtype.name]
+    lanes, groups = prob.C // tv, -(-prob.Q // qt)
+    rows = min(groups, DEPTHWISE_ROWS_THREADS // min(lanes, 16))
+    rows = -(-groups // -(-groups // rows))                  # even passes over the groups
+    cap = DEPTHWISE_ROWS_THREADS // rows
+    channel_tiles = -(-lanes // cap)
+    across = -(-lanes // channel_tiles)
+    strips = -(-prob.P // ps)
+    if strips > MAX_GRID_YZ:
+        raise ValueError(f"algorithm='depthwise' splits P = {prob.P} into more than "
+                         f"{MAX_GRID_YZ} strips")
+    acc_bytes = 8 if Acc == "double" else 4
+    args = DepthwiseRowsArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
+                              ps), tuple(x_strides), (across, rows, 1),
+                             prob.R * prob.S * across * tv * acc_bytes, (channel_tiles, strips))
+    name = depthwise_rows_kernel_name(T, Acc, tv, prob.S, prob.sw, qt)
+    return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
+
+
 def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                    arch: int | None = None) -> Plan:
     """The depthwise kernels' plan (any stride, padding, dilation; m = K/C filters per
@@ -809,6 +901,9 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                          f"filter) or, in NHWC, K == C with C/groups in {DEPTHWISE_GROUPS} and "
                          f"x's channels contiguous and aligned; got C={prob.C}, K={prob.K}, "
                          f"groups={prob.G}")
+    rows = depthwise_rows(prob, vec) if options.smem else None
+    if rows is not None:
+        return depthwise_rows_plan(prob, options, rows, x_strides)
     tile = depthwise_tile(prob, vec) if options.smem else None
     if tile is not None:
         return depthwise_tile_plan(prob, options, tile, vec, x_strides)
@@ -2016,6 +2111,9 @@ def specializations() -> list[tuple[str, str]]:
                 for (S, sw), qt in DEPTHWISE_TILE_QT.items():
                     out.add(("depthwise", depthwise_tile_kernel_name(
                         T, Acc, S, sw, qt, DEPTHWISE_TILE_THREAD_BYTES)))
+                for (S, sw), (qt, tv) in DEPTHWISE_ROWS.items():
+                    out.add(("depthwise", depthwise_rows_kernel_name(
+                        T, Acc, min(tv, 16 // prob.dtype.itemsize), S, sw, qt)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
             out.add(("layout", f"transpose_narrow<{T}>"))
