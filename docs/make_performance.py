@@ -724,7 +724,17 @@ differed only in its depthwise layers, measured cuDNN's total at 2.16 ms and 3.4
 the kernel work behind each change is measured on the GPU alone, replayed from CUDA graphs
 (`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
 
-The float16 columns are the run of 2026-12-04 after the stems' dense forms (`narrow.cu`'s
+The float16 columns are the run of 2026-12-04 (thirteenth session) after the depthwise rows
+kernel (`depthwise_rows_nhwc`, 2b7cb29; see the depthwise section below): all 1.07x one call
+at a time and 1.08x back to back, depthwise 1.05x and 0.96x; convnext_tiny 0.96x (its
+depthwise layers are 7x7, which the change does not touch) and resnext50_32x4d 0.97x. Against
+the run before it (the next paragraph, 1.12x and 1.14x) the host's speed moved both libraries:
+resnet50, whose kernels did not change, measured 1.33 ms back to back against 1.19 before, and
+cuDNN's 1.54 against 1.36; efficientnet_b0's cuDNN total 1.48 ms against 1.92. The kernel
+change itself is measured on the GPU alone, replayed from CUDA graphs, in the depthwise
+section below.
+
+The run before them was of 2026-12-04 after the stems' dense forms (`narrow.cu`'s
 narrow_dense, hopper.md step 13; resnet50's and resnext50_32x4d's columns are a rerun minutes
 later, after their stem, 64 filters, moved to `narrow_wgmma.cu`, step 14: resnet50.0 and
 resnext50_32x4d.0, the same layer, 71.3 and 67.4 us back to back in that run against 69.9 and
@@ -884,6 +894,58 @@ def suite_section(paths):
 COPY_TBPS = 4.3      # the H200's copy bandwidth as issue 12 measured it (TB/s)
 
 
+DEPTHWISE_ROWS_NOTES = """### The rows kernel, and what a copy reaches at these sizes
+
+**The rows kernel** (`depthwise_rows_nhwc`, 2b7cb29; docs/design.md). An ncu profile of the
+register-window kernel on mobilenet_v2.7 (`ncu-mobilenet_v2.7-NHWC-float16-depthwise_nhwc.txt`
+above) found 25% occupancy (98 registers), 0.62 instructions issued a scheduler and cycle,
+and an L1 hit rate of 30%: each block computed one output row and read the three input rows
+under it, which the blocks of the neighbouring rows read again. In the rows kernel a block
+walks a strip of output rows and each thread reads each input row once, adding it to every
+output row over it. `python3 tools/depthwise_dev.py --configs float16:NHWC,float32:NHWC
+--variants norows,tile` on the H200 (batch 32, GPU µs a call replayed from CUDA graphs; the
+kernels before it, then the planner's choice now, cuDNN; `logs/depthwise-rows-dev.log`), the
+layers it takes:
+
+| layer | float16 NHWC before -> after (cuDNN) | float32 NHWC before -> after (cuDNN) |
+|---|---|---|
+| mobilenet_v2.1 (112x112, 32 ch) | 30.5 -> 29.1 (29.6) | 38.9 -> 36.6 (36.1) |
+| mobilenet_v2.4 (stride 2 to 56x56) | 40.2 -> 41.0 (38.3) | 59.6 -> 58.6 (49.2) |
+| mobilenet_v2.7 (56x56, 144 ch) | 38.6 -> **31.4** (29.8) | 63.6 -> **41.0** (43.3) |
+| mobilenet_v2.9 (stride 2 to 28x28) | 20.9 -> 18.8 (16.3) | 30.4 -> 25.8 (20.5) |
+| mobilenet_v2.12 (28x28, 192 ch) | 15.3 -> 14.2 (13.8) | 18.0 -> 16.3 (15.2) |
+| mobilenet_v2.14 (stride 2 to 14x14) | 11.0 -> 10.3 (8.6) | 12.2 -> 10.9 (8.4) |
+| mobilenet_v2.23 (stride 2 to 7x7) | 11.8 -> 8.5 (11.6) | 11.4 -> 8.5 (7.3) |
+| efficientnet_b0.15 (5x5, stride 2 to 28x28) | 33.1 -> 33.9 (24.6) | 69.3 -> **40.8** (38.2) |
+| efficientnet_b0.18 (5x5, 28x28) | 30.4 -> 29.1 (25.7) | 37.6 -> 34.0 (45.7) |
+| efficientnet_b0.22 (stride 2 to 14x14) | 11.0 -> 10.9 (11.7) | 15.2 -> 12.2 (10.2) |
+| efficientnet_b0.36 (5x5, stride 2 to 7x7) | 17.3 -> 13.6 (12.4) | 23.6 -> 13.4 (16.4) |
+
+(efficientnet_b0.1, .6 and .11 are mobilenet_v2.1, .4 and .7's shapes and measured alike.) The
+fourteen layers, each once: 369 -> 342 µs in float16 (cuDNN 318) and 541 -> 433 µs in float32
+NHWC (cuDNN 416). The suite's float32 columns are NCHW, which the rows kernel does not take.
+
+**The copy's own rate.** `python3 tools/copy_bandwidth.py` (`logs/copy-bandwidth.log`; H200,
+replayed from CUDA graphs, sources cycled out of the L2 cache) moved (read plus written)
+
+| MiB moved | 8 | 16 | 32 | 55 | 64 | 128 | 256 | 512 |
+|---|---|---|---|---|---|---|---|---|
+| cudaMemcpyAsync, TB/s | 2.94 | 3.30 | 3.74 | 3.86 | 3.79 | 3.97 | 4.14 | 4.22 |
+| a copy kernel (16-byte vectors), TB/s | 2.57 | 3.27 | 3.48 | 3.68 | 3.57 | 3.82 | 3.97 | 4.06 |
+| reads only, TB/s | 2.29 | 2.87 | 3.50 | 3.90 | 4.00 | 4.27 | 4.43 | 4.52 |
+
+(the 256 and 512 MiB columns from the first run of the day). The issue's 4.3 TB/s is the rate
+of copies of hundreds of MB; its 70% (3.0 TB/s) is what a copy itself reaches from about 10
+MiB, and more than it reaches below. In float16 at batch 32 the 26 depthwise layers move 4.7
+to 92 MiB, 7 of them less than 10 MiB and 13 less than 16; the largest are mobilenet_v2.4 (92
+MiB, 2.35 TB/s in float16, cuDNN 2.52 in the same run and 3.1 in others, a copy about 3.9)
+and mobilenet_v2.7 (55 MiB, 1.84 TB/s, cuDNN 1.94, a copy 3.86). The copy
+column of `tools/depthwise_dev.py` itself measured 2.5-2.7 TB/s at these sizes, in the process
+that had just timed the layers and cuDNN; in a process of its own the same copy took 3.7-3.9:
+not explained yet, so the table here uses the second.
+"""
+
+
 def depthwise_bandwidth(paths) -> str:
     """Issue 12's bandwidth target for depthwise layers: the bytes a layer must move (x, w and
     y once each) over its back-to-back GPU time in the suites' records, im2win's and cuDNN's,
@@ -987,6 +1049,7 @@ def build(data=DOCS / "data", out=DOCS / "performance.md", img=DOCS / "img"):
     if suites:
         page.append(suite_section(suites))
         page.append(depthwise_bandwidth(suites))
+        page.append(DEPTHWISE_ROWS_NOTES)
     launch = launch_section(data)
     if launch:
         page.append(launch)

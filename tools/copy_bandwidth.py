@@ -47,7 +47,18 @@ extern "C" __global__ void copy16(const uint4* __restrict__ src, uint4* __restri
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", default="8,16,32,64,128,256,512,2048")
+    parser.add_argument("--after-torch", action="store_true",
+                        help="first time a cuDNN convolution through PyTorch from a CUDA graph, "
+                             "as tools/depthwise_dev.py does before its copy column")
     args = parser.parse_args(argv)
+    if args.after_torch:
+        import torch
+        torch.backends.cudnn.benchmark = True
+        x = torch.randn(32, 144, 56, 56, device="cuda", dtype=torch.float16)
+        w = torch.randn(144, 1, 3, 3, device="cuda", dtype=torch.float16)
+        x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+        conv = lambda: torch.nn.functional.conv2d(x, w, padding=1, groups=144)   # noqa: E731
+        print(f"cuDNN, mobilenet_v2.7's shape: {graph_time(conv, True) * 1e6:.1f} us")
     device = bench.GPU()
     kernel = cupy.RawKernel(CODE, "copy16")
     lines = []
