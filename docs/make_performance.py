@@ -725,7 +725,7 @@ the kernel work behind each change is measured on the GPU alone, replayed from C
 (`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
 
 The float16 columns are the run of 2026-12-04 (thirteenth session) after the depthwise rows
-kernel (`depthwise_rows_nhwc`, 2b7cb29; see the depthwise section below): all 1.07x one call
+kernel (`depthwise_rows`, 2b7cb29; see the depthwise section below): all 1.07x one call
 at a time and 1.08x back to back, depthwise 1.05x and 0.96x; convnext_tiny 0.96x (its
 depthwise layers are 7x7, which the change does not touch) and resnext50_32x4d 0.97x. Against
 the run before it (the next paragraph, 1.12x and 1.14x) the host's speed moved both libraries:
@@ -748,7 +748,12 @@ layers changed between these runs, so their moves are the runs' spread (in the f
 3x3 measured 1.10x, resnet50.18 at 0.75x, against 1.17x and 0.97x in the rerun, whose
 slowest 3x3 layer is resnet50.22 at 0.88x).
 
-The float32 columns are the run of 2026-12-04 (eleventh session) after `im2win_ffma.cu`'s
+The float32 columns are the run of 2026-12-04 (thirteenth session) after the rows kernel took
+NCHW too: all 1.07x one call at a time and 1.10x back to back, depthwise 1.47x and 1.55x (1.33x
+and 1.38x before), the networks' totals within the runs' spread of the run before (mobilenet_v2
+1.00x, efficientnet_b0 1.08x; the 1x1 class, unchanged, 0.98x -> 0.96x).
+
+The run before them was of 2026-12-04 (eleventh session) after `im2win_ffma.cu`'s
 tile rule was refitted to its new loop (64 x 128 everywhere, split-K filling the small grids;
 hopper.md step 16) and its kernel writes the NCHW y of the NHWC twin (step 17): all 1.06x one
 call at a time (its composition moved: 3x3 0.87x -> 1.02x, "other" 0.86x -> 0.98x, grouped
@@ -896,7 +901,7 @@ COPY_TBPS = 4.3      # the H200's copy bandwidth as issue 12 measured it (TB/s)
 
 DEPTHWISE_ROWS_NOTES = """### The rows kernel, and what a copy reaches at these sizes
 
-**The rows kernel** (`depthwise_rows_nhwc`, 2b7cb29; docs/design.md). An ncu profile of the
+**The rows kernel** (`depthwise_rows`, 2b7cb29 in NHWC, then NCHW; docs/design.md). An ncu profile of the
 register-window kernel on mobilenet_v2.7 (`ncu-mobilenet_v2.7-NHWC-float16-depthwise_nhwc.txt`
 above) found 25% occupancy (98 registers), 0.62 instructions issued a scheduler and cycle,
 and an L1 hit rate of 30%: each block computed one output row and read the three input rows
@@ -923,7 +928,31 @@ layers it takes:
 
 (efficientnet_b0.1, .6 and .11 are mobilenet_v2.1, .4 and .7's shapes and measured alike.) The
 fourteen layers, each once: 369 -> 342 µs in float16 (cuDNN 318) and 541 -> 433 µs in float32
-NHWC (cuDNN 416). The suite's float32 columns are NCHW, which the rows kernel does not take.
+NHWC (cuDNN 416).
+
+In NCHW (a thread takes one channel; a warp consecutive column groups of a row; strips of 16
+output rows at stride 1 and 8 at stride 2) the same layers, `--configs float32:NCHW,float16:NCHW
+--variants norows,rp16,rp8,...` in one run (`logs/depthwise-rows-nchw-dev.log`; the strip the
+planner takes):
+
+| layer | float32 NCHW before -> after (cuDNN) | float16 NCHW before -> after (cuDNN) |
+|---|---|---|
+| mobilenet_v2.1 | 71.9 -> **47.2** (122.4) | 74.3 -> 44.2 (34.8) |
+| mobilenet_v2.4 | 100.3 -> 75.9 (101.9) | 104.2 -> 63.2 (100.2) |
+| mobilenet_v2.7 | 84.4 -> **54.5** (137.2) | 87.0 -> 52.1 (46.5) |
+| mobilenet_v2.9 | 40.9 -> 32.7 (40.9) | 42.3 -> 26.8 (39.8) |
+| mobilenet_v2.12 | 28.4 -> 23.2 (47.0) | 29.2 -> 26.8 (16.7) |
+| mobilenet_v2.14 | 16.4 -> 14.2 (15.5) | 16.0 -> 13.0 (14.3) |
+| mobilenet_v2.23 | 13.0 -> 13.6 (12.5) | 13.3 -> 12.3 (10.8) |
+| efficientnet_b0.15 | 72.2 -> **49.0** (67.2) | 73.7 -> 47.4 (67.0) |
+| efficientnet_b0.18 | 68.6 -> **46.2** (99.2) | 70.6 -> 40.2 (46.9) |
+| efficientnet_b0.22 | 18.3 -> 15.9 (19.2) | 17.9 -> 14.7 (18.5) |
+| efficientnet_b0.36 | 26.6 -> 17.2 (21.6) | 26.1 -> 16.9 (17.5) |
+
+The eleven shapes: 541 -> 390 µs in float32 NCHW (cuDNN 685) and 555 -> 358 in float16 NCHW
+(cuDNN 413). The suite's float32 NCHW rerun after it (the columns above): depthwise 1.33x ->
+1.47x one call at a time, 1.38x -> 1.55x back to back, its slowest layer 0.88x -> 1.04x; the
+layers' best rate 1.88 -> 2.47 TB/s.
 
 **The copy's own rate.** `python3 tools/copy_bandwidth.py` (`logs/copy-bandwidth.log`; H200,
 replayed from CUDA graphs, sources cycled out of the L2 cache) moved (read plus written)

@@ -606,7 +606,7 @@ DEPTHWISE_CASES = [  # x (N, C, H, W), w (K, 1, R, S), keyword arguments; groups
     ((3, 72, 15, 37), (72, 1, 5, 5), dict(padding=2)),
     ((2, 40, 20, 19), (40, 1, 7, 7), dict(stride=2, padding=3)),
     ((2, 48, 9, 9), (48, 1, 3, 3), dict(stride=2, padding=((0, 2), (1, 0)))),
-    # depthwise_rows_nhwc: odd maps at stride 2, padding on one side, no padding, 5x5 stride 2
+    # depthwise_rows: odd maps at stride 2, padding on one side, no padding, 5x5 stride 2
     ((2, 16, 17, 13), (16, 1, 3, 3), dict(stride=2, padding=((2, 0), (0, 1)))),
     ((1, 24, 12, 11), (24, 1, 3, 3), dict()),
     ((2, 32, 19, 21), (32, 1, 5, 5), dict(stride=2, padding=(1, 2))),
@@ -624,15 +624,15 @@ def test_depthwise_matches_reference(rng, monkeypatch, layout, dtype, x_shape, w
     kwargs = dict(kwargs, groups=x_shape[1])
     for algorithm in ("auto", "depthwise"):
         run(x, w, b, layout, kwargs, dtype=dtype, algorithm=algorithm)
-    if layout == "NHWC":                         # the register windows, reading x in place
-        run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise",
-            options=Options(smem=False))
-        # depthwise_rows_nhwc on every map it has a form for, in strips of 3 output rows:
-        # every map here in several, the last one short
-        monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_MIN_ROWS", 0)
-        monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_STRIP", 3)
-        monkeypatch.setattr(cuda, "_calls", {})
-        run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
+    # the register windows, reading x in place
+    run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise", options=Options(smem=False))
+    # depthwise_rows on every map it has a form for, in strips of 3 output rows: every map
+    # here in several, the last one short
+    monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_MIN_ROWS", 0)
+    monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_STRIP", 3)
+    monkeypatch.setattr(cuda, "_calls", {})
+    run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
+    if layout == "NHWC":
         # depthwise_tile_nhwc where it takes the problem (every form, rows off), and with
         # threads of the other width (8 bytes of channels, or 16)
         monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS", {})

@@ -397,12 +397,12 @@ def test_depthwise_problems_get_their_own_kernel():
 
 
 def test_depthwise_rows_take_large_maps_and_strides_of_2():
-    """depthwise_rows_nhwc: stride-1 maps of at least 28 output rows and stride 2, 3x3 and
-    5x5, aligned channel vectors; a block per strip of output rows."""
+    """depthwise_rows: stride-1 maps of at least 28 output rows and stride 2, 3x3 and 5x5 (in
+    NHWC aligned channel vectors); a block per strip of output rows."""
     wide = problem((32, 56, 56, 144), (144, 3, 3, 1), np.float16, groups=144, layout="NHWC",
                    padding=1)                                       # mobilenet_v2.7
     plan = plan_for(wide)
-    assert plan.kernel == "depthwise_rows_nhwc<half_t, float, 4, 3, 3, 1, 1, 4>"
+    assert plan.kernel == "depthwise_rows<half_t, float, 4, 3, 3, 1, 1, 4, false>"
     # 36 vectors of 4 channels in 2 tiles of 18 threads, 14 groups of 4 columns down a block;
     # strips of 16 output rows: 4 of them, the last one short
     assert plan.geometry.ints == (32, 144, 56, 56, 56, 56, 1, 1, 16)
@@ -411,26 +411,30 @@ def test_depthwise_rows_take_large_maps_and_strides_of_2():
     assert plan.geometry.smem == 9 * 18 * 4 * 4                     # the filters as float
     assert plan_for(wide, options=Options(smem=False)).kernel.startswith("depthwise_nhwc<")
     assert plan_for(wide, x_aligned=False).kernel.startswith("depthwise_nhwc<")
-    nchw = problem((32, 144, 56, 56), (144, 1, 3, 3), np.float16, groups=144, padding=1)
-    assert plan_for(nchw).kernel.startswith("depthwise_nchw<")      # NHWC only
+    nchw = problem((32, 144, 56, 56), (144, 1, 3, 3), np.float32, groups=144, padding=1)
+    plan = plan_for(nchw)                 # a channel a thread, 14 column groups across a warp
+    assert plan.kernel == "depthwise_rows<float, float, 1, 3, 3, 1, 1, 4, true>"
+    assert plan.geometry.block == (14, 18, 1) and plan.geometry.tiles == (8, 4)
+    assert plan.geometry.smem == 9 * 18 * 4
+    assert plan_for(nchw, options=Options(smem=False)).kernel.startswith("depthwise_nchw<")
     small = problem((32, 14, 14, 576), (576, 3, 3, 1), np.float16, groups=576, layout="NHWC",
                     padding=1)                                      # mobilenet_v2.21: the tile
     assert plan_for(small).kernel.startswith("depthwise_tile_nhwc<")
     strided = problem((32, 14, 14, 576), (576, 3, 3, 1), np.float32, groups=576,
                       layout="NHWC", padding=1, stride=2)           # mobilenet_v2.23
     plan = plan_for(strided)
-    assert plan.kernel == "depthwise_rows_nhwc<float, float, 4, 3, 3, 2, 2, 2>"
+    assert plan.kernel == "depthwise_rows<float, float, 4, 3, 3, 2, 2, 2, false>"
     assert plan.geometry.ints[-1] == 2 and plan.geometry.tiles == (3, 4)
     five = problem((32, 56, 56, 144), (144, 5, 5, 1), np.float64, groups=144, layout="NHWC",
                    padding=2, stride=2)                             # efficientnet_b0.15
-    assert plan_for(five).kernel == "depthwise_rows_nhwc<double, double, 2, 5, 5, 2, 2, 2>"
+    assert plan_for(five).kernel == "depthwise_rows<double, double, 2, 5, 5, 2, 2, 2, false>"
     for other in (problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96,
                           layout="NHWC", padding=3),                # 7x7: not a form
                   problem((32, 56, 56, 144), (144, 3, 3, 1), np.float16, groups=144,
                           layout="NHWC", padding=1, dilation=2),
                   problem((32, 56, 56, 144), (288, 3, 3, 1), np.float16, groups=144,
                           layout="NHWC", padding=1)):               # m = 2
-        assert not plan_for(other).kernel.startswith("depthwise_rows_nhwc<")
+        assert not plan_for(other).kernel.startswith("depthwise_rows<")
     compiled = {expr for _, expr in specializations()}
     assert {plan_for(wide).kernel, plan_for(strided).kernel, plan_for(five).kernel} <= compiled
     for odd in (problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC",

@@ -5,13 +5,13 @@ table last.
     python3 tools/depthwise_dev.py [--layers mobilenet_v2.4,convnext_tiny.1] [--configs
         float16:NHWC,float32:NCHW] [--variants tile,q2,16x4,16x2] [--batch 32]
 
-Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_rows_nhwc, else
+Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_rows, else
 depthwise_tile_nhwc where they take the problem); "q2" / "q4" give depthwise_tile_nhwc 2 / 4
 output columns per thread in every form, "iN" aims its blocks at N items
 (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads (at most 256) aiming at N items, "vN" caps
 its channel vectors per block at N, "hB" gives its threads B bytes of channels
 (DEPTHWISE_TILE_THREAD_BYTES, 16 or 8), "all" gives it every map size
-(DEPTHWISE_TILE_MAX_PIXELS); "norows" takes depthwise_rows_nhwc out of the planner's choices
+(DEPTHWISE_TILE_MAX_PIXELS); "norows" takes depthwise_rows out of the planner's choices
 (the tile and register-window kernels as before it), "rqN" / "rvN" / "rpN" set its columns /
 channels a thread and rows a strip for every form, "rtN" its block's threads at most, "rbN"
 compiles it for at least N blocks an SM; "bN" compiles all of depthwise.cu's kernels for at
@@ -56,12 +56,12 @@ SOURCE = launch.source
 
 def patched_source(blocks: int, row_blocks: int):
     """launch.source with depthwise.cu's kernels bounded to `blocks` blocks an SM, and then
-    depthwise_rows_nhwc to `row_blocks` (0: as is)."""
+    depthwise_rows to `row_blocks` (0: as is)."""
     def source(file: str) -> str:
         text = SOURCE(file)
         if file == "depthwise" and row_blocks:
-            text = text.replace("__launch_bounds__(256)\n    depthwise_rows_nhwc(",
-                                f"__launch_bounds__(256, {row_blocks})\n    depthwise_rows_nhwc(")
+            text = text.replace("__launch_bounds__(256)\n    depthwise_rows(",
+                                f"__launch_bounds__(256, {row_blocks})\n    depthwise_rows(")
         if file == "depthwise" and blocks:
             text = text.replace("__launch_bounds__(256)", f"__launch_bounds__(256, {blocks})")
         return text

@@ -9,7 +9,7 @@ every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA co
 filter and ping-pong consumers, split-K, a stem over its window columns, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernels' forms (each register window and the general one, a channel multiplier,
-tails, groups of 2, 4 and 8 channels in NHWC; in NHWC the planner's rows or tile kernel, the
+tails, groups of 2, 4 and 8 channels in NHWC; the planner's rows or (NHWC) tile kernel, the
 register windows reading x in place, then the rows kernel in strips of 3 on every map it has a
 form for) in every dtype and both layouts; with ``narrow``,
 narrow.cu's stems and groups (both 16-bit types, vector and element copies); with
@@ -52,7 +52,7 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    # depthwise_tile_nhwc: a channel tile's tail, two column tiles, 7x7 stride 2
                    ((2, 72, 15, 37), (72, 1, 5, 5), dict(padding=2)),
                    ((1, 40, 20, 19), (40, 1, 7, 7), dict(stride=2, padding=3)),
-                   # depthwise_rows_nhwc: an odd map at stride 2, padding on one side
+                   # depthwise_rows: an odd map at stride 2, padding on one side
                    ((2, 48, 17, 13), (48, 1, 3, 3), dict(stride=2, padding=((2, 0), (0, 1))))]
 MODES = ("float16", "wgmma", "tma", "tf32", "depthwise", "narrow", "pointwise", "ffma")
 ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
@@ -173,11 +173,9 @@ for layout in ("NCHW", "NHWC"):
                    (x_shape, w_shape, w_shape[0]))
         if layout == "NHWC":
             x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
-        # NHWC: the planner's (rows or tile kernel), the register windows, then the rows
+        # the planner's (rows or, in NHWC, tile kernel), the register windows, then the rows
         # kernel on every map it has a form for, in strips of 3 output rows
         for options, rows in ((None, False), (Options(smem=False), False), (None, True)):
-            if rows and layout == "NCHW":
-                continue
             cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = \
                 (0, 3) if rows else (ROWS_MIN, None)
             cuda._calls.clear()

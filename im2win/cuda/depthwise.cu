@@ -30,7 +30,7 @@
 // row, column group) items of one image (coalesced row reads; small maps still fill a block);
 // the filter's taps are read through the cache.
 //
-// NHWC, rows in order (depthwise_rows_nhwc, below depthwise_nchw): each thread walks the
+// Rows in order (depthwise_rows, below depthwise_nchw; NHWC and NCHW): each thread walks the
 // input rows under a strip of output rows once, top to bottom, adding each row to every
 // output row of the strip it lies under; x is read once per strip instead of once per output
 // row and filter row.
@@ -231,11 +231,14 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// depthwise_rows_nhwc: the NHWC form of groups = C = K for filters of R_ x S_ at strides SH x
-// SW (no dilation), where x's channels are contiguous and its vectors of TV channels aligned
-// (the planner checks). A block owns blockDim.x * TV channels of a strip of PS output rows of
-// image blockIdx.z (and + gridDim.z, ...); its threads take TV channels (threadIdx.x) of QT
-// consecutive output columns (threadIdx.y, then + blockDim.y * QT, ...).
+// depthwise_rows: groups = C = K for filters of R_ x S_ at strides SH x SW (no dilation), in
+// NHWC where x's channels are contiguous and its vectors of TV channels aligned (the planner
+// checks), and in NCHW (TV = 1, kNCHW). A block owns a tile of channels of a strip of PS
+// output rows of image blockIdx.z (and + gridDim.z, ...); each thread takes TV channels of
+// QT consecutive output columns. NHWC: threadIdx.x the channels, threadIdx.y the column
+// groups (then + blockDim.y, ...): a warp reads consecutive channels of a pixel. NCHW:
+// threadIdx.x the column groups (then + blockDim.x, ...), threadIdx.y the channel: a warp
+// reads consecutive columns of a row.
 //
 // A thread reads the strip's input rows in order, each once: the row's span of (QT-1)*SW +
 // S_ columns (zeros outside [0, W)), converted to Acc, is added to each output row p of the
@@ -247,24 +250,26 @@ __global__ void __launch_bounds__(256)
 // take no products. The filters sit in shared memory as Acc, [r*S_ + s][channel]: one vector
 // load a tap.
 
-template <typename T, typename Acc, int TV, int R_, int S_, int SH, int SW, int QT>
+template <typename T, typename Acc, int TV, int R_, int S_, int SH, int SW, int QT, bool kNCHW>
 __global__ void __launch_bounds__(256)
-    depthwise_rows_nhwc(const T* __restrict__ x, const T* __restrict__ w,
-                        const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H,
-                        int W, int P, int Q, int pt, int pl, int PS, i64 xn, i64 xc, i64 xh,
-                        i64 xw) {
+    depthwise_rows(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                   T* __restrict__ y, int N, int C, int H, int W, int P, int Q, int pt, int pl,
+                   int PS, i64 xn, i64 xc, i64 xh, i64 xw) {
   constexpr int RS = R_ * S_, NS = (R_ + SH - 1) / SH, PERIOD = NS * SH;
   constexpr int J = (QT - 1) * SW + S_, LIFT = R_ * SH;
   extern __shared__ __align__(16) unsigned char depthwise_smem[];
   Acc* wsm = reinterpret_cast<Acc*>(depthwise_smem);          // [RS][KT]
-  const int KT = blockDim.x * TV, k0 = blockIdx.x * KT;
+  static_assert(!kNCHW || TV == 1, "NCHW: a channel a thread");
+  const int lane = kNCHW ? threadIdx.y : threadIdx.x;         // the thread's channels
+  const int group = kNCHW ? threadIdx.x : threadIdx.y, groups = kNCHW ? blockDim.x : blockDim.y;
+  const int KT = (kNCHW ? blockDim.y : blockDim.x) * TV, k0 = blockIdx.x * KT;
   const int tid = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
   for (int i = tid; i < RS * KT; i += threads) {              // w's block in order
     const int kk = i / RS, rs = i - kk * RS, k = k0 + kk;
     wsm[rs * KT + kk] = k < C ? to_acc(w[(i64)k * RS + rs], Acc()) : Acc(0);
   }
   __syncthreads();
-  const int kt = threadIdx.x * TV, k = k0 + kt;
+  const int kt = lane * TV, k = k0 + kt;
   if (k >= C) return;                                         // C is a multiple of TV
   Acc b[TV];
 #pragma unroll
@@ -274,8 +279,8 @@ __global__ void __launch_bounds__(256)
   const bool y_aligned = reinterpret_cast<unsigned long long>(y) % (sizeof(T) * TV) == 0;
 
   for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
-    const T* xb = x + n * xn + k;
-    for (int q0 = threadIdx.y * QT; q0 < Q; q0 += blockDim.y * QT) {
+    const T* xb = x + n * xn + (kNCHW ? k * xc : k);          // NHWC: xc = 1
+    for (int q0 = group * QT; q0 < Q; q0 += groups * QT) {
       const int c0 = q0 * SW - pl;
       Acc acc[NS][QT][TV];
 #pragma unroll
@@ -330,11 +335,15 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
               for (int qi = 0; qi < QT; ++qi) {
                 if (q0 + qi >= Q) break;
-                Vec<T, TV> o;
+                if constexpr (kNCHW) {
+                  y[((n * C + k) * P + p0 + pr) * (i64)Q + q0 + qi] = from_acc<T>(acc[slot][qi][0]);
+                } else {
+                  Vec<T, TV> o;
 #pragma unroll
-                for (int v = 0; v < TV; ++v) o.v[v] = from_acc<T>(acc[slot][qi][v]);
-                store_vec<T, TV>(y + ((n * P + p0 + pr) * Q + q0 + qi) * (i64)C + k, o,
-                                 y_aligned);
+                  for (int v = 0; v < TV; ++v) o.v[v] = from_acc<T>(acc[slot][qi][v]);
+                  store_vec<T, TV>(y + ((n * P + p0 + pr) * Q + q0 + qi) * (i64)C + k, o,
+                                   y_aligned);
+                }
               }
             }
 #pragma unroll

@@ -629,8 +629,9 @@ DEPTHWISE_TILE_VECTORS = (8, 16)      # channel vectors of a block: about the fi
                                       # the second where a small map leaves too few items
 
 
-# depthwise_rows_nhwc (NHWC, K = C, aligned channel vectors, no dilation): its forms (R = S,
-# sh = sw) -> (output columns a thread QT, channels a thread TV; TV at most a 16-byte vector).
+# depthwise_rows (K = C, no dilation; in NHWC aligned channel vectors): its forms (R = S, sh =
+# sw) -> (output columns a thread QT, channels a thread TV in NHWC, at most a 16-byte vector;
+# NCHW takes one).
 # 7x7 is not among them: ConvNeXt's 7x7 layers ran slower on it than on the register and
 # tile kernels (tools/depthwise_dev.py, H200, float16 NHWC, batch 32: convnext_tiny.1 96 us
 # against 82, .3 63 against 46; its filter, 49 taps of TV channels, takes the registers).
@@ -816,24 +817,30 @@ def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, ve
 
 
 def depthwise_rows(prob: Problem, vec: int) -> tuple[int, int, int] | None:
-    """depthwise_rows_nhwc's (QT, TV, PS) for `prob` (DEPTHWISE_ROWS, depthwise_rows_strip),
-    or None where the form is not compiled, the problem is not one it takes, or it is a
-    stride-1 layer of fewer than DEPTHWISE_ROWS_MIN_ROWS output rows."""
+    """depthwise_rows's (QT, TV, PS) for `prob` (DEPTHWISE_ROWS, depthwise_rows_strip), or
+    None where the form is not compiled, the problem is not one it takes (in NHWC: x's
+    channels not in aligned 16-byte vectors), or it is a stride-1 layer of fewer than
+    DEPTHWISE_ROWS_MIN_ROWS output rows."""
     form = DEPTHWISE_ROWS.get((prob.S, prob.sw))
+    nhwc = prob.layout == "NHWC"
     if (form is None or prob.R != prob.S or prob.sh != prob.sw or prob.dh != 1 or
-            prob.dw != 1 or prob.layout != "NHWC" or not is_depthwise(prob) or
-            prob.K != prob.C or vec * prob.dtype.itemsize != 16 or
+            prob.dw != 1 or not is_depthwise(prob) or prob.K != prob.C or
+            (nhwc and vec * prob.dtype.itemsize != 16) or
             (prob.sh == 1 and prob.P < DEPTHWISE_ROWS_MIN_ROWS)):
         return None
     qt, tv = form
-    return qt, min(tv, vec), DEPTHWISE_ROWS_STRIP or depthwise_rows_strip(prob)
+    return qt, min(tv, vec) if nhwc else 1, DEPTHWISE_ROWS_STRIP or depthwise_rows_strip(prob)
 
 
 def depthwise_rows_strip(prob: Problem) -> int:
-    """Output rows a block of depthwise_rows_nhwc walks: a longer strip reads fewer halo rows
+    """Output rows a block of depthwise_rows walks: a longer strip reads fewer halo rows
     ((R-1)*sh a strip), a shorter one makes more blocks. Read off tools/depthwise_dev.py
     (strips of 2, 4, 8 and 16 on the 3x3 and 5x5 layers of mobilenet_v2 and efficientnet_b0,
-    H200, batch 32; the fastest in both dtypes where they agree)."""
+    H200, batch 32; the fastest in both dtypes where they agree). NCHW, whose block walks a
+    tile of channels of all columns: 16 rows at stride 1 and 8 at stride 2 (float32:
+    mobilenet_v2.12 16 rows 23.2 us, 8 30.5; .23, stride 2 to 7x7, 8 rows 13.6, 2 15.1)."""
+    if prob.layout == "NCHW":
+        return 16 if prob.sh == 1 else 8
     if prob.sh == 1:
         return 16 if prob.P >= 56 or prob.R >= 5 else 8       # mobilenet_v2.7 and .12
     if prob.R >= 5:
@@ -842,10 +849,10 @@ def depthwise_rows_strip(prob: Problem) -> int:
 
 
 class DepthwiseRowsArgs(NamedTuple):
-    """What a depthwise_rows_nhwc launch reads besides its four pointers and the grid: (N, C,
-    H, W, P, Q, pt, pl, PS), x's element strides (N, C, H, W), the block (channel threads,
-    column groups), its shared memory (the block's filters as Acc) and the tiles (channel
-    tiles, row strips)."""
+    """What a depthwise_rows launch reads besides its four pointers and the grid: (N, C, H, W,
+    P, Q, pt, pl, PS), x's element strides (N, C, H, W), the block (NHWC: channel threads,
+    column groups; NCHW: column groups, channels), its shared memory (the block's filters as
+    Acc) and the tiles (channel tiles, row strips)."""
 
     ints: tuple[int, ...]
     x_strides: tuple[int, int, int, int]
@@ -859,19 +866,24 @@ class DepthwiseRowsArgs(NamedTuple):
         return (*self.tiles, max(1, min(prob.N, MAX_GRID_YZ)))
 
 
-def depthwise_rows_kernel_name(T: str, Acc: str, tv: int, S: int, sw: int, qt: int) -> str:
-    return f"depthwise_rows_nhwc<{T}, {Acc}, {tv}, {S}, {S}, {sw}, {sw}, {qt}>"
+def depthwise_rows_kernel_name(T: str, Acc: str, tv: int, S: int, sw: int, qt: int,
+                               nchw: bool) -> str:
+    return (f"depthwise_rows<{T}, {Acc}, {tv}, {S}, {S}, {sw}, {sw}, {qt}, "
+            f"{str(nchw).lower()}>")
 
 
 def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, int],
                         x_strides) -> Plan:
-    """A block per strip of PS output rows: its column groups down (all of a row where
-    DEPTHWISE_ROWS_THREADS allow, else evenly split passes), its channel threads across (the
-    image's split evenly into tiles that fill the rest of the block)."""
+    """A block per strip of PS output rows and tile of channels. NHWC: the column groups down
+    (all of a row where DEPTHWISE_ROWS_THREADS allow, else evenly split passes), the channel
+    threads across (the image's split evenly into tiles that fill the rest of the block).
+    NCHW: the column groups across (up to a warp's 32, evenly split passes), the channels
+    down, split the same way."""
     qt, tv, ps = form
     T, Acc = CUDA_TYPES[prob.dtype.name]
     lanes, groups = prob.C // tv, -(-prob.Q // qt)
-    rows = min(groups, DEPTHWISE_ROWS_THREADS // min(lanes, 16))
+    nchw = prob.layout == "NCHW"
+    rows = min(groups, 32 if nchw else DEPTHWISE_ROWS_THREADS // min(lanes, 16))
     rows = -(-groups // -(-groups // rows))                  # even passes over the groups
     cap = DEPTHWISE_ROWS_THREADS // rows
     channel_tiles = -(-lanes // cap)
@@ -882,9 +894,10 @@ def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, i
                          f"{MAX_GRID_YZ} strips")
     acc_bytes = 8 if Acc == "double" else 4
     args = DepthwiseRowsArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
-                              ps), tuple(x_strides), (across, rows, 1),
+                              ps), tuple(x_strides),
+                             (rows, across, 1) if nchw else (across, rows, 1),
                              prob.R * prob.S * across * tv * acc_bytes, (channel_tiles, strips))
-    name = depthwise_rows_kernel_name(T, Acc, tv, prob.S, prob.sw, qt)
+    name = depthwise_rows_kernel_name(T, Acc, tv, prob.S, prob.sw, qt, nchw)
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
@@ -2111,9 +2124,10 @@ def specializations() -> list[tuple[str, str]]:
                 for (S, sw), qt in DEPTHWISE_TILE_QT.items():
                     out.add(("depthwise", depthwise_tile_kernel_name(
                         T, Acc, S, sw, qt, DEPTHWISE_TILE_THREAD_BYTES)))
-                for (S, sw), (qt, tv) in DEPTHWISE_ROWS.items():
-                    out.add(("depthwise", depthwise_rows_kernel_name(
-                        T, Acc, min(tv, 16 // prob.dtype.itemsize), S, sw, qt)))
+            for (S, sw), (qt, tv) in DEPTHWISE_ROWS.items():
+                out.add(("depthwise", depthwise_rows_kernel_name(
+                    T, Acc, min(tv, 16 // prob.dtype.itemsize) if layout == "NHWC" else 1,
+                    S, sw, qt, layout == "NCHW")))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
             out.add(("layout", f"transpose_narrow<{T}>"))
