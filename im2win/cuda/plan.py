@@ -779,9 +779,11 @@ def depthwise_tile(prob: Problem, vec: int) -> DepthwiseTile | None:
 
 
 class DepthwiseTileArgs(NamedTuple):
-    """What a depthwise_tile_nhwc launch reads besides its four pointers and the grid: (N, C,
-    H, W, P, Q, pt, pl, PT, QB, CV, column tiles), x's element strides (N, C, H, W), the block,
-    its shared memory and the tiles (channel tiles, row x column tiles)."""
+    """What a depthwise_tile_nhwc or depthwise_rows launch reads besides its four pointers
+    and the grid: its ints (tile: N, C, H, W, P, Q, pt, pl, PT, QB, CV, column tiles; rows: N,
+    C, H, W, P, Q, pt, pl, PS), x's element strides (N, C, H, W), the block (rows: NHWC channel
+    threads by column groups, NCHW column groups by channels), its shared memory and the tiles
+    (channel tiles, then row x column tiles or row strips)."""
 
     ints: tuple[int, ...]
     x_strides: tuple[int, int, int, int]
@@ -790,8 +792,8 @@ class DepthwiseTileArgs(NamedTuple):
     tiles: tuple[int, int]
 
     def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
-        """(channel tiles, row x column tiles, images): a block per tile of an image (the
-        kernel loops past 65535 images)."""
+        """(channel tiles, row x column tiles or strips, images): a block per tile of an
+        image (the kernels loop past 65535 images)."""
         return (*self.tiles, max(1, min(prob.N, MAX_GRID_YZ)))
 
 
@@ -848,24 +850,6 @@ def depthwise_rows_strip(prob: Problem) -> int:
     return 2 if prob.P <= 7 else 4 if prob.P <= 14 else 8      # mobilenet_v2.23, .14, .9
 
 
-class DepthwiseRowsArgs(NamedTuple):
-    """What a depthwise_rows launch reads besides its four pointers and the grid: (N, C, H, W,
-    P, Q, pt, pl, PS), x's element strides (N, C, H, W), the block (NHWC: channel threads,
-    column groups; NCHW: column groups, channels), its shared memory (the block's filters as
-    Acc) and the tiles (channel tiles, row strips)."""
-
-    ints: tuple[int, ...]
-    x_strides: tuple[int, int, int, int]
-    block: tuple[int, int, int]
-    smem: int
-    tiles: tuple[int, int]
-
-    def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
-        """(channel tiles, row strips, images): a block per strip of an image (the kernel
-        loops past 65535 images)."""
-        return (*self.tiles, max(1, min(prob.N, MAX_GRID_YZ)))
-
-
 def depthwise_rows_kernel_name(T: str, Acc: str, tv: int, S: int, sw: int, qt: int,
                                nchw: bool) -> str:
     return (f"depthwise_rows<{T}, {Acc}, {tv}, {S}, {S}, {sw}, {sw}, {qt}, "
@@ -881,22 +865,22 @@ def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, i
     down, split the same way."""
     qt, tv, ps = form
     T, Acc = CUDA_TYPES[prob.dtype.name]
-    lanes, groups = prob.C // tv, -(-prob.Q // qt)
+    lanes, groups = prob.C // tv, -(-prob.Q // qt)    # channel threads, column groups
     nchw = prob.layout == "NCHW"
-    rows = min(groups, 32 if nchw else DEPTHWISE_ROWS_THREADS // min(lanes, 16))
-    rows = -(-groups // -(-groups // rows))                  # even passes over the groups
-    cap = DEPTHWISE_ROWS_THREADS // rows
-    channel_tiles = -(-lanes // cap)
-    across = -(-lanes // channel_tiles)
+    columns = min(groups, 32 if nchw else DEPTHWISE_ROWS_THREADS // min(lanes, 16))
+    columns = -(-groups // -(-groups // columns))           # even passes over the groups
+    channel_tiles = -(-lanes // (DEPTHWISE_ROWS_THREADS // columns))
+    channels = -(-lanes // channel_tiles)                   # channel threads a block
     strips = -(-prob.P // ps)
     if strips > MAX_GRID_YZ:
         raise ValueError(f"algorithm='depthwise' splits P = {prob.P} into more than "
                          f"{MAX_GRID_YZ} strips")
     acc_bytes = 8 if Acc == "double" else 4
-    args = DepthwiseRowsArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
+    args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
                               ps), tuple(x_strides),
-                             (rows, across, 1) if nchw else (across, rows, 1),
-                             prob.R * prob.S * across * tv * acc_bytes, (channel_tiles, strips))
+                             (columns, channels, 1) if nchw else (channels, columns, 1),
+                             prob.R * prob.S * channels * tv * acc_bytes,
+                             (channel_tiles, strips))
     name = depthwise_rows_kernel_name(T, Acc, tv, prob.S, prob.sw, qt, nchw)
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
@@ -904,10 +888,10 @@ def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, i
 def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                    arch: int | None = None) -> Plan:
     """The depthwise kernels' plan (any stride, padding, dilation; m = K/C filters per
-    channel): depthwise_tile_nhwc where `depthwise_tile` takes the problem and Options.smem
-    is on (DepthwiseTileArgs: a block per tile), else depthwise_nhwc or depthwise_nchw
-    (DepthwiseArgs: the launch layer sizes the grid to the device); the kernel, block, shared
-    memory and scalar arguments."""
+    channel): with Options.smem on, depthwise_rows where `depthwise_rows` takes the problem,
+    else depthwise_tile_nhwc where `depthwise_tile` does (DepthwiseTileArgs: a block per tile
+    or strip); else depthwise_nhwc or depthwise_nchw (DepthwiseArgs: the launch layer sizes
+    the grid to the device); the kernel, block, shared memory and scalar arguments."""
     vec = depthwise_vector(prob, x_strides, x_aligned)
     if not (is_depthwise(prob) or small_groups(prob, vec)):
         raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
