@@ -954,6 +954,15 @@ The eleven shapes: 541 -> 390 µs in float32 NCHW (cuDNN 685) and 555 -> 358 in 
 1.47x one call at a time, 1.38x -> 1.55x back to back, its slowest layer 0.88x -> 1.04x; the
 layers' best rate 1.88 -> 2.47 TB/s.
 
+**ConvNeXt's 7x7 on Tensor Cores** (`depthwise_mma_nhwc`, docs/design.md; float16 and
+bfloat16 NHWC, stride 1, maps of at least 28 output rows). `--variants tile,mma` in float16 NHWC
+(`logs/depthwise-mma-dev.log`, "tile" the planner's choice before it): convnext_tiny.1 81.5 ->
+**67.5** µs (cuDNN 70.7), .3 46.4 -> **40.6** (43.2); forced onto the smaller maps and filters it
+lost (.5 26.8 -> 40.2, .7 25.2 -> 58.6, efficientnet_b0.18 29.1 -> 44.2, mobilenet_v2.7 31.9 ->
+84.2), which "auto" does not give it. ConvNeXt's six 7x7 calls a pass on the two large maps
+(three each) go from 383 to 324 µs against cuDNN's 342; the suite's float16 columns above were
+measured before it. Its bfloat16 form passed the same tests; it was not timed.
+
 **The copy's own rate.** `python3 tools/copy_bandwidth.py` (`logs/copy-bandwidth.log`; H200,
 replayed from CUDA graphs, sources cycled out of the L2 cache) moved (read plus written)
 

@@ -633,8 +633,14 @@ def test_depthwise_matches_reference(rng, monkeypatch, layout, dtype, x_shape, w
     monkeypatch.setattr(cuda, "_calls", {})
     run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
     if layout == "NHWC":
-        # depthwise_tile_nhwc where it takes the problem (every form, rows off), and with
-        # threads of the other width (8 bytes of channels, or 16)
+        # depthwise_mma_nhwc (16-bit types on Tensor Cores) on every stride-1 form
+        monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_FILTERS", cuda_plan.DEPTHWISE_MMA_FORMS)
+        monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_MIN_ROWS", 0)
+        monkeypatch.setattr(cuda, "_calls", {})
+        run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
+        # depthwise_tile_nhwc where it takes the problem (every form, rows and mma off), and
+        # with threads of the other width (8 bytes of channels, or 16)
+        monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_FILTERS", ())
         monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS", {})
         for width in (0, 24 - cuda_plan.DEPTHWISE_TILE_THREAD_BYTES):
             if width:

@@ -393,7 +393,35 @@ def test_depthwise_problems_get_their_own_kernel():
     wide = problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96, layout="NHWC",
                    padding=3)                                       # convnext_tiny.1: a large
     assert depthwise_tile(wide, 8) is None                         # map keeps the registers
-    assert plan_for(wide).kernel == "depthwise_nhwc<half_t, float, 8, 1, 8, 7, 1>"
+    assert plan_for(wide, options=Options(tensor_cores=False)).kernel == \
+        "depthwise_nhwc<half_t, float, 8, 1, 8, 7, 1>"
+
+
+def test_depthwise_7x7_16_bit_layers_of_large_maps_take_tensor_cores():
+    wide = problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96, layout="NHWC",
+                   padding=3)                                       # convnext_tiny.1
+    plan = plan_for(wide)
+    assert plan.kernel == "depthwise_mma_nhwc<half_t, 7>"
+    # 6 tiles of 16 channels; 4 x 2 tiles of 16 rows x 32 columns; 128 threads
+    assert plan.geometry.ints == (32, 96, 56, 56, 56, 56, 3, 3, 2)
+    assert plan.geometry.tiles == (6, 8) and plan.geometry.block == (128, 1, 1)
+    assert plan.geometry.smem == (16 * 22 * 40 + 16 * 32 * 16 + 16 * 49) * 2
+    bf16 = problem((32, 28, 28, 192), (192, 7, 7, 1), ml_dtypes.bfloat16, groups=192,
+                   layout="NHWC", padding=3)                        # convnext_tiny.3
+    assert plan_for(bf16).kernel == "depthwise_mma_nhwc<bf16_t, 7>"
+    small = problem((32, 14, 14, 384), (384, 7, 7, 1), np.float16, groups=384, layout="NHWC",
+                    padding=3)                                      # convnext_tiny.5: the tile
+    assert plan_for(small).kernel.startswith("depthwise_tile_nhwc<")
+    for other in (problem((32, 56, 56, 96), (96, 7, 7, 1), np.float32, groups=96,
+                          layout="NHWC", padding=3),                # float32: CUDA cores
+                  problem((32, 96, 56, 56), (96, 1, 7, 7), np.float16, groups=96, padding=3),
+                  problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96,
+                          layout="NHWC", padding=3, stride=2)):
+        assert not plan_for(other).kernel.startswith("depthwise_mma_nhwc<")
+    assert not plan_for(wide, x_aligned=False).kernel.startswith("depthwise_mma_nhwc<")
+    assert not plan_for(wide, options=Options(smem=False)).kernel.startswith(
+        "depthwise_mma_nhwc<")
+    assert plan.kernel in {expr for _, expr in specializations()}
 
 
 def test_depthwise_rows_take_large_maps_and_strides_of_2():

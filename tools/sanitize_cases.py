@@ -11,7 +11,8 @@ filter and ping-pong consumers, split-K, a stem over its window columns, float32
 depthwise kernels' forms (each register window and the general one, a channel multiplier,
 tails, groups of 2, 4 and 8 channels in NHWC; the planner's rows or (NHWC) tile kernel, the
 register windows reading x in place, then the rows kernel in strips of 3 on every map it has a
-form for) in every dtype and both layouts; with ``narrow``,
+form for, and for 16-bit NHWC the Tensor-Core kernel on every stride-1 form) in every dtype and
+both layouts; with ``narrow``,
 narrow.cu's stems and groups (both 16-bit types, vector and element copies); with
 ``pointwise``, pointwise.cu's 1x1 forms (both 16-bit types, x in place and a channel slice, y
 and w off 16 bytes); with ``tf32``,
@@ -164,6 +165,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
 cuda_plan.narrow_wgmma_pays = pays
 cuda._calls.clear()
 ROWS_MIN = cuda_plan.DEPTHWISE_ROWS_MIN_ROWS
+MMA_FILTERS = cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS
 for layout in ("NCHW", "NHWC"):
     if not runs("depthwise"):
         break
@@ -175,13 +177,19 @@ for layout in ("NCHW", "NHWC"):
             x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
         # the planner's (rows or, in NHWC, tile kernel), the register windows, then the rows
         # kernel on every map it has a form for, in strips of 3 output rows
-        for options, rows in ((None, False), (Options(smem=False), False), (None, True)):
+        for options, rows in ((None, False), (Options(smem=False), False), (None, True),
+                              (None, "mma")):
+            if rows == "mma" and (layout == "NCHW" or np.dtype(dtype).itemsize != 2):
+                continue
             cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = \
-                (0, 3) if rows else (ROWS_MIN, None)
+                (0, 3) if rows is True else (ROWS_MIN, None)
+            cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS = \
+                (cuda_plan.DEPTHWISE_MMA_FORMS, 0) if rows == "mma" else MMA_FILTERS
             cuda._calls.clear()
             im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), layout=layout,
                           groups=x_shape[1], algorithm="depthwise", options=options, **kwargs)
 cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = ROWS_MIN, None
+cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS = MMA_FILTERS
 cuda._calls.clear()
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):

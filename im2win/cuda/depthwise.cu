@@ -486,3 +486,129 @@ __global__ void __launch_bounds__(256)
     __syncthreads();                                    // before the window is refilled
   }
 }
+
+// depthwise_mma_nhwc: the NHWC form of groups = C = K for 16-bit T on Tensor Cores (mma.sync
+// m16n8k16, FP32 accumulators), for filters of R_ x R_ at stride 1 (no dilation), R_ <= 9,
+// where x's channels come in aligned 16-byte vectors (the planner checks). The layer's
+// arithmetic, which bounds the CUDA-core kernels on 7x7 filters, runs as small matrix
+// products: for one channel and filter row r, 16 output rows x 8 output columns are
+//   Y[m][j] += sum_t X[m + r][j0 + t] * B_r[t][j],  B_r[t][j] = w[r][t - j] (0 <= t-j < R_),
+// an m16n8k16 product whose k runs over 16 input columns (the 8 + R_ - 1 under the 8 outputs,
+// the rest with zero weights): each output still sums its filter rows in order, each row's
+// taps inside the product.
+//
+// A block (128 threads, 4 warps) owns TC = 16 channels of an output tile of 16 rows x 32
+// columns of image blockIdx.z (and + gridDim.z, ...):
+//   1. its input window, 16 + R_ - 1 rows x 40 columns (zeros outside the map), into shared
+//      memory as one plane a channel, [c][row][column] (16-byte loads of 8 channels, stored
+//      element by element into their planes; rows of 40 elements, 80 bytes, so the 8 rows
+//      of an ldmatrix hit distinct banks); its filters as [c][r*R_ + s];
+//   2. warp w takes channels w, w + 4, w + 8, w + 12; for each, B_r's fragments from the
+//      filters (built once), then for each filter row and each of the 4 column blocks an
+//      ldmatrix.x4 of A (16 rows from row r, 16 columns from the block's first) and an mma;
+//   3. the results (plus bias, converted to T) into a second shared buffer as [pixel][c],
+//      then 16-byte stores of 8 channels to y (NHWC, contiguous; scalar stores where `out`
+//      is one element off a vector). Rows past P, columns past Q and channels past C are
+//      skipped.
+template <typename T, int R_>
+__global__ void __launch_bounds__(128)
+    depthwise_mma_nhwc(const T* __restrict__ x, const T* __restrict__ w,
+                       const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H,
+                       int W, int P, int Q, int pt, int pl, int col_tiles, i64 xn, i64 xc,
+                       i64 xh, i64 xw) {
+  constexpr int TC = 16, PT = 16, QB = 32, IH = PT + R_ - 1, PITCH = QB + 8, RS = R_ * R_;
+  static_assert(R_ <= 9, "8 outputs and R_ - 1 more input columns within k = 16");
+  extern __shared__ __align__(16) unsigned char depthwise_smem[];
+  unsigned short* planes = reinterpret_cast<unsigned short*>(depthwise_smem);  // [TC][IH][PITCH]
+  unsigned short* out = planes + TC * IH * PITCH;                             // [PT*QB][TC]
+  unsigned short* wsm = out + PT * QB * TC;                                   // [TC][RS]
+  const int c0 = blockIdx.x * TC;
+  const int tp = blockIdx.y / col_tiles, tq = blockIdx.y - tp * col_tiles;
+  const int p0 = tp * PT, q0 = tq * QB;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool y_aligned = reinterpret_cast<unsigned long long>(y) % 16 == 0;
+
+  for (int i = tid; i < TC * RS; i += 128) {                  // the filters, in order
+    const int k = c0 + i / RS;
+    wsm[i] = k < C ? reinterpret_cast<const unsigned short*>(w)[(i64)c0 * RS + i] : 0;
+  }
+  const int h0 = p0 - pt, w0 = q0 - pl;
+  for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
+    const T* xb = x + n * xn;
+    // 1. The window: pixel (i, j) of the tile, 8 channels v*8.. as one 16-byte load.
+#pragma unroll 4
+    for (int idx = tid; idx < IH * PITCH * 2; idx += 128) {
+      const int v = idx & 1, pix = idx >> 1, i = pix / PITCH, j = pix - i * PITCH;
+      const int h = h0 + i, col = w0 + j, k = c0 + v * 8;
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (h >= 0 && h < H && col >= 0 && col < W && k < C)
+        raw = *reinterpret_cast<const uint4*>(xb + h * xh + col * xw + k);
+      const unsigned short* e = reinterpret_cast<const unsigned short*>(&raw);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) planes[((v * 8 + u) * IH + i) * PITCH + j] = e[u];
+    }
+    __syncthreads();
+
+    // 2. Each warp's channels: B_r's fragments, then 7 x 4 ldmatrix + mma.
+    const int g = lane >> 2, t2 = (lane & 3) * 2;             // fragment row / column pair
+    const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
+    for (int cl = warp; cl < TC; cl += 4) {
+      const unsigned short* f = wsm + cl * RS;
+      float acc[4][4];
+#pragma unroll
+      for (int cb = 0; cb < 4; ++cb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[cb][e] = 0.f;
+      const unsigned short* plane = planes + cl * IH * PITCH;
+#pragma unroll
+      for (int r = 0; r < R_; ++r) {
+        // B_r[t][g] for t = t2, t2 + 1 (b[0]) and t2 + 8, t2 + 9 (b[1]): w[r][t - g] or 0.
+        unsigned b[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int s0 = t2 + half * 8 - g, s1 = s0 + 1;
+          const unsigned lo = s0 >= 0 && s0 < R_ ? f[r * R_ + s0] : 0;
+          const unsigned hi = s1 >= 0 && s1 < R_ ? f[r * R_ + s1] : 0;
+          b[half] = lo | (hi << 16);
+        }
+#pragma unroll
+        for (int cb = 0; cb < 4; ++cb) {
+          unsigned a[4];
+          const unsigned address = (unsigned)__cvta_generic_to_shared(
+              plane + (arow + r) * PITCH + cb * 8 + acol);
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                       : "r"(address));
+          mma_m16n8k16<T>(acc[cb], a, b);
+        }
+      }
+      // 3a. Into the output buffer: rows g and g + 8, columns cb*8 + t2 and + 1.
+      const int k = c0 + cl;
+      const float bk = bias && k < C ? to_acc(bias[k], float()) : 0.f;
+#pragma unroll
+      for (int cb = 0; cb < 4; ++cb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = g + (e >> 1) * 8, col = cb * 8 + t2 + (e & 1);
+          out[(row * QB + col) * TC + cl] = from_acc<T>(acc[cb][e] + bk).bits;
+        }
+    }
+    __syncthreads();
+
+    // 3b. 8 channels of a pixel a store.
+    for (int idx = tid; idx < PT * QB * 2; idx += 128) {
+      const int v = idx & 1, pix = idx >> 1, row = pix / QB, col = pix - row * QB;
+      const int p = p0 + row, q = q0 + col, k = c0 + v * 8;
+      if (p >= P || q >= Q || k >= C) continue;
+      T* dst = y + ((n * P + p) * Q + q) * (i64)C + k;
+      const unsigned short* src = out + pix * TC + v * 8;
+      if (y_aligned) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      } else {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) reinterpret_cast<unsigned short*>(dst)[u] = src[u];
+      }
+    }
+    __syncthreads();                                          // before the window is refilled
+  }
+}

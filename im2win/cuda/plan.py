@@ -649,6 +649,21 @@ DEPTHWISE_ROWS_STRIP = None           # output rows a block's strip (None: depth
 DEPTHWISE_ROWS_THREADS = 256          # a block's threads, at most
 
 
+# depthwise_mma_nhwc (float16 and bfloat16 NHWC, K = C, stride 1, no dilation, aligned channel
+# vectors, on Tensor Cores): its forms (R = S), and those "auto" gives it on output maps of at
+# least DEPTHWISE_MMA_MIN_ROWS rows. tools/depthwise_dev.py (H200, float16 NHWC, batch 32, GPU
+# us replayed from CUDA graphs; the kernels before it -> it, cuDNN): convnext_tiny.1 (7x7,
+# 56x56) 81.5 -> 67.5 (70.7), .3 (28x28) 46.4 -> 40.6 (43.2); slower where its 16 x 32 output
+# tile is mostly past the map, .5 (14x14) 26.8 -> 40.2, .7 (7x7) 25.2 -> 58.6, and on 5x5 and
+# 3x3, whose few products do not pay for the window's transposing copy (efficientnet_b0.18,
+# 5x5 at 28x28, 29.1 -> 44.2; mobilenet_v2.7, 3x3 at 56x56, 31.9 -> 84.2).
+DEPTHWISE_MMA_FORMS = (3, 5, 7)
+DEPTHWISE_MMA_FILTERS = (7,)
+DEPTHWISE_MMA_MIN_ROWS = 28
+DEPTHWISE_MMA_TILE = (16, 16, 32)     # the kernel's channels, output rows and columns a block
+DEPTHWISE_MMA_THREADS = 128
+
+
 DEPTHWISE_GROUPS = (2, 4, 8)          # channels per group the kernel also takes (NHWC, K = C)
 # ... and those "auto" gives it: resnext50_32x4d's 3x3 of 4 channels per group (float16 NHWC,
 # batch 32, H200) took 71 us on it against 743 on the im2win kernel, but those of 8 took 169
@@ -818,6 +833,39 @@ def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, ve
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
+def depthwise_mma(prob: Problem, options: Options, vec: int) -> bool:
+    """Whether depthwise_mma_nhwc takes `prob` (DEPTHWISE_MMA_FILTERS, DEPTHWISE_MMA_MIN_ROWS)."""
+    return (options.tensor_cores and prob.dtype.name in TENSOR_CORE_DTYPES and
+            prob.layout == "NHWC" and is_depthwise(prob) and prob.K == prob.C and
+            prob.R == prob.S and prob.R in DEPTHWISE_MMA_FILTERS and
+            prob.R in DEPTHWISE_MMA_FORMS and prob.sh == prob.sw == 1
+            and prob.dh == prob.dw == 1 and vec * prob.dtype.itemsize == 16 and
+            prob.P >= DEPTHWISE_MMA_MIN_ROWS)
+
+
+def depthwise_mma_kernel_name(T: str, R: int) -> str:
+    return f"depthwise_mma_nhwc<{T}, {R}>"
+
+
+def depthwise_mma_plan(prob: Problem, options: Options, x_strides) -> Plan:
+    """A block per tile of 16 channels x 16 output rows x 32 columns of an image; its shared
+    memory: the input window as one plane a channel (rows of 40 elements), the output tile,
+    the filters."""
+    channels, rows, cols = DEPTHWISE_MMA_TILE
+    col_tiles = -(-prob.Q // cols)
+    tiles = (-(-prob.C // channels), -(-prob.P // rows) * col_tiles)
+    if tiles[1] > MAX_GRID_YZ:
+        raise ValueError(f"algorithm='depthwise' tiles P x Q = {prob.P} x {prob.Q} into more "
+                         f"than {MAX_GRID_YZ} blocks")
+    window = channels * (rows + prob.R - 1) * (cols + 8)
+    smem = (window + rows * cols * channels + channels * prob.R * prob.S) * 2
+    args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
+                              col_tiles), tuple(x_strides), (DEPTHWISE_MMA_THREADS, 1, 1),
+                             smem, tiles)
+    name = depthwise_mma_kernel_name(CUDA_TYPES[prob.dtype.name][0], prob.R)
+    return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
+
+
 def depthwise_rows(prob: Problem, vec: int) -> tuple[int, int, int] | None:
     """depthwise_rows's (QT, TV, PS) for `prob` (DEPTHWISE_ROWS, depthwise_rows_strip), or
     None where the form is not compiled, the problem is not one it takes (in NHWC: x's
@@ -898,6 +946,8 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                          f"filter) or, in NHWC, K == C with C/groups in {DEPTHWISE_GROUPS} and "
                          f"x's channels contiguous and aligned; got C={prob.C}, K={prob.K}, "
                          f"groups={prob.G}")
+    if options.smem and depthwise_mma(prob, options, vec):
+        return depthwise_mma_plan(prob, options, x_strides)
     rows = depthwise_rows(prob, vec) if options.smem else None
     if rows is not None:
         return depthwise_rows_plan(prob, options, rows, x_strides)
@@ -2108,6 +2158,9 @@ def specializations() -> list[tuple[str, str]]:
                 for (S, sw), qt in DEPTHWISE_TILE_QT.items():
                     out.add(("depthwise", depthwise_tile_kernel_name(
                         T, Acc, S, sw, qt, DEPTHWISE_TILE_THREAD_BYTES)))
+            if layout == "NHWC" and dtype in TENSOR_CORE_DTYPES:
+                for R in DEPTHWISE_MMA_FORMS:
+                    out.add(("depthwise", depthwise_mma_kernel_name(T, R)))
             for (S, sw), (qt, tv) in DEPTHWISE_ROWS.items():
                 out.add(("depthwise", depthwise_rows_kernel_name(
                     T, Acc, min(tv, 16 // prob.dtype.itemsize) if layout == "NHWC" else 1,
