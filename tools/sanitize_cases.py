@@ -165,7 +165,7 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
 cuda_plan.narrow_wgmma_pays = pays
 cuda._calls.clear()
 ROWS_MIN = cuda_plan.DEPTHWISE_ROWS_MIN_ROWS
-MMA_FILTERS = cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS
+MMA_PLANNED = cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS
 for layout in ("NCHW", "NHWC"):
     if not runs("depthwise"):
         break
@@ -175,8 +175,9 @@ for layout in ("NCHW", "NHWC"):
                    (x_shape, w_shape, w_shape[0]))
         if layout == "NHWC":
             x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
-        # the planner's (rows or, in NHWC, tile kernel), the register windows, then the rows
-        # kernel on every map it has a form for, in strips of 3 output rows
+        # the planner's (rows or, in NHWC, tile kernel), the register windows, the rows
+        # kernel on every map it has a form for, in strips of 3 output rows, then (16-bit
+        # NHWC) the Tensor-Core kernel on every stride-1 form
         for options, rows in ((None, False), (Options(smem=False), False), (None, True),
                               (None, "mma")):
             if rows == "mma" and (layout == "NCHW" or np.dtype(dtype).itemsize != 2):
@@ -184,12 +185,12 @@ for layout in ("NCHW", "NHWC"):
             cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = \
                 (0, 3) if rows is True else (ROWS_MIN, None)
             cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS = \
-                (cuda_plan.DEPTHWISE_MMA_FORMS, 0) if rows == "mma" else MMA_FILTERS
+                (cuda_plan.DEPTHWISE_MMA_FORMS, 0) if rows == "mma" else MMA_PLANNED
             cuda._calls.clear()
             im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), layout=layout,
                           groups=x_shape[1], algorithm="depthwise", options=options, **kwargs)
 cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = ROWS_MIN, None
-cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS = MMA_FILTERS
+cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS = MMA_PLANNED
 cuda._calls.clear()
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
