@@ -1036,8 +1036,9 @@ def depthwise_bandwidth(paths) -> str:
               f". At {target:.1f} TB/s a 7x7 layer (ConvNeXt: 49 multiply-adds an output, "
               f"about one input and one output element moved an output) computes "
               f"{need32:.0f} TFLOPS in float32, within the 67 TFLOPS FP32 peak (room this "
-              f"kernel does not use yet), and {need16:.0f} in float16, which this library "
-              f"accumulates in FP32: above that peak. The small maps (7x7 and 14x14, "
+              f"kernel does not use yet), and {need16:.0f} in float16, accumulated in FP32: "
+              f"above that peak on CUDA cores (the large maps' 7x7 layers now run on Tensor "
+              f"Cores, below). The small maps (7x7 and 14x14, "
               f"{min(m for m, _ in small):.0f}-{max(m for m, _ in small):.0f} MB) take "
               f"{min(t for _, t in small):.0f}-{max(t for _, t in small):.0f} µs a call, in which "
               f"a call's fixed costs weigh more.", ""]
