@@ -396,6 +396,40 @@ def test_depthwise_problems_get_their_own_kernel():
     assert plan_for(wide, options=Options(tensor_cores=False)).kernel == \
         "depthwise_nhwc<half_t, float, 8, 1, 8, 7, 1>"
 
+    for odd in (problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC",
+                        dilation=2),                                # dilation: not compiled
+                problem((2, 9, 9, 32), (32, 3, 5, 1), np.float16, groups=32, layout="NHWC"),
+                problem((2, 9, 9, 32), (64, 3, 3, 1), np.float16, groups=32, layout="NHWC")):
+        assert depthwise_tile(odd, 8) is None and plan_for(odd).kernel.startswith(
+            "depthwise_nhwc<")
+    mult = problem((2, 5, 9, 9), (10, 1, 3, 3), groups=5, stride=2)         # m = 2, NCHW
+    assert plan_for(mult).kernel == "depthwise_nchw<float, float, 2, 3, 2>"
+    dilated = problem((2, 5, 9, 9), (5, 1, 3, 3), groups=5, dilation=(1, 2))  # general form
+    assert plan_for(dilated).kernel == "depthwise_nchw<float, float, 4, 0, 0>"
+    single = problem((2, 1, 9, 9), (8, 1, 3, 3))                            # C = 1, G = 1
+    assert plan_for(single).algorithm == "im2win_fused"
+    assert plan_for(single, algorithm="depthwise").algorithm == "depthwise"
+    with pytest.raises(ValueError, match="groups == C"):
+        plan_for(problem((2, 4, 9, 9), (8, 2, 3, 3), groups=2), algorithm="depthwise")
+    grouped = problem((2, 9, 9, 64), (64, 3, 3, 4), np.float16, groups=16, layout="NHWC")
+    assert plan_for(grouped).kernel == "depthwise_nhwc<half_t, float, 8, 4, 4, 3, 1>"
+    eights = problem((2, 9, 9, 64), (64, 3, 3, 8), np.float16, groups=8, layout="NHWC")
+    assert plan_for(eights).algorithm == "narrow"                   # narrow.cu's groups
+    forced = plan_for(eights, algorithm="depthwise")
+    assert forced.kernel.startswith("depthwise_nhwc<half_t, float, 8, 8,")
+    assert plan_for(grouped, x_aligned=False).algorithm == "im2win_fused"   # no vectors
+    with pytest.raises(ValueError, match="C/groups in"):
+        plan_for(grouped, x_aligned=False, algorithm="depthwise")
+    assert plan_for(problem((2, 9, 9, 64), (64, 3, 3, 16), np.float16, groups=4,
+                            layout="NHWC")).algorithm == "narrow"
+    for other in (problem((2, 9, 9, 64), (64, 3, 3, 32), np.float16, groups=2, layout="NHWC"),
+                  problem((2, 9, 9, 64), (128, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
+                  problem((2, 64, 9, 9), (64, 4, 3, 3), np.float16, groups=16)):
+        assert plan_for(other).algorithm == "im2win_fused"     # 32 per group, K != C, NCHW
+    compiled = {expr for _, expr in specializations()}
+    assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel,
+            plan_for(grouped).kernel} <= compiled
+
 
 def test_depthwise_7x7_16_bit_layers_of_large_maps_take_tensor_cores():
     wide = problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96, layout="NHWC",
@@ -465,39 +499,6 @@ def test_depthwise_rows_take_large_maps_and_strides_of_2():
         assert not plan_for(other).kernel.startswith("depthwise_rows<")
     compiled = {expr for _, expr in specializations()}
     assert {plan_for(wide).kernel, plan_for(strided).kernel, plan_for(five).kernel} <= compiled
-    for odd in (problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC",
-                        dilation=2),                                # dilation: not compiled
-                problem((2, 9, 9, 32), (32, 3, 5, 1), np.float16, groups=32, layout="NHWC"),
-                problem((2, 9, 9, 32), (64, 3, 3, 1), np.float16, groups=32, layout="NHWC")):
-        assert depthwise_tile(odd, 8) is None and plan_for(odd).kernel.startswith(
-            "depthwise_nhwc<")
-    mult = problem((2, 5, 9, 9), (10, 1, 3, 3), groups=5, stride=2)         # m = 2, NCHW
-    assert plan_for(mult).kernel == "depthwise_nchw<float, float, 2, 3, 2>"
-    dilated = problem((2, 5, 9, 9), (5, 1, 3, 3), groups=5, dilation=(1, 2))  # general form
-    assert plan_for(dilated).kernel == "depthwise_nchw<float, float, 4, 0, 0>"
-    single = problem((2, 1, 9, 9), (8, 1, 3, 3))                            # C = 1, G = 1
-    assert plan_for(single).algorithm == "im2win_fused"
-    assert plan_for(single, algorithm="depthwise").algorithm == "depthwise"
-    with pytest.raises(ValueError, match="groups == C"):
-        plan_for(problem((2, 4, 9, 9), (8, 2, 3, 3), groups=2), algorithm="depthwise")
-    grouped = problem((2, 9, 9, 64), (64, 3, 3, 4), np.float16, groups=16, layout="NHWC")
-    assert plan_for(grouped).kernel == "depthwise_nhwc<half_t, float, 8, 4, 4, 3, 1>"
-    eights = problem((2, 9, 9, 64), (64, 3, 3, 8), np.float16, groups=8, layout="NHWC")
-    assert plan_for(eights).algorithm == "narrow"                   # narrow.cu's groups
-    forced = plan_for(eights, algorithm="depthwise")
-    assert forced.kernel.startswith("depthwise_nhwc<half_t, float, 8, 8,")
-    assert plan_for(grouped, x_aligned=False).algorithm == "im2win_fused"   # no vectors
-    with pytest.raises(ValueError, match="C/groups in"):
-        plan_for(grouped, x_aligned=False, algorithm="depthwise")
-    assert plan_for(problem((2, 9, 9, 64), (64, 3, 3, 16), np.float16, groups=4,
-                            layout="NHWC")).algorithm == "narrow"
-    for other in (problem((2, 9, 9, 64), (64, 3, 3, 32), np.float16, groups=2, layout="NHWC"),
-                  problem((2, 9, 9, 64), (128, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
-                  problem((2, 64, 9, 9), (64, 4, 3, 3), np.float16, groups=16)):
-        assert plan_for(other).algorithm == "im2win_fused"     # 32 per group, K != C, NCHW
-    compiled = {expr for _, expr in specializations()}
-    assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel,
-            plan_for(grouped).kernel} <= compiled
 
 
 def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():

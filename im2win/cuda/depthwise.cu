@@ -35,9 +35,12 @@
 // output row of the strip it lies under; x is read once per strip instead of once per output
 // row and filter row.
 //
-// NHWC small maps (depthwise_tile_nhwc, at the end of this file: K = C, 16-byte channel
-// vectors, no dilation): a block copies its output tile's input window into shared memory and
-// its threads take their register windows from there.
+// NHWC small maps (depthwise_tile_nhwc, after depthwise_rows: K = C, 16-byte channel vectors,
+// no dilation): a block copies its output tile's input window into shared memory and its
+// threads take their register windows from there.
+//
+// NHWC 16-bit types at stride 1 on Tensor Cores (depthwise_mma_nhwc, at the end of this file):
+// a channel's filter row as a banded matrix, one mma.sync per filter row and 16 x 8 outputs.
 
 template <typename T, int VEC> struct Vec {
   T v[VEC];

@@ -794,11 +794,11 @@ def depthwise_tile(prob: Problem, vec: int) -> DepthwiseTile | None:
 
 
 class DepthwiseTileArgs(NamedTuple):
-    """What a depthwise_tile_nhwc or depthwise_rows launch reads besides its four pointers
-    and the grid: its ints (tile: N, C, H, W, P, Q, pt, pl, PT, QB, CV, column tiles; rows: N,
-    C, H, W, P, Q, pt, pl, PS), x's element strides (N, C, H, W), the block (rows: NHWC channel
-    threads by column groups, NCHW column groups by channels), its shared memory and the tiles
-    (channel tiles, then row x column tiles or row strips)."""
+    """What a depthwise_tile_nhwc, depthwise_rows or depthwise_mma_nhwc launch reads besides
+    its four pointers and the grid: its ints (N, C, H, W, P, Q, pt, pl, then tile: PT, QB, CV,
+    column tiles; rows: PS; mma: column tiles), x's element strides (N, C, H, W), the block
+    (rows: NHWC channel threads by column groups, NCHW column groups by channels), its shared
+    memory and the tiles (channel tiles, then row x column tiles or row strips)."""
 
     ints: tuple[int, ...]
     x_strides: tuple[int, int, int, int]
@@ -936,10 +936,11 @@ def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, i
 def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                    arch: int | None = None) -> Plan:
     """The depthwise kernels' plan (any stride, padding, dilation; m = K/C filters per
-    channel): with Options.smem on, depthwise_rows where `depthwise_rows` takes the problem,
-    else depthwise_tile_nhwc where `depthwise_tile` does (DepthwiseTileArgs: a block per tile
-    or strip); else depthwise_nhwc or depthwise_nchw (DepthwiseArgs: the launch layer sizes
-    the grid to the device); the kernel, block, shared memory and scalar arguments."""
+    channel): with Options.smem on, depthwise_mma_nhwc where `depthwise_mma` takes the
+    problem, else depthwise_rows where `depthwise_rows` does, else depthwise_tile_nhwc where
+    `depthwise_tile` does (DepthwiseTileArgs: a block per tile or strip); else depthwise_nhwc
+    or depthwise_nchw (DepthwiseArgs: the launch layer sizes the grid to the device); the
+    kernel, block, shared memory and scalar arguments."""
     vec = depthwise_vector(prob, x_strides, x_aligned)
     if not (is_depthwise(prob) or small_groups(prob, vec)):
         raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
