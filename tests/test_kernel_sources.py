@@ -112,8 +112,11 @@ def constexpr(file: str, name: str) -> int:
 
 def test_python_constants_match_the_kernel_files():
     """The sizes the Python side plans with that a kernel file also fixes: the same values."""
-    from im2win.cuda import wgrad
+    from im2win.cuda import plan, wgrad
     assert wgrad.WINDOW_ROW == constexpr("layout", "WINDOW_ROW")
+    assert plan.DEPTHWISE_MMA_TILE == tuple(constexpr("depthwise", f"DEPTHWISE_MMA_{name}")
+                                            for name in ("CHANNELS", "ROWS", "COLUMNS"))
+    assert plan.DEPTHWISE_MMA_THREADS == constexpr("depthwise", "DEPTHWISE_MMA_THREADS")
     assert wgrad.TABLE == constexpr("im2win_wgmma", "WGRAD_TABLE") + 1024
     # launch.py imports CuPy: its constant is read from its text.
     launch = (pathlib.Path(wgrad.__file__).parent / "launch.py").read_text()

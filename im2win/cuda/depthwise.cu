@@ -513,13 +513,22 @@ __global__ void __launch_bounds__(256)
 //      then 16-byte stores of 8 channels to y (NHWC, contiguous; scalar stores where `out`
 //      is one element off a vector). Rows past P, columns past Q and channels past C are
 //      skipped.
+// The block's channels, output rows and columns, and threads (plan.DEPTHWISE_MMA_TILE and
+// DEPTHWISE_MMA_THREADS: the planner sizes the grid and shared memory by them).
+constexpr int DEPTHWISE_MMA_CHANNELS = 16;
+constexpr int DEPTHWISE_MMA_ROWS = 16;
+constexpr int DEPTHWISE_MMA_COLUMNS = 32;
+constexpr int DEPTHWISE_MMA_THREADS = 128;
+
 template <typename T, int R_>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
     depthwise_mma_nhwc(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H,
                        int W, int P, int Q, int pt, int pl, int col_tiles, i64 xn, i64 xc,
                        i64 xh, i64 xw) {
-  constexpr int TC = 16, PT = 16, QB = 32, IH = PT + R_ - 1, PITCH = QB + 8, RS = R_ * R_;
+  constexpr int TC = DEPTHWISE_MMA_CHANNELS, PT = DEPTHWISE_MMA_ROWS, QB = DEPTHWISE_MMA_COLUMNS;
+  constexpr int NT = DEPTHWISE_MMA_THREADS, IH = PT + R_ - 1, PITCH = QB + 8, RS = R_ * R_;
+  static_assert(TC == 16 && QB == 32, "2 vectors of 8 channels, 4 column blocks of 8");
   static_assert(R_ <= 9, "8 outputs and R_ - 1 more input columns within k = 16");
   extern __shared__ __align__(16) unsigned char depthwise_smem[];
   unsigned short* planes = reinterpret_cast<unsigned short*>(depthwise_smem);  // [TC][IH][PITCH]
@@ -531,7 +540,7 @@ __global__ void __launch_bounds__(128)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const bool y_aligned = reinterpret_cast<unsigned long long>(y) % 16 == 0;
 
-  for (int i = tid; i < TC * RS; i += 128) {                  // the filters, in order
+  for (int i = tid; i < TC * RS; i += NT) {                  // the filters, in order
     const int k = c0 + i / RS;
     wsm[i] = k < C ? reinterpret_cast<const unsigned short*>(w)[(i64)c0 * RS + i] : 0;
   }
@@ -540,7 +549,7 @@ __global__ void __launch_bounds__(128)
     const T* xb = x + n * xn;
     // 1. The window: pixel (i, j) of the tile, 8 channels v*8.. as one 16-byte load.
 #pragma unroll 4
-    for (int idx = tid; idx < IH * PITCH * 2; idx += 128) {
+    for (int idx = tid; idx < IH * PITCH * 2; idx += NT) {
       const int v = idx & 1, pix = idx >> 1, i = pix / PITCH, j = pix - i * PITCH;
       const int h = h0 + i, col = w0 + j, k = c0 + v * 8;
       uint4 raw = make_uint4(0, 0, 0, 0);
@@ -555,7 +564,7 @@ __global__ void __launch_bounds__(128)
     // 2. Each warp's channels: B_r's fragments, then 7 x 4 ldmatrix + mma.
     const int g = lane >> 2, t2 = (lane & 3) * 2;             // fragment row / column pair
     const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
-    for (int cl = warp; cl < TC; cl += 4) {
+    for (int cl = warp; cl < TC; cl += NT / 32) {
       const unsigned short* f = wsm + cl * RS;
       float acc[4][4];
 #pragma unroll
@@ -599,7 +608,7 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
 
     // 3b. 8 channels of a pixel a store.
-    for (int idx = tid; idx < PT * QB * 2; idx += 128) {
+    for (int idx = tid; idx < PT * QB * 2; idx += NT) {
       const int v = idx & 1, pix = idx >> 1, row = pix / QB, col = pix - row * QB;
       const int p = p0 + row, q = q0 + col, k = c0 + v * 8;
       if (p >= P || q >= Q || k >= C) continue;

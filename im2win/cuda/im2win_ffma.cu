@@ -39,6 +39,18 @@ __device__ __forceinline__ float4 load4(const float* __restrict__ p) {
   return __ldg(reinterpret_cast<const float4*>(p));
 }
 
+// Launch pixel `pix`'s image n and its index pq within the image (32-bit division while the
+// launch's pixels fit 32 bits).
+__device__ __forceinline__ void image_of(const Geometry& geo, i64 pix, i64& n, int& pq) {
+  if (geo.npix <= 0x7fffffff) {
+    n = (int)pix / geo.PQ;
+    pq = (int)pix - (int)n * geo.PQ;
+  } else {
+    n = pix / geo.PQ;
+    pq = (int)(pix - n * geo.PQ);
+  }
+}
+
 // The kernel's body; the entry points below give it y (NHWC, or NCHW in two forms), or
 // split-K's partial sums.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY = 0>
@@ -237,13 +249,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       if (pix >= geo.npix) continue;
       i64 n;
       int pq;
-      if (geo.npix <= 0x7fffffff) {
-        n = (int)pix / geo.PQ;
-        pq = (int)pix - (int)n * geo.PQ;
-      } else {
-        n = pix / geo.PQ;
-        pq = (int)(pix - n * geo.PQ);
-      }
+      image_of(geo, pix, n, pq);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int f = m0 + (i / 4) * (BM / 2) + ty * 4 + i % 4;
@@ -279,15 +285,6 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     // passes through shared memory, RP of each thread's 8 filter rows a pass, and a warp
     // stores 32 consecutive pixels of one filter an instruction (form 1's scalar stores 16
     // bytes apart write every sector 4 times).
-    auto image_of = [&](i64 pix, i64& n, int& pq) {
-      if (geo.npix <= 0x7fffffff) {
-        n = (int)pix / geo.PQ;
-        pq = (int)pix - (int)n * geo.PQ;
-      } else {
-        n = pix / geo.PQ;
-        pq = (int)(pix - n * geo.PQ);
-      }
-    };
     auto value = [&](int i, int j, int f) {
       return bias ? add(acc[i][j], bias[g * geo.Kg + f]) : acc[i][j];
     };
@@ -312,7 +309,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       const i64 pix = j0 + lane + 32 * m;
       i64 n;
       int pq;
-      image_of(pix < geo.npix ? pix : 0, n, pq);
+      image_of(geo, pix < geo.npix ? pix : 0, n, pq);
       base[m] = pix < geo.npix ? n * geo.K * geo.PQ + pq : -1;
     }
 #pragma unroll

@@ -661,7 +661,7 @@ DEPTHWISE_MMA_FORMS = (3, 5, 7)
 DEPTHWISE_MMA_FILTERS = (7,)
 DEPTHWISE_MMA_MIN_ROWS = 28
 DEPTHWISE_MMA_TILE = (16, 16, 32)     # the kernel's channels, output rows and columns a block
-DEPTHWISE_MMA_THREADS = 128
+DEPTHWISE_MMA_THREADS = 128           # (depthwise.cu's constants of those names)
 
 
 DEPTHWISE_GROUPS = (2, 4, 8)          # channels per group the kernel also takes (NHWC, K = C)
@@ -674,6 +674,15 @@ DEPTHWISE_AUTO_GROUPS = (2, 4)
 def is_depthwise(prob: Problem) -> bool:
     """groups = C: each filter reads one input channel (K = m*C, a channel multiplier m)."""
     return prob.G == prob.C and prob.Cg == 1
+
+
+def square_depthwise(prob: Problem, vec: int) -> bool:
+    """groups = C = K (one filter a channel), an R x R filter at equal strides, no dilation,
+    and in NHWC x's channels in aligned 16-byte vectors (`vec`, depthwise_vector): the
+    problems the tile, rows and Tensor-Core kernels take (each for its forms)."""
+    return (is_depthwise(prob) and prob.K == prob.C and prob.R == prob.S and
+            prob.sh == prob.sw and prob.dh == prob.dw == 1 and
+            (prob.layout == "NCHW" or vec * prob.dtype.itemsize == 16))
 
 
 def small_groups(prob: Problem, vec: int) -> bool:
@@ -773,10 +782,8 @@ def depthwise_tile(prob: Problem, vec: int) -> DepthwiseTile | None:
     DEPTHWISE_TILE_ITEMS items); then the fewest rows that make DEPTHWISE_TILE_ITEMS items
     (more blocks, each with its halo), fewer where shared memory asks."""
     qt = DEPTHWISE_TILE_QT.get((prob.S, prob.sw))
-    if (qt is None or prob.P * prob.Q > DEPTHWISE_TILE_MAX_PIXELS or prob.R != prob.S or
-            prob.sh != prob.sw or prob.dh != 1 or
-            prob.dw != 1 or prob.layout != "NHWC" or not is_depthwise(prob) or
-            prob.K != prob.C or vec * prob.dtype.itemsize != 16):
+    if (qt is None or prob.P * prob.Q > DEPTHWISE_TILE_MAX_PIXELS or prob.layout != "NHWC" or
+            not square_depthwise(prob, vec)):
         return None
     QB = min(-(-prob.Q // qt) * qt, DEPTHWISE_TILE_COLUMNS // qt * qt)
     groups, vectors = QB // qt, prob.C // vec
@@ -836,10 +843,8 @@ def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, ve
 def depthwise_mma(prob: Problem, options: Options, vec: int) -> bool:
     """Whether depthwise_mma_nhwc takes `prob` (DEPTHWISE_MMA_FILTERS, DEPTHWISE_MMA_MIN_ROWS)."""
     return (options.tensor_cores and prob.dtype.name in TENSOR_CORE_DTYPES and
-            prob.layout == "NHWC" and is_depthwise(prob) and prob.K == prob.C and
-            prob.R == prob.S and prob.R in DEPTHWISE_MMA_FILTERS and
-            prob.R in DEPTHWISE_MMA_FORMS and prob.sh == prob.sw == 1
-            and prob.dh == prob.dw == 1 and vec * prob.dtype.itemsize == 16 and
+            prob.layout == "NHWC" and square_depthwise(prob, vec) and prob.sh == 1 and
+            prob.R in DEPTHWISE_MMA_FILTERS and prob.R in DEPTHWISE_MMA_FORMS and
             prob.P >= DEPTHWISE_MMA_MIN_ROWS)
 
 
@@ -872,14 +877,12 @@ def depthwise_rows(prob: Problem, vec: int) -> tuple[int, int, int] | None:
     channels not in aligned 16-byte vectors), or it is a stride-1 layer of fewer than
     DEPTHWISE_ROWS_MIN_ROWS output rows."""
     form = DEPTHWISE_ROWS.get((prob.S, prob.sw))
-    nhwc = prob.layout == "NHWC"
-    if (form is None or prob.R != prob.S or prob.sh != prob.sw or prob.dh != 1 or
-            prob.dw != 1 or not is_depthwise(prob) or prob.K != prob.C or
-            (nhwc and vec * prob.dtype.itemsize != 16) or
+    if (form is None or not square_depthwise(prob, vec) or
             (prob.sh == 1 and prob.P < DEPTHWISE_ROWS_MIN_ROWS)):
         return None
     qt, tv = form
-    return qt, min(tv, vec) if nhwc else 1, DEPTHWISE_ROWS_STRIP or depthwise_rows_strip(prob)
+    return (qt, min(tv, vec) if prob.layout == "NHWC" else 1,
+            DEPTHWISE_ROWS_STRIP or depthwise_rows_strip(prob))
 
 
 def depthwise_rows_strip(prob: Problem) -> int:
