@@ -117,6 +117,7 @@ def test_python_constants_match_the_kernel_files():
     assert plan.DEPTHWISE_MMA_TILE == tuple(constexpr("depthwise", f"DEPTHWISE_MMA_{name}")
                                             for name in ("CHANNELS", "ROWS", "COLUMNS"))
     assert plan.DEPTHWISE_MMA_THREADS == constexpr("depthwise", "DEPTHWISE_MMA_THREADS")
+    assert plan.DEPTHWISE_MMA_SKEW == constexpr("depthwise", "DEPTHWISE_MMA_SKEW")
     assert wgrad.TABLE == constexpr("im2win_wgmma", "WGRAD_TABLE") + 1024
     # launch.py imports CuPy: its constant is read from its text.
     launch = (pathlib.Path(wgrad.__file__).parent / "launch.py").read_text()

@@ -386,7 +386,8 @@ def test_depthwise_problems_get_their_own_kernel():
                   padding=2)                                        # efficientnet_b0.32
     tile = depthwise_tile(big, 8)
     assert tile == DepthwiseTile(PT=8, QB=16, CV=8, QT=4)          # 11 tiles of 8 vectors
-    assert plan_for(big).geometry.grid(big, 132) == (11, 2, 32)
+    assert plan_for(big, options=Options(tensor_cores=False)).geometry.grid(big, 132) == \
+        (11, 2, 32)
     small = problem((32, 28, 28, 192), (192, 7, 7, 1), np.float16, groups=192, layout="NHWC",
                     padding=3)                                      # convnext_tiny.3
     assert depthwise_tile(small, 8) == DepthwiseTile(PT=3, QB=28, CV=8, QT=2)
@@ -431,7 +432,7 @@ def test_depthwise_problems_get_their_own_kernel():
             plan_for(grouped).kernel} <= compiled
 
 
-def test_depthwise_7x7_16_bit_layers_of_large_maps_take_tensor_cores():
+def test_depthwise_5x5_and_7x7_16_bit_layers_of_14_rows_or_more_take_tensor_cores():
     wide = problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96, layout="NHWC",
                    padding=3)                                       # convnext_tiny.1
     plan = plan_for(wide)
@@ -439,13 +440,21 @@ def test_depthwise_7x7_16_bit_layers_of_large_maps_take_tensor_cores():
     # 6 tiles of 16 channels; 4 x 2 tiles of 16 rows x 32 columns; 128 threads
     assert plan.geometry.ints == (32, 96, 56, 56, 56, 56, 3, 3, 2)
     assert plan.geometry.tiles == (6, 8) and plan.geometry.block == (128, 1, 1)
-    assert plan.geometry.smem == (16 * 22 * 40 + 16 * 32 * 16 + 16 * 49) * 2
+    # the window, 22 rows of 40, a plane a channel, the second 8 planes 32 elements on; filters
+    assert plan.geometry.smem == (16 * 22 * 40 + 32 + 16 * 49) * 2
     bf16 = problem((32, 28, 28, 192), (192, 7, 7, 1), ml_dtypes.bfloat16, groups=192,
                    layout="NHWC", padding=3)                        # convnext_tiny.3
     assert plan_for(bf16).kernel == "depthwise_mma_nhwc<bf16_t, 7>"
-    small = problem((32, 14, 14, 384), (384, 7, 7, 1), np.float16, groups=384, layout="NHWC",
-                    padding=3)                                      # convnext_tiny.5: the tile
-    assert plan_for(small).kernel.startswith("depthwise_tile_nhwc<")
+    five = problem((32, 14, 14, 672), (672, 5, 5, 1), np.float16, groups=672, layout="NHWC",
+                   padding=2)                                       # efficientnet_b0.32
+    assert plan_for(five).kernel == "depthwise_mma_nhwc<half_t, 5>"
+    for small in (problem((32, 7, 7, 768), (768, 7, 7, 1), np.float16, groups=768,
+                          layout="NHWC", padding=3),                # convnext_tiny.7: the tile
+                  problem((32, 7, 7, 1152), (1152, 5, 5, 1), np.float16, groups=1152,
+                          layout="NHWC", padding=2),                # efficientnet_b0.39
+                  problem((32, 56, 56, 144), (144, 3, 3, 1), np.float16, groups=144,
+                          layout="NHWC", padding=1)):               # mobilenet_v2.7: 3x3
+        assert not plan_for(small).kernel.startswith("depthwise_mma_nhwc<")
     for other in (problem((32, 56, 56, 96), (96, 7, 7, 1), np.float32, groups=96,
                           layout="NHWC", padding=3),                # float32: CUDA cores
                   problem((32, 96, 56, 56), (96, 1, 7, 7), np.float16, groups=96, padding=3),

@@ -503,22 +503,34 @@ __global__ void __launch_bounds__(256)
 // A block (128 threads, 4 warps) owns TC = 16 channels of an output tile of 16 rows x 32
 // columns of image blockIdx.z (and + gridDim.z, ...):
 //   1. its input window, 16 + R_ - 1 rows x 40 columns (zeros outside the map), into shared
-//      memory as one plane a channel, [c][row][column] (16-byte loads of 8 channels, stored
-//      element by element into their planes; rows of 40 elements, 80 bytes, so the 8 rows
-//      of an ldmatrix hit distinct banks); its filters as [c][r*R_ + s];
+//      memory as one plane a channel, [c][row][column], rows of 40 elements (80 bytes, so the
+//      8 rows of an ldmatrix hit distinct banks); channels 8..15's planes start 64 bytes
+//      later (below). A thread loads 4 pixels' 8 channels (four 16-byte loads) and stores
+//      them as 8 runs of 4 columns, one a channel (byte permutes, 8-byte stores: a half-warp,
+//      4 x 8 columns of both channel halves, hits 32 distinct banks); its filters as
+//      [c][r*R_ + s];
 //   2. warp w takes channels w, w + 4, w + 8, w + 12; for each, B_r's fragments from the
 //      filters (built once), then for each filter row and each of the 4 column blocks an
 //      ldmatrix.x4 of A (16 rows from row r, 16 columns from the block's first) and an mma;
-//   3. the results (plus bias, converted to T) into a second shared buffer as [pixel][c],
-//      then 16-byte stores of 8 channels to y (NHWC, contiguous; scalar stores where `out`
-//      is one element off a vector). Rows past P, columns past Q and channels past C are
-//      skipped.
-// The block's channels, output rows and columns, and threads (plan.DEPTHWISE_MMA_TILE and
-// DEPTHWISE_MMA_THREADS: the planner sizes the grid and shared memory by them).
+//   3. the results (plus bias, converted to T) over the channel's own plane, rows 0..15 (the
+//      warp alone reads it, and has read it all: a word store a lane, 32 distinct banks);
+//      after the block's barrier a thread gathers 4 pixels' 8 channels (8-byte loads, byte
+//      permutes) into four 16-byte stores to y (NHWC, contiguous; scalar stores where `y` is
+//      not 16-byte aligned). Rows past P, columns past Q and channels past C are skipped.
+// The block's channels, output rows and columns, threads, and the skew of channels 8..15's
+// planes (plan.DEPTHWISE_MMA_TILE, DEPTHWISE_MMA_THREADS and DEPTHWISE_MMA_SKEW: the planner
+// sizes the grid and shared memory by them).
 constexpr int DEPTHWISE_MMA_CHANNELS = 16;
 constexpr int DEPTHWISE_MMA_ROWS = 16;
 constexpr int DEPTHWISE_MMA_COLUMNS = 32;
 constexpr int DEPTHWISE_MMA_THREADS = 128;
+constexpr int DEPTHWISE_MMA_PITCH = DEPTHWISE_MMA_COLUMNS + 8;
+constexpr int DEPTHWISE_MMA_SKEW = 32;   // elements before channels 8..15's planes (64 bytes)
+
+// The plane of channel cl (0..15) of a window of `rows` rows.
+__device__ __forceinline__ int depthwise_mma_plane(int cl, int rows) {
+  return cl * rows * DEPTHWISE_MMA_PITCH + (cl >> 3) * DEPTHWISE_MMA_SKEW;
+}
 
 template <typename T, int R_>
 __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
@@ -527,13 +539,13 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
                        int W, int P, int Q, int pt, int pl, int col_tiles, i64 xn, i64 xc,
                        i64 xh, i64 xw) {
   constexpr int TC = DEPTHWISE_MMA_CHANNELS, PT = DEPTHWISE_MMA_ROWS, QB = DEPTHWISE_MMA_COLUMNS;
-  constexpr int NT = DEPTHWISE_MMA_THREADS, IH = PT + R_ - 1, PITCH = QB + 8, RS = R_ * R_;
+  constexpr int NT = DEPTHWISE_MMA_THREADS, IH = PT + R_ - 1, PITCH = DEPTHWISE_MMA_PITCH;
+  constexpr int RS = R_ * R_, JG = PITCH / 4, QG = QB / 4;
   static_assert(TC == 16 && QB == 32, "2 vectors of 8 channels, 4 column blocks of 8");
   static_assert(R_ <= 9, "8 outputs and R_ - 1 more input columns within k = 16");
   extern __shared__ __align__(16) unsigned char depthwise_smem[];
-  unsigned short* planes = reinterpret_cast<unsigned short*>(depthwise_smem);  // [TC][IH][PITCH]
-  unsigned short* out = planes + TC * IH * PITCH;                             // [PT*QB][TC]
-  unsigned short* wsm = out + PT * QB * TC;                                   // [TC][RS]
+  unsigned short* planes = reinterpret_cast<unsigned short*>(depthwise_smem);
+  unsigned short* wsm = planes + depthwise_mma_plane(TC - 1, IH) + IH * PITCH;  // [TC][RS]
   const int c0 = blockIdx.x * TC;
   const int tp = blockIdx.y / col_tiles, tq = blockIdx.y - tp * col_tiles;
   const int p0 = tp * PT, q0 = tq * QB;
@@ -547,21 +559,34 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
   const int h0 = p0 - pt, w0 = q0 - pl;
   for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
     const T* xb = x + n * xn;
-    // 1. The window: pixel (i, j) of the tile, 8 channels v*8.. as one 16-byte load.
-#pragma unroll 4
-    for (int idx = tid; idx < IH * PITCH * 2; idx += NT) {
-      const int v = idx & 1, pix = idx >> 1, i = pix / PITCH, j = pix - i * PITCH;
-      const int h = h0 + i, col = w0 + j, k = c0 + v * 8;
-      uint4 raw = make_uint4(0, 0, 0, 0);
-      if (h >= 0 && h < H && col >= 0 && col < W && k < C)
-        raw = *reinterpret_cast<const uint4*>(xb + h * xh + col * xw + k);
-      const unsigned short* e = reinterpret_cast<const unsigned short*>(&raw);
+    // 1. The window: columns j..j+3 of row i, channels v*8.., as 4 loads and 8 stores.
+#pragma unroll 2
+    for (int idx = tid; idx < IH * JG * 2; idx += NT) {
+      const int v = idx & 1, grp = idx >> 1, i = grp / JG, j = (grp - i * JG) * 4;
+      const int h = h0 + i, k = c0 + v * 8;
+      const bool row_in = h >= 0 && h < H && k < C;
+      uint4 raw[4];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) planes[((v * 8 + u) * IH + i) * PITCH + j] = e[u];
+      for (int u = 0; u < 4; ++u) {
+        const int col = w0 + j + u;
+        raw[u] = make_uint4(0, 0, 0, 0);
+        if (row_in && col >= 0 && col < W)
+          raw[u] = *reinterpret_cast<const uint4*>(xb + h * xh + col * xw + k);
+      }
+      unsigned short* dst = planes + depthwise_mma_plane(v * 8, IH) + i * PITCH + j;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {                          // channels v*8 + 2e, + 1
+        const unsigned a0 = (&raw[0].x)[e], a1 = (&raw[1].x)[e];
+        const unsigned a2 = (&raw[2].x)[e], a3 = (&raw[3].x)[e];
+        *reinterpret_cast<uint2*>(dst + (2 * e) * IH * PITCH) =
+            make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
+        *reinterpret_cast<uint2*>(dst + (2 * e + 1) * IH * PITCH) =
+            make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
+      }
     }
     __syncthreads();
 
-    // 2. Each warp's channels: B_r's fragments, then 7 x 4 ldmatrix + mma.
+    // 2. Each warp's channels: B_r's fragments, then R_ x 4 ldmatrix + mma.
     const int g = lane >> 2, t2 = (lane & 3) * 2;             // fragment row / column pair
     const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
     for (int cl = warp; cl < TC; cl += NT / 32) {
@@ -571,7 +596,7 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
       for (int cb = 0; cb < 4; ++cb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[cb][e] = 0.f;
-      const unsigned short* plane = planes + cl * IH * PITCH;
+      unsigned short* plane = planes + depthwise_mma_plane(cl, IH);
 #pragma unroll
       for (int r = 0; r < R_; ++r) {
         // B_r[t][g] for t = t2, t2 + 1 (b[0]) and t2 + 8, t2 + 9 (b[1]): w[r][t - g] or 0.
@@ -594,31 +619,48 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
           mma_m16n8k16<T>(acc[cb], a, b);
         }
       }
-      // 3a. Into the output buffer: rows g and g + 8, columns cb*8 + t2 and + 1.
+      // 3a. Over the plane's rows 0..15: rows g and g + 8, columns cb*8 + t2 and + 1.
       const int k = c0 + cl;
       const float bk = bias && k < C ? to_acc(bias[k], float()) : 0.f;
+      __syncwarp();                                           // all of the plane read
 #pragma unroll
       for (int cb = 0; cb < 4; ++cb)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = g + (e >> 1) * 8, col = cb * 8 + t2 + (e & 1);
-          out[(row * QB + col) * TC + cl] = from_acc<T>(acc[cb][e] + bk).bits;
-        }
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<unsigned*>(plane + (g + half * 8) * PITCH + cb * 8 + t2) =
+              pack2<T>(acc[cb][half * 2] + bk, acc[cb][half * 2 + 1] + bk);
     }
     __syncthreads();
 
-    // 3b. 8 channels of a pixel a store.
-    for (int idx = tid; idx < PT * QB * 2; idx += NT) {
-      const int v = idx & 1, pix = idx >> 1, row = pix / QB, col = pix - row * QB;
+    // 3b. Columns col..col+3 of output row `row`, channels v*8..: 8 loads, 4 stores.
+    for (int idx = tid; idx < PT * QG * 2; idx += NT) {
+      const int v = idx & 1, grp = idx >> 1, row = grp / QG, col = (grp - row * QG) * 4;
       const int p = p0 + row, q = q0 + col, k = c0 + v * 8;
       if (p >= P || q >= Q || k >= C) continue;
-      T* dst = y + ((n * P + p) * Q + q) * (i64)C + k;
-      const unsigned short* src = out + pix * TC + v * 8;
-      if (y_aligned) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-      } else {
+      const unsigned short* src = planes + depthwise_mma_plane(v * 8, IH) + row * PITCH + col;
+      unsigned px[4][4];                                      // [pixel][channel pair]
 #pragma unroll
-        for (int u = 0; u < 8; ++u) reinterpret_cast<unsigned short*>(dst)[u] = src[u];
+      for (int e = 0; e < 4; ++e) {
+        const uint2 lo = *reinterpret_cast<const uint2*>(src + (2 * e) * IH * PITCH);
+        const uint2 hi = *reinterpret_cast<const uint2*>(src + (2 * e + 1) * IH * PITCH);
+        px[0][e] = __byte_perm(lo.x, hi.x, 0x5410);
+        px[1][e] = __byte_perm(lo.x, hi.x, 0x7632);
+        px[2][e] = __byte_perm(lo.y, hi.y, 0x5410);
+        px[3][e] = __byte_perm(lo.y, hi.y, 0x7632);
+      }
+      T* dst = y + ((n * P + p) * Q + q) * (i64)C + k;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (q + u >= Q) break;
+        if (y_aligned) {
+          *reinterpret_cast<uint4*>(dst + u * (i64)C) =
+              make_uint4(px[u][0], px[u][1], px[u][2], px[u][3]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            reinterpret_cast<unsigned short*>(dst + u * (i64)C)[e] =
+                (unsigned short)(px[u][e >> 1] >> (16 * (e & 1)));
+        }
       }
     }
     __syncthreads();                                          // before the window is refilled

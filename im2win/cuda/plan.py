@@ -652,16 +652,18 @@ DEPTHWISE_ROWS_THREADS = 256          # a block's threads, at most
 # depthwise_mma_nhwc (float16 and bfloat16 NHWC, K = C, stride 1, no dilation, aligned channel
 # vectors, on Tensor Cores): its forms (R = S), and those "auto" gives it on output maps of at
 # least DEPTHWISE_MMA_MIN_ROWS rows. tools/depthwise_dev.py (H200, float16 NHWC, batch 32, GPU
-# us replayed from CUDA graphs; the kernels before it -> it, cuDNN): convnext_tiny.1 (7x7,
-# 56x56) 81.5 -> 67.5 (70.7), .3 (28x28) 46.4 -> 40.6 (43.2); slower where its 16 x 32 output
-# tile is mostly past the map, .5 (14x14) 26.8 -> 40.2, .7 (7x7) 25.2 -> 58.6, and on 5x5 and
-# 3x3, whose few products do not pay for the window's transposing copy (efficientnet_b0.18,
-# 5x5 at 28x28, 29.1 -> 44.2; mobilenet_v2.7, 3x3 at 56x56, 31.9 -> 84.2).
+# us replayed from CUDA graphs; the CUDA-core kernels -> it, cuDNN;
+# docs/data/logs/depthwise-mma-dev.log): 7x7, convnext_tiny.1 (56x56) 81.4 -> 41.9 (70.9), .3
+# (28x28) 46.3 -> 20.3 (43.2), .5 (14x14) 27.0 -> 16.0 (23.7), .7 (7x7) 24.8 -> 24.1 (17.3);
+# 5x5, efficientnet_b0.18 (28x28) 29.1 -> 22.0 (26.1), .29 (14x14) 18.1 -> 16.9, .32 23.9 ->
+# 23.2, but .39 (7x7, 1152 channels) 15.7 -> 28.6. 3x3 lost on every map (mobilenet_v2.7,
+# 56x56, 31.7 -> 43.4; .21, 14x14, 13.1 -> 14.8): too few products for the window's copy.
 DEPTHWISE_MMA_FORMS = (3, 5, 7)
-DEPTHWISE_MMA_FILTERS = (7,)
-DEPTHWISE_MMA_MIN_ROWS = 28
+DEPTHWISE_MMA_FILTERS = (5, 7)
+DEPTHWISE_MMA_MIN_ROWS = 14
 DEPTHWISE_MMA_TILE = (16, 16, 32)     # the kernel's channels, output rows and columns a block
 DEPTHWISE_MMA_THREADS = 128           # (depthwise.cu's constants of those names)
+DEPTHWISE_MMA_SKEW = 32
 
 
 DEPTHWISE_GROUPS = (2, 4, 8)          # channels per group the kernel also takes (NHWC, K = C)
@@ -854,7 +856,8 @@ def depthwise_mma_kernel_name(T: str, R: int) -> str:
 
 def depthwise_mma_plan(prob: Problem, options: Options, x_strides) -> Plan:
     """A block per tile of 16 channels x 16 output rows x 32 columns of an image; its shared
-    memory: the input window as one plane a channel (rows of 40 elements), the output tile,
+    memory: the input window as one plane a channel (rows of 32 + 8 elements; the second 8
+    channels' planes DEPTHWISE_MMA_SKEW elements on; the output tile is written over them),
     the filters."""
     channels, rows, cols = DEPTHWISE_MMA_TILE
     col_tiles = -(-prob.Q // cols)
@@ -862,8 +865,8 @@ def depthwise_mma_plan(prob: Problem, options: Options, x_strides) -> Plan:
     if tiles[1] > MAX_GRID_YZ:
         raise ValueError(f"algorithm='depthwise' tiles P x Q = {prob.P} x {prob.Q} into more "
                          f"than {MAX_GRID_YZ} blocks")
-    window = channels * (rows + prob.R - 1) * (cols + 8)
-    smem = (window + rows * cols * channels + channels * prob.R * prob.S) * 2
+    window = channels * (rows + prob.R - 1) * (cols + 8) + DEPTHWISE_MMA_SKEW
+    smem = (window + channels * prob.R * prob.S) * 2
     args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
                               col_tiles), tuple(x_strides), (DEPTHWISE_MMA_THREADS, 1, 1),
                              smem, tiles)
