@@ -633,11 +633,26 @@ def test_depthwise_matches_reference(rng, monkeypatch, layout, dtype, x_shape, w
     monkeypatch.setattr(cuda, "_calls", {})
     run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
     if layout == "NHWC":
-        # depthwise_mma_nhwc (16-bit types on Tensor Cores) on every stride-1 form
+        # depthwise_mma_nhwc (16-bit types on Tensor Cores) on every stride-1 form, then
+        # depthwise_mma_small_nhwc with CB of 1, 2 and 4, and (16-bit types) with 2 blocks of
+        # sub-tiles in y, each looping
         monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_FILTERS", cuda_plan.DEPTHWISE_MMA_FORMS)
-        monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_MIN_ROWS", 0)
+        monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_SMALL_ROWS", 0)
         monkeypatch.setattr(cuda, "_calls", {})
         run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
+        monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_SMALL_ROWS", 1 << 30)
+        for cb in (1, 2, 4):
+            monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_SMALL_CB", cb)
+            monkeypatch.setattr(cuda, "_calls", {})
+            run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
+        small = (np.dtype(dtype).itemsize == 2 and x_shape[1] % 8 == 0 and
+                 w_shape[0] == x_shape[1] and w_shape[2] == w_shape[3] and
+                 "stride" not in kwargs and "dilation" not in kwargs)
+        if small:                                   # the problems it takes
+            monkeypatch.setattr(cuda_plan, "MAX_GRID_YZ", 2)
+            monkeypatch.setattr(cuda, "_calls", {})
+            run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
+            monkeypatch.setattr(cuda_plan, "MAX_GRID_YZ", 65535)
         # depthwise_tile_nhwc where it takes the problem (every form, rows and mma off), and
         # with threads of the other width (8 bytes of channels, or 16)
         monkeypatch.setattr(cuda_plan, "DEPTHWISE_MMA_FILTERS", ())

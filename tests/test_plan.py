@@ -432,7 +432,7 @@ def test_depthwise_problems_get_their_own_kernel():
             plan_for(grouped).kernel} <= compiled
 
 
-def test_depthwise_5x5_and_7x7_16_bit_layers_of_14_rows_or_more_take_tensor_cores():
+def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():
     wide = problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96, layout="NHWC",
                    padding=3)                                       # convnext_tiny.1
     plan = plan_for(wide)
@@ -440,21 +440,31 @@ def test_depthwise_5x5_and_7x7_16_bit_layers_of_14_rows_or_more_take_tensor_core
     # 6 tiles of 16 channels; 4 x 2 tiles of 16 rows x 32 columns; 128 threads
     assert plan.geometry.ints == (32, 96, 56, 56, 56, 56, 3, 3, 2)
     assert plan.geometry.tiles == (6, 8) and plan.geometry.block == (128, 1, 1)
+    assert plan.geometry.grid(wide, 132) == (6, 8, 32)              # an image a z
     # the window, 22 rows of 40, a plane a channel, the second 8 planes 32 elements on; filters
     assert plan.geometry.smem == (16 * 22 * 40 + 32 + 16 * 49) * 2
     bf16 = problem((32, 28, 28, 192), (192, 7, 7, 1), ml_dtypes.bfloat16, groups=192,
                    layout="NHWC", padding=3)                        # convnext_tiny.3
     assert plan_for(bf16).kernel == "depthwise_mma_nhwc<bf16_t, 7>"
+    # maps of 14 rows or fewer: 8 x 8 sub-tiles of any image, 4 a block
     five = problem((32, 14, 14, 672), (672, 5, 5, 1), np.float16, groups=672, layout="NHWC",
                    padding=2)                                       # efficientnet_b0.32
-    assert plan_for(five).kernel == "depthwise_mma_nhwc<half_t, 5>"
-    for small in (problem((32, 7, 7, 768), (768, 7, 7, 1), np.float16, groups=768,
-                          layout="NHWC", padding=3),                # convnext_tiny.7: the tile
-                  problem((32, 7, 7, 1152), (1152, 5, 5, 1), np.float16, groups=1152,
-                          layout="NHWC", padding=2),                # efficientnet_b0.39
-                  problem((32, 56, 56, 144), (144, 3, 3, 1), np.float16, groups=144,
-                          layout="NHWC", padding=1)):               # mobilenet_v2.7: 3x3
-        assert not plan_for(small).kernel.startswith("depthwise_mma_nhwc<")
+    small = plan_for(five)
+    assert small.kernel == "depthwise_mma_small_nhwc<half_t, 5, 2>"
+    assert small.geometry.ints == (32, 672, 14, 14, 14, 14, 2, 2, 2, 2)
+    # 42 tiles of 16 channels; 32 images x 2 x 2 sub-tiles, 4 a block: 32 blocks; one z
+    assert small.geometry.grid(five, 132) == (42, 32, 1)
+    assert small.geometry.smem == (16 * 4 * 12 * 16 + 32 + 16 * 25) * 2
+    seven = problem((32, 7, 7, 768), (768, 7, 7, 1), np.float16, groups=768, layout="NHWC",
+                    padding=3)                                      # convnext_tiny.7
+    assert plan_for(seven).kernel == "depthwise_mma_small_nhwc<half_t, 7, 2>"
+    assert plan_for(seven).geometry.grid(seven, 132) == (48, 8, 1)
+    many = problem((300000, 1, 1, 16), (16, 5, 5, 1), np.float16, groups=16, layout="NHWC",
+                   padding=2)                       # 75000 blocks of sub-tiles: the kernel loops
+    assert plan_for(many).geometry.grid(many, 132) == (1, 65535, 1)
+    three = problem((32, 56, 56, 144), (144, 3, 3, 1), np.float16, groups=144, layout="NHWC",
+                    padding=1)                                      # mobilenet_v2.7: 3x3
+    assert not plan_for(three).kernel.startswith("depthwise_mma")
     for other in (problem((32, 56, 56, 96), (96, 7, 7, 1), np.float32, groups=96,
                           layout="NHWC", padding=3),                # float32: CUDA cores
                   problem((32, 96, 56, 56), (96, 1, 7, 7), np.float16, groups=96, padding=3),

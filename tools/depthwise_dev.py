@@ -15,7 +15,9 @@ its channel vectors per block at N, "hB" gives its threads B bytes of channels
 (the tile and register-window kernels as before it), "rqN" / "rvN" / "rpN" set its columns /
 channels a thread and rows a strip for every form, "rtN" its block's threads at most, "rbN"
 compiles it for at least N blocks an SM; "mma" / "nomma" give depthwise_mma_nhwc (float16 and
-bfloat16 NHWC, Tensor Cores) every stride-1 form or none; "bN" compiles all of depthwise.cu's kernels for at
+bfloat16 NHWC, Tensor Cores; depthwise_mma_small_nhwc on maps of at most
+DEPTHWISE_MMA_SMALL_ROWS rows) every stride-1 form or none, "nosmall" / "smallN" give
+depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN" its CB; "bN" compiles all of depthwise.cu's kernels for at
 least N blocks an SM (__launch_bounds__(256, N): fewer registers a thread); "BxQ" runs
 depthwise_nhwc / depthwise_nchw (Options(smem=False)) with DEPTHWISE_VECTOR_BYTES = B and Q
 output columns per thread for every form ("auto": the planner's table, DEPTHWISE_WINDOWS).
@@ -47,7 +49,8 @@ PEAK = 4.3e12      # the H200's copy bandwidth, measured (issue 12)
 WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
 TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
 ROWS = dict(cuda_plan.DEPTHWISE_ROWS)
-MMA = cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS
+MMA = (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
+       cuda_plan.DEPTHWISE_MMA_SMALL_CB)
 TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
         cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS,
         cuda_plan.DEPTHWISE_TILE_THREAD_BYTES)
@@ -82,7 +85,8 @@ def configure(variant: str):
     cuda_plan.DEPTHWISE_QT = 4
     cuda_plan.DEPTHWISE_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = dict(ROWS), None
     cuda_plan.DEPTHWISE_ROWS_THREADS = 256
-    cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS = MMA
+    (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
+     cuda_plan.DEPTHWISE_MMA_SMALL_CB) = MMA
     options = {}
     for knob in variant.split("+"):
         if knob == "tile":
@@ -104,7 +108,12 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_TILE_THREAD_BYTES = int(knob[1:])
         elif knob in ("mma", "nomma"):         # depthwise_mma_nhwc on every stride-1 form, or none
             cuda_plan.DEPTHWISE_MMA_FILTERS = cuda_plan.DEPTHWISE_MMA_FORMS if knob == "mma" else ()
-            cuda_plan.DEPTHWISE_MMA_MIN_ROWS = 0
+        elif knob == "nosmall":                # depthwise_mma_nhwc on small maps too
+            cuda_plan.DEPTHWISE_MMA_SMALL_ROWS = 0
+        elif knob.startswith("small"):         # depthwise_mma_small_nhwc up to N rows
+            cuda_plan.DEPTHWISE_MMA_SMALL_ROWS = int(knob[5:])
+        elif knob.startswith("cb"):            # depthwise_mma_small_nhwc: CB = N
+            cuda_plan.DEPTHWISE_MMA_SMALL_CB = int(knob[2:])
         elif knob == "norows":
             cuda_plan.DEPTHWISE_ROWS = {}
         elif knob[:2] in ("rq", "rv"):          # rows: columns, channels a thread

@@ -165,7 +165,8 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
 cuda_plan.narrow_wgmma_pays = pays
 cuda._calls.clear()
 ROWS_MIN = cuda_plan.DEPTHWISE_ROWS_MIN_ROWS
-MMA_PLANNED = cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS
+MMA_PLANNED = (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
+               cuda_plan.DEPTHWISE_MMA_SMALL_CB)
 for layout in ("NCHW", "NHWC"):
     if not runs("depthwise"):
         break
@@ -177,20 +178,26 @@ for layout in ("NCHW", "NHWC"):
             x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
         # the planner's (rows or, in NHWC, tile kernel), the register windows, the rows
         # kernel on every map it has a form for, in strips of 3 output rows, then (16-bit
-        # NHWC) the Tensor-Core kernel on every stride-1 form
+        # NHWC) the Tensor-Core kernels on every stride-1 form: depthwise_mma_nhwc, and
+        # depthwise_mma_small_nhwc with CB = 1 and 4
         for options, rows in ((None, False), (Options(smem=False), False), (None, True),
-                              (None, "mma")):
-            if rows == "mma" and (layout == "NCHW" or np.dtype(dtype).itemsize != 2):
+                              (None, "mma"), (None, 1), (None, 4)):
+            if rows not in (False, True) and (layout == "NCHW" or
+                                              np.dtype(dtype).itemsize != 2):
                 continue
             cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = \
                 (0, 3) if rows is True else (ROWS_MIN, None)
-            cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS = \
-                (cuda_plan.DEPTHWISE_MMA_FORMS, 0) if rows == "mma" else MMA_PLANNED
+            (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
+             cuda_plan.DEPTHWISE_MMA_SMALL_CB) = \
+                MMA_PLANNED if rows in (False, True) else \
+                (cuda_plan.DEPTHWISE_MMA_FORMS, 0, 2) if rows == "mma" else \
+                (cuda_plan.DEPTHWISE_MMA_FORMS, 1 << 30, rows)
             cuda._calls.clear()
             im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), layout=layout,
                           groups=x_shape[1], algorithm="depthwise", options=options, **kwargs)
 cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = ROWS_MIN, None
-cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_MIN_ROWS = MMA_PLANNED
+(cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
+ cuda_plan.DEPTHWISE_MMA_SMALL_CB) = MMA_PLANNED
 cuda._calls.clear()
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):

@@ -527,9 +527,84 @@ constexpr int DEPTHWISE_MMA_THREADS = 128;
 constexpr int DEPTHWISE_MMA_PITCH = DEPTHWISE_MMA_COLUMNS + 8;
 constexpr int DEPTHWISE_MMA_SKEW = 32;   // elements before channels 8..15's planes (64 bytes)
 
-// The plane of channel cl (0..15) of a window of `rows` rows.
-__device__ __forceinline__ int depthwise_mma_plane(int cl, int rows) {
-  return cl * rows * DEPTHWISE_MMA_PITCH + (cl >> 3) * DEPTHWISE_MMA_SKEW;
+// The plane of channel cl (0..15), planes of `size` elements.
+__device__ __forceinline__ int depthwise_mma_plane(int cl, int size) {
+  return cl * size + (cl >> 3) * DEPTHWISE_MMA_SKEW;
+}
+
+// The two Tensor-Core kernels' shared steps.
+// The filters of channels c0.. into shared memory as [c][r*R + s], in order (zeros past C).
+template <int RS>
+__device__ __forceinline__ void depthwise_mma_filters(unsigned short* wsm, const void* w, int c0,
+                                                      int C, int tid, int threads) {
+  for (int i = tid; i < DEPTHWISE_MMA_CHANNELS * RS; i += threads) {
+    const int k = c0 + i / RS;
+    wsm[i] = k < C ? reinterpret_cast<const unsigned short*>(w)[(i64)c0 * RS + i] : 0;
+  }
+}
+
+// B_r's fragment for filter row r: B_r[t][g] for t = t2, t2 + 1 (b[0]) and t2 + 8, t2 + 9
+// (b[1]), w[r][t - g] or 0.
+template <int R_>
+__device__ __forceinline__ void depthwise_mma_b(const unsigned short* f, int r, int g, int t2,
+                                                unsigned (&b)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int s0 = t2 + half * 8 - g, s1 = s0 + 1;
+    const unsigned lo = s0 >= 0 && s0 < R_ ? f[r * R_ + s0] : 0;
+    const unsigned hi = s1 >= 0 && s1 < R_ ? f[r * R_ + s1] : 0;
+    b[half] = lo | (hi << 16);
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&a)[4], const unsigned short* p) {
+  const unsigned address = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(address));
+}
+
+// 4 pixels' 8 channels (raw[u]: pixel u's 16 bytes) as 8 runs of 4 columns, channel u's at
+// dst + u*cs (byte permutes, 8-byte stores).
+__device__ __forceinline__ void depthwise_mma_put4(unsigned short* dst, int cs,
+                                                   const uint4 (&raw)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {                               // channels 2e, 2e + 1
+    const unsigned a0 = (&raw[0].x)[e], a1 = (&raw[1].x)[e];
+    const unsigned a2 = (&raw[2].x)[e], a3 = (&raw[3].x)[e];
+    *reinterpret_cast<uint2*>(dst + (2 * e) * cs) =
+        make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
+    *reinterpret_cast<uint2*>(dst + (2 * e + 1) * cs) =
+        make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
+  }
+}
+
+// The inverse: 8 runs of 4 columns (channel u's at src + u*cs) as 4 pixels' 8 channels,
+// px[pixel][channel pair].
+__device__ __forceinline__ void depthwise_mma_get4(const unsigned short* src, int cs,
+                                                   unsigned (&px)[4][4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint2 lo = *reinterpret_cast<const uint2*>(src + (2 * e) * cs);
+    const uint2 hi = *reinterpret_cast<const uint2*>(src + (2 * e + 1) * cs);
+    px[0][e] = __byte_perm(lo.x, hi.x, 0x5410);
+    px[1][e] = __byte_perm(lo.x, hi.x, 0x7632);
+    px[2][e] = __byte_perm(lo.y, hi.y, 0x5410);
+    px[3][e] = __byte_perm(lo.y, hi.y, 0x7632);
+  }
+}
+
+// A pixel's 8 channels to y: one 16-byte store, or 8 scalar ones where y is not aligned.
+template <typename T>
+__device__ __forceinline__ void depthwise_mma_store8(T* dst, const unsigned (&v)[4],
+                                                     bool aligned) {
+  if (aligned) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(v[0], v[1], v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      reinterpret_cast<unsigned short*>(dst)[e] = (unsigned short)(v[e >> 1] >> (16 * (e & 1)));
+  }
 }
 
 template <typename T, int R_>
@@ -540,22 +615,19 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
                        i64 xh, i64 xw) {
   constexpr int TC = DEPTHWISE_MMA_CHANNELS, PT = DEPTHWISE_MMA_ROWS, QB = DEPTHWISE_MMA_COLUMNS;
   constexpr int NT = DEPTHWISE_MMA_THREADS, IH = PT + R_ - 1, PITCH = DEPTHWISE_MMA_PITCH;
-  constexpr int RS = R_ * R_, JG = PITCH / 4, QG = QB / 4;
+  constexpr int RS = R_ * R_, JG = PITCH / 4, QG = QB / 4, PLANE = IH * PITCH;
   static_assert(TC == 16 && QB == 32, "2 vectors of 8 channels, 4 column blocks of 8");
   static_assert(R_ <= 9, "8 outputs and R_ - 1 more input columns within k = 16");
   extern __shared__ __align__(16) unsigned char depthwise_smem[];
   unsigned short* planes = reinterpret_cast<unsigned short*>(depthwise_smem);
-  unsigned short* wsm = planes + depthwise_mma_plane(TC - 1, IH) + IH * PITCH;  // [TC][RS]
+  unsigned short* wsm = planes + TC * PLANE + DEPTHWISE_MMA_SKEW;           // [TC][RS]
   const int c0 = blockIdx.x * TC;
   const int tp = blockIdx.y / col_tiles, tq = blockIdx.y - tp * col_tiles;
   const int p0 = tp * PT, q0 = tq * QB;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const bool y_aligned = reinterpret_cast<unsigned long long>(y) % 16 == 0;
 
-  for (int i = tid; i < TC * RS; i += NT) {                  // the filters, in order
-    const int k = c0 + i / RS;
-    wsm[i] = k < C ? reinterpret_cast<const unsigned short*>(w)[(i64)c0 * RS + i] : 0;
-  }
+  depthwise_mma_filters<RS>(wsm, w, c0, C, tid, NT);
   const int h0 = p0 - pt, w0 = q0 - pl;
   for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
     const T* xb = x + n * xn;
@@ -573,16 +645,7 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
         if (row_in && col >= 0 && col < W)
           raw[u] = *reinterpret_cast<const uint4*>(xb + h * xh + col * xw + k);
       }
-      unsigned short* dst = planes + depthwise_mma_plane(v * 8, IH) + i * PITCH + j;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {                          // channels v*8 + 2e, + 1
-        const unsigned a0 = (&raw[0].x)[e], a1 = (&raw[1].x)[e];
-        const unsigned a2 = (&raw[2].x)[e], a3 = (&raw[3].x)[e];
-        *reinterpret_cast<uint2*>(dst + (2 * e) * IH * PITCH) =
-            make_uint2(__byte_perm(a0, a1, 0x5410), __byte_perm(a2, a3, 0x5410));
-        *reinterpret_cast<uint2*>(dst + (2 * e + 1) * IH * PITCH) =
-            make_uint2(__byte_perm(a0, a1, 0x7632), __byte_perm(a2, a3, 0x7632));
-      }
+      depthwise_mma_put4(planes + depthwise_mma_plane(v * 8, PLANE) + i * PITCH + j, PLANE, raw);
     }
     __syncthreads();
 
@@ -596,26 +659,15 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
       for (int cb = 0; cb < 4; ++cb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[cb][e] = 0.f;
-      unsigned short* plane = planes + depthwise_mma_plane(cl, IH);
+      unsigned short* plane = planes + depthwise_mma_plane(cl, PLANE);
 #pragma unroll
       for (int r = 0; r < R_; ++r) {
-        // B_r[t][g] for t = t2, t2 + 1 (b[0]) and t2 + 8, t2 + 9 (b[1]): w[r][t - g] or 0.
         unsigned b[2];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int s0 = t2 + half * 8 - g, s1 = s0 + 1;
-          const unsigned lo = s0 >= 0 && s0 < R_ ? f[r * R_ + s0] : 0;
-          const unsigned hi = s1 >= 0 && s1 < R_ ? f[r * R_ + s1] : 0;
-          b[half] = lo | (hi << 16);
-        }
+        depthwise_mma_b<R_>(f, r, g, t2, b);
 #pragma unroll
         for (int cb = 0; cb < 4; ++cb) {
           unsigned a[4];
-          const unsigned address = (unsigned)__cvta_generic_to_shared(
-              plane + (arow + r) * PITCH + cb * 8 + acol);
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                       : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                       : "r"(address));
+          ldmatrix_x4(a, plane + (arow + r) * PITCH + cb * 8 + acol);
           mma_m16n8k16<T>(acc[cb], a, b);
         }
       }
@@ -637,32 +689,144 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
       const int v = idx & 1, grp = idx >> 1, row = grp / QG, col = (grp - row * QG) * 4;
       const int p = p0 + row, q = q0 + col, k = c0 + v * 8;
       if (p >= P || q >= Q || k >= C) continue;
-      const unsigned short* src = planes + depthwise_mma_plane(v * 8, IH) + row * PITCH + col;
-      unsigned px[4][4];                                      // [pixel][channel pair]
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const uint2 lo = *reinterpret_cast<const uint2*>(src + (2 * e) * IH * PITCH);
-        const uint2 hi = *reinterpret_cast<const uint2*>(src + (2 * e + 1) * IH * PITCH);
-        px[0][e] = __byte_perm(lo.x, hi.x, 0x5410);
-        px[1][e] = __byte_perm(lo.x, hi.x, 0x7632);
-        px[2][e] = __byte_perm(lo.y, hi.y, 0x5410);
-        px[3][e] = __byte_perm(lo.y, hi.y, 0x7632);
-      }
+      unsigned px[4][4];
+      depthwise_mma_get4(planes + depthwise_mma_plane(v * 8, PLANE) + row * PITCH + col, PLANE,
+                         px);
       T* dst = y + ((n * P + p) * Q + q) * (i64)C + k;
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         if (q + u >= Q) break;
-        if (y_aligned) {
-          *reinterpret_cast<uint4*>(dst + u * (i64)C) =
-              make_uint4(px[u][0], px[u][1], px[u][2], px[u][3]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            reinterpret_cast<unsigned short*>(dst + u * (i64)C)[e] =
-                (unsigned short)(px[u][e >> 1] >> (16 * (e & 1)));
-        }
+        depthwise_mma_store8(dst + u * (i64)C, px[u], y_aligned);
       }
     }
     __syncthreads();                                          // before the window is refilled
+  }
+}
+
+// depthwise_mma_small_nhwc: the same products for small maps (14x14, 7x7), where a 16 x 32
+// tile of one image would be mostly past the map. The outputs are cut into 8 x 8 sub-tiles
+// (of any image: sub-tile st is image st / (tiles_p*tiles_q), rows tp*8.., columns tq*8..),
+// and a block takes 2*CB consecutive ones: for column block cb of the m16n8k16 products, A's
+// rows 0..7 are sub-tile 2*cb's and rows 8..15 sub-tile 2*cb + 1's (ldmatrix takes each
+// lane's row address). Each sub-tile's window, 8 + R_ - 1 rows x 16 columns (zeros outside
+// the map), lies in shared memory as [c][sub-tile][row][column], rows of 16 elements whose
+// two 16-byte halves swap in rows 4..7 of every 8 (so that an ldmatrix's 8 rows, and a
+// warp's word stores of its results, hit distinct banks). Otherwise as depthwise_mma_nhwc:
+// 4-pixel copies, B_r built once a channel, each output's filter rows summed in order, the
+// results over the channel's planes, gathered into 16-byte stores. A block loops over its
+// grid's y for more sub-tiles than MAX_GRID_YZ blocks.
+__device__ __forceinline__ int depthwise_mma_swizzle(int row, int col) {
+  return col ^ (((row >> 2) & 1) << 3);
+}
+
+// Sub-tile st's image and first output row and column.
+__device__ __forceinline__ void depthwise_mma_sub(i64 st, int tiles_p, int tiles_q, i64& n,
+                                                  int& p0, int& q0) {
+  const i64 per_image = (i64)tiles_p * tiles_q;
+  n = st / per_image;
+  const int rem = (int)(st - n * per_image), tp = rem / tiles_q;
+  p0 = tp * 8;
+  q0 = (rem - tp * tiles_q) * 8;
+}
+
+template <typename T, int R_, int CB>
+__global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
+    depthwise_mma_small_nhwc(const T* __restrict__ x, const T* __restrict__ w,
+                             const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H,
+                             int W, int P, int Q, int pt, int pl, int tiles_p, int tiles_q,
+                             i64 xn, i64 xc, i64 xh, i64 xw) {
+  constexpr int TC = DEPTHWISE_MMA_CHANNELS, NT = DEPTHWISE_MMA_THREADS, SUBS = 2 * CB;
+  constexpr int IH = 8 + R_ - 1, SUB = IH * 16, PLANE = SUBS * SUB, RS = R_ * R_;
+  static_assert(R_ <= 9, "8 outputs and R_ - 1 more input columns within k = 16");
+  static_assert(CB == 1 || CB == 2 || CB == 4, "column blocks of a product");
+  extern __shared__ __align__(16) unsigned char depthwise_smem[];
+  unsigned short* planes = reinterpret_cast<unsigned short*>(depthwise_smem);
+  unsigned short* wsm = planes + TC * PLANE + DEPTHWISE_MMA_SKEW;           // [TC][RS]
+  const int c0 = blockIdx.x * TC;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool y_aligned = reinterpret_cast<unsigned long long>(y) % 16 == 0;
+  const i64 subs = (i64)N * tiles_p * tiles_q;
+
+  depthwise_mma_filters<RS>(wsm, w, c0, C, tid, NT);
+  for (i64 st0 = (i64)blockIdx.y * SUBS; st0 < subs; st0 += (i64)gridDim.y * SUBS) {
+    // 1. The windows: columns j..j+3 of row i of sub-tile s, channels v*8...
+    for (int idx = tid; idx < SUBS * IH * 4 * 2; idx += NT) {
+      const int v = idx & 1, rest = idx >> 1, j = (rest & 3) * 4, si = rest >> 2;
+      const int s = si / IH, i = si - s * IH, k = c0 + v * 8;
+      i64 n;
+      int p0, q0;
+      depthwise_mma_sub(st0 + s, tiles_p, tiles_q, n, p0, q0);
+      const int h = p0 - pt + i;
+      const bool row_in = st0 + s < subs && h >= 0 && h < H && k < C;
+      const T* xr = x + n * xn + h * xh + k;
+      uint4 raw[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int col = q0 - pl + j + u;
+        raw[u] = make_uint4(0, 0, 0, 0);
+        if (row_in && col >= 0 && col < W) raw[u] = *reinterpret_cast<const uint4*>(xr + col * xw);
+      }
+      depthwise_mma_put4(planes + depthwise_mma_plane(v * 8, PLANE) + s * SUB + i * 16 +
+                             depthwise_mma_swizzle(i, j), PLANE, raw);
+    }
+    __syncthreads();
+
+    // 2. Each warp's channels: R_ x CB ldmatrix + mma, sub-tiles 2*cb and 2*cb + 1.
+    const int g = lane >> 2, t2 = (lane & 3) * 2;
+    const int asub = (lane >> 3) & 1, arow = lane & 7, acol = (lane >> 4) * 8;
+    for (int cl = warp; cl < TC; cl += NT / 32) {
+      const unsigned short* f = wsm + cl * RS;
+      float acc[CB][4];
+#pragma unroll
+      for (int cb = 0; cb < CB; ++cb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[cb][e] = 0.f;
+      unsigned short* plane = planes + depthwise_mma_plane(cl, PLANE);
+#pragma unroll
+      for (int r = 0; r < R_; ++r) {
+        unsigned b[2];
+        depthwise_mma_b<R_>(f, r, g, t2, b);
+#pragma unroll
+        for (int cb = 0; cb < CB; ++cb) {
+          unsigned a[4];
+          ldmatrix_x4(a, plane + (2 * cb + asub) * SUB + (arow + r) * 16 +
+                             depthwise_mma_swizzle(arow + r, acol));
+          mma_m16n8k16<T>(acc[cb], a, b);
+        }
+      }
+      // 3a. Over rows 0..7 of sub-tiles 2*cb (acc[cb][0..1]) and 2*cb + 1 ([2..3]).
+      const int k = c0 + cl;
+      const float bk = bias && k < C ? to_acc(bias[k], float()) : 0.f;
+      __syncwarp();                                           // all of the planes read
+#pragma unroll
+      for (int cb = 0; cb < CB; ++cb)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<unsigned*>(plane + (2 * cb + half) * SUB + g * 16 +
+                                       depthwise_mma_swizzle(g, t2)) =
+              pack2<T>(acc[cb][half * 2] + bk, acc[cb][half * 2 + 1] + bk);
+    }
+    __syncthreads();
+
+    // 3b. Columns cg*4.. of row `row` of sub-tile s, channels v*8..: 8 loads, 4 stores (a
+    // half-warp: 8 rows of one sub-tile and channel half, 32 distinct banks).
+    for (int idx = tid; idx < SUBS * 8 * 2 * 2; idx += NT) {
+      const int cg = idx & 1, row = (idx >> 1) & 7, v = (idx >> 4) & 1, s = idx >> 5;
+      i64 n;
+      int p0, q0;
+      depthwise_mma_sub(st0 + s, tiles_p, tiles_q, n, p0, q0);
+      const int p = p0 + row, q = q0 + cg * 4, k = c0 + v * 8;
+      if (st0 + s >= subs || p >= P || q >= Q || k >= C) continue;
+      unsigned px[4][4];
+      depthwise_mma_get4(planes + depthwise_mma_plane(v * 8, PLANE) + s * SUB + row * 16 +
+                             depthwise_mma_swizzle(row, cg * 4), PLANE, px);
+      T* dst = y + ((n * P + p) * Q + q) * (i64)C + k;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (q + u >= Q) break;
+        depthwise_mma_store8(dst + u * (i64)C, px[u], y_aligned);
+      }
+    }
+    __syncthreads();                                          // before the windows are refilled
   }
 }

@@ -649,21 +649,28 @@ DEPTHWISE_ROWS_STRIP = None           # output rows a block's strip (None: depth
 DEPTHWISE_ROWS_THREADS = 256          # a block's threads, at most
 
 
-# depthwise_mma_nhwc (float16 and bfloat16 NHWC, K = C, stride 1, no dilation, aligned channel
-# vectors, on Tensor Cores): its forms (R = S), and those "auto" gives it on output maps of at
-# least DEPTHWISE_MMA_MIN_ROWS rows. tools/depthwise_dev.py (H200, float16 NHWC, batch 32, GPU
-# us replayed from CUDA graphs; the CUDA-core kernels -> it, cuDNN;
-# docs/data/logs/depthwise-mma-dev.log): 7x7, convnext_tiny.1 (56x56) 81.4 -> 41.9 (70.9), .3
-# (28x28) 46.3 -> 20.3 (43.2), .5 (14x14) 27.0 -> 16.0 (23.7), .7 (7x7) 24.8 -> 24.1 (17.3);
-# 5x5, efficientnet_b0.18 (28x28) 29.1 -> 22.0 (26.1), .29 (14x14) 18.1 -> 16.9, .32 23.9 ->
-# 23.2, but .39 (7x7, 1152 channels) 15.7 -> 28.6. 3x3 lost on every map (mobilenet_v2.7,
-# 56x56, 31.7 -> 43.4; .21, 14x14, 13.1 -> 14.8): too few products for the window's copy.
+# depthwise_mma_nhwc and depthwise_mma_small_nhwc (float16 and bfloat16 NHWC, K = C, stride 1,
+# no dilation, aligned channel vectors, on Tensor Cores): their forms (R = S), those "auto"
+# gives them, and the maps (at most DEPTHWISE_MMA_SMALL_ROWS output rows) that take the small
+# kernel, in blocks of 2*DEPTHWISE_MMA_SMALL_CB sub-tiles of 8 x 8. tools/depthwise_dev.py
+# (H200, float16 NHWC, batch 32, GPU us replayed from CUDA graphs; the CUDA-core kernels -> the
+# Tensor-Core kernel "auto" gives, cuDNN; docs/data/logs/depthwise-mma-dev.log):
+#   7x7: convnext_tiny.1 (56x56) 81.4 -> 41.9 (70.9), .3 (28x28) 46.3 -> 20.3 (43.2),
+#        .5 (14x14) 26.6 -> 15.5 (23.4; 15.6 on depthwise_mma_nhwc), .7 (7x7) 25.1 -> 9.2 (17.8);
+#   5x5: efficientnet_b0.18 (28x28) 29.1 -> 22.0 (26.1), .29 (14x14) 18.1 -> 16.7 (14.6),
+#        .32 (14x14) 24.0 -> 22.0 (19.7), .39 (7x7) 15.7 -> 10.6 (11.1).
+# CB: 2 was within 4% of the best of 1, 2 and 4 on each of those small maps (4 took
+# convnext_tiny.5 to 14.9 but .7 to 11.7 and efficientnet_b0.32 to 25.3). 3x3 filters stay on
+# CUDA cores: on 56x56 to 14x14 maps both kernels lost (mobilenet_v2.7 31.7 -> 43.4, .21 13.1 ->
+# 14.7 and 15.8), on 7x7 maps they tied (efficientnet_b0.43 9.1 -> 8.7, mobilenet_v2.26 7.0 ->
+# 7.8): too few products for the window's copy.
 DEPTHWISE_MMA_FORMS = (3, 5, 7)
 DEPTHWISE_MMA_FILTERS = (5, 7)
-DEPTHWISE_MMA_MIN_ROWS = 14
 DEPTHWISE_MMA_TILE = (16, 16, 32)     # the kernel's channels, output rows and columns a block
 DEPTHWISE_MMA_THREADS = 128           # (depthwise.cu's constants of those names)
 DEPTHWISE_MMA_SKEW = 32
+DEPTHWISE_MMA_SMALL_ROWS = 14
+DEPTHWISE_MMA_SMALL_CB = 2
 
 
 DEPTHWISE_GROUPS = (2, 4, 8)          # channels per group the kernel also takes (NHWC, K = C)
@@ -807,7 +814,8 @@ class DepthwiseTileArgs(NamedTuple):
     its four pointers and the grid: its ints (N, C, H, W, P, Q, pt, pl, then tile: PT, QB, CV,
     column tiles; rows: PS; mma: column tiles), x's element strides (N, C, H, W), the block
     (rows: NHWC channel threads by column groups, NCHW column groups by channels), its shared
-    memory and the tiles (channel tiles, then row x column tiles or row strips)."""
+    memory and the tiles (channel tiles, then row x column tiles or row strips; mma_small:
+    blocks of sub-tiles, at most MAX_GRID_YZ, the kernel looping past them)."""
 
     ints: tuple[int, ...]
     x_strides: tuple[int, int, int, int]
@@ -815,10 +823,13 @@ class DepthwiseTileArgs(NamedTuple):
     smem: int
     tiles: tuple[int, int]
 
+    per_image: bool = True
+
     def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
         """(channel tiles, row x column tiles or strips, images): a block per tile of an
-        image (the kernels loop past 65535 images)."""
-        return (*self.tiles, max(1, min(prob.N, MAX_GRID_YZ)))
+        image (the kernels loop past 65535 images); without per_image (depthwise_mma_small_nhwc,
+        whose tiles hold several images' sub-tiles) one z."""
+        return (*self.tiles, max(1, min(prob.N, MAX_GRID_YZ)) if self.per_image else 1)
 
 
 def depthwise_tile_kernel_name(T: str, Acc: str, S: int, sw: int, qt: int,
@@ -842,16 +853,42 @@ def depthwise_tile_plan(prob: Problem, options: Options, tile: DepthwiseTile, ve
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
-def depthwise_mma(prob: Problem, options: Options, vec: int) -> bool:
-    """Whether depthwise_mma_nhwc takes `prob` (DEPTHWISE_MMA_FILTERS, DEPTHWISE_MMA_MIN_ROWS)."""
-    return (options.tensor_cores and prob.dtype.name in TENSOR_CORE_DTYPES and
+def depthwise_mma(prob: Problem, options: Options, vec: int) -> str | None:
+    """Which Tensor-Core depthwise kernel takes `prob` (DEPTHWISE_MMA_FILTERS): "small"
+    (depthwise_mma_small_nhwc, maps of at most DEPTHWISE_MMA_SMALL_ROWS rows) or "tile"
+    (depthwise_mma_nhwc); None where neither does."""
+    if not (options.tensor_cores and prob.dtype.name in TENSOR_CORE_DTYPES and
             prob.layout == "NHWC" and square_depthwise(prob, vec) and prob.sh == 1 and
-            prob.R in DEPTHWISE_MMA_FILTERS and prob.R in DEPTHWISE_MMA_FORMS and
-            prob.P >= DEPTHWISE_MMA_MIN_ROWS)
+            prob.R in DEPTHWISE_MMA_FILTERS and prob.R in DEPTHWISE_MMA_FORMS):
+        return None
+    return "small" if prob.P <= DEPTHWISE_MMA_SMALL_ROWS else "tile"
 
 
 def depthwise_mma_kernel_name(T: str, R: int) -> str:
     return f"depthwise_mma_nhwc<{T}, {R}>"
+
+
+def depthwise_mma_small_kernel_name(T: str, R: int, CB: int) -> str:
+    return f"depthwise_mma_small_nhwc<{T}, {R}, {CB}>"
+
+
+def depthwise_mma_small_plan(prob: Problem, options: Options, x_strides) -> Plan:
+    """A block per 16 channels x 2*CB sub-tiles of 8 x 8 outputs (sub-tiles of every image in
+    turn); its shared memory: each sub-tile's window, 8 + R - 1 rows of 16 elements, as one
+    plane a channel (the second 8 channels' DEPTHWISE_MMA_SKEW elements on), the filters."""
+    channels = DEPTHWISE_MMA_TILE[0]
+    tiles_p, tiles_q = -(-prob.P // 8), -(-prob.Q // 8)
+    subs = prob.N * tiles_p * tiles_q
+    channel_tiles = -(-prob.C // channels)
+    cb = DEPTHWISE_MMA_SMALL_CB
+    window = channels * 2 * cb * (8 + prob.R - 1) * 16 + DEPTHWISE_MMA_SKEW
+    smem = (window + channels * prob.R * prob.S) * 2
+    args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
+                              tiles_p, tiles_q), tuple(x_strides), (DEPTHWISE_MMA_THREADS, 1, 1),
+                             smem, (channel_tiles, max(1, min(-(-subs // (2 * cb)), MAX_GRID_YZ))),
+                             per_image=False)
+    name = depthwise_mma_small_kernel_name(CUDA_TYPES[prob.dtype.name][0], prob.R, cb)
+    return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
 def depthwise_mma_plan(prob: Problem, options: Options, x_strides) -> Plan:
@@ -953,7 +990,10 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                          f"filter) or, in NHWC, K == C with C/groups in {DEPTHWISE_GROUPS} and "
                          f"x's channels contiguous and aligned; got C={prob.C}, K={prob.K}, "
                          f"groups={prob.G}")
-    if options.smem and depthwise_mma(prob, options, vec):
+    mma = depthwise_mma(prob, options, vec) if options.smem else None
+    if mma == "small":
+        return depthwise_mma_small_plan(prob, options, x_strides)
+    if mma == "tile":
         return depthwise_mma_plan(prob, options, x_strides)
     rows = depthwise_rows(prob, vec) if options.smem else None
     if rows is not None:
@@ -2168,6 +2208,8 @@ def specializations() -> list[tuple[str, str]]:
             if layout == "NHWC" and dtype in TENSOR_CORE_DTYPES:
                 for R in DEPTHWISE_MMA_FORMS:
                     out.add(("depthwise", depthwise_mma_kernel_name(T, R)))
+                    out.add(("depthwise", depthwise_mma_small_kernel_name(
+                        T, R, DEPTHWISE_MMA_SMALL_CB)))
             for (S, sw), (qt, tv) in DEPTHWISE_ROWS.items():
                 out.add(("depthwise", depthwise_rows_kernel_name(
                     T, Acc, min(tv, 16 // prob.dtype.itemsize) if layout == "NHWC" else 1,
