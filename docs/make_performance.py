@@ -724,14 +724,21 @@ differed only in its depthwise layers, measured cuDNN's total at 2.16 ms and 3.4
 the kernel work behind each change is measured on the GPU alone, replayed from CUDA graphs
 (`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
 
-The float16 columns are the run of 2026-12-04 (fourteenth session, f1065d8) after the
-Tensor-Core depthwise kernel's rework (`depthwise_mma_nhwc`: output planes, 4-pixel copies,
-5x5 and 7x7 filters on maps of 14 rows or more; see the depthwise section below): all 1.08x
-one call at a time and 1.09x back to back, depthwise 1.05x -> 1.09x and 0.96x -> 1.05x;
-convnext_tiny 0.96x -> 1.35x (0.74 ms against cuDNN's 1.00; back to back 0.89x -> 1.38x), its
-depthwise layers 0.94x -> 1.34x one call at a time; resnext50_32x4d 0.97x -> 1.02x and
-mobilenet_v2 1.15x -> 1.08x, whose kernels did not change (the runs' spread); no class below
-1.03x.
+The float16 columns are the run of 2026-12-04 (fourteenth session, 191b8ed) after the small
+maps' Tensor-Core depthwise kernel (`depthwise_mma_small_nhwc`; see the depthwise section
+below): all 1.07x one call at a time and 1.09x back to back, depthwise 1.10x and 1.05x (its
+slowest layer 0.91x, 0.86x before it); convnext_tiny 1.39x, 1.45x back to back. Against the
+run before it (at f1065d8, below) resnet50 measured 1.07x -> 1.01x and the 3x3 class 1.12x ->
+1.05x, with no kernel of theirs changed: the runs' spread, which these single calls show
+(cuDNN's resnet50 total 2.03 ms and 1.85 ms in the two runs).
+
+The run before it (fourteenth session, f1065d8) was after the Tensor-Core depthwise kernel's
+rework (`depthwise_mma_nhwc`: output planes, 4-pixel copies, 5x5 and 7x7 filters on maps of
+14 rows or more): all 1.08x one call at a time and 1.09x back to back, depthwise 1.05x ->
+1.09x and 0.96x -> 1.05x; convnext_tiny 0.96x -> 1.35x (0.74 ms against cuDNN's 1.00; back
+to back 0.89x -> 1.38x), its depthwise layers 0.94x -> 1.34x one call at a time;
+resnext50_32x4d 0.97x -> 1.02x and mobilenet_v2 1.15x -> 1.08x, whose kernels did not change
+(the runs' spread); no class below 1.03x.
 
 The run before it was of 2026-12-04 (thirteenth session) after the depthwise rows
 kernel (`depthwise_rows`, 2b7cb29; see the depthwise section below): all 1.07x one call
@@ -963,30 +970,33 @@ The eleven shapes: 541 -> 390 µs in float32 NCHW (cuDNN 685) and 555 -> 358 in 
 1.47x one call at a time, 1.38x -> 1.55x back to back, its slowest layer 0.88x -> 1.04x; the
 layers' best rate 1.88 -> 2.47 TB/s.
 
-**ConvNeXt's 7x7, and 5x5, on Tensor Cores** (`depthwise_mma_nhwc`, docs/design.md; float16
-and bfloat16 NHWC, stride 1, 5x5 and 7x7 filters on maps of at least 14 output rows).
-`--variants tile,mma,nomma` in float16 NHWC (`logs/depthwise-mma-dev.log`; "nomma" the CUDA-core
-kernels the planner chose before it, µs replayed from CUDA graphs, cuDNN in brackets):
+**ConvNeXt's 7x7, and 5x5, on Tensor Cores** (`depthwise_mma_nhwc` and, on maps of at most
+14 rows, `depthwise_mma_small_nhwc`, docs/design.md; float16 and bfloat16 NHWC, stride 1, 5x5
+and 7x7 filters). `--variants tile,mma,nomma` in float16 NHWC (`logs/depthwise-mma-dev.log`;
+"nomma" the CUDA-core kernels the planner chose before them, µs replayed from CUDA graphs,
+cuDNN in brackets):
 
-| layer | CUDA cores | first version (13th session) | output planes | 4-pixel copies, output over the window |
-|---|---|---|---|---|
-| convnext_tiny.1 (7x7, 56x56) | 81.4 | 67.5 | 44.6 | **41.9** (70.9) |
-| convnext_tiny.3 (7x7, 28x28) | 46.3 | 40.6 | 26.9 | **20.3** (43.2) |
-| convnext_tiny.5 (7x7, 14x14) | 27.0 | 40.2 | 22.9 | **16.0** (23.7) |
-| convnext_tiny.7 (7x7, 7x7) | 24.8 | 58.6 | 31.2 | 24.1 (17.3), not given it |
-| efficientnet_b0.18 (5x5, 28x28) | 29.1 | 44.2 | 23.2 | **22.0** (26.1) |
-| efficientnet_b0.32 (5x5, 14x14) | 23.7 | | | **23.2** (19.8) |
-| efficientnet_b0.39 (5x5, 7x7) | 15.7 | 77.7 | | 28.6 (11.0), not given it |
-| mobilenet_v2.7 (3x3, 56x56) | 31.6 | 84.2 | 48.6 | 43.4 (29.9), not given it |
+| layer | CUDA cores | first version (13th session) | output planes | 4-pixel copies, output over the window | small maps' kernel (what "auto" runs) |
+|---|---|---|---|---|---|
+| convnext_tiny.1 (7x7, 56x56) | 81.4 | 67.5 | 44.6 | 41.9 | **42.0** (71.1) |
+| convnext_tiny.3 (7x7, 28x28) | 46.3 | 40.6 | 26.9 | 20.3 | **20.3** (43.2) |
+| convnext_tiny.5 (7x7, 14x14) | 27.0 | 40.2 | 22.9 | 16.0 | **16.5** (23.8) |
+| convnext_tiny.7 (7x7, 7x7) | 24.8 | 58.6 | 31.2 | 24.1 | **9.1** (17.4) |
+| efficientnet_b0.18 (5x5, 28x28) | 29.1 | 44.2 | 23.2 | 22.0 | **22.0** (25.9) |
+| efficientnet_b0.29 (5x5, 14x14) | 18.1 | | | 16.9 | **17.3** (14.5) |
+| efficientnet_b0.32 (5x5, 14x14) | 23.7 | | | 23.2 | **22.4** (20.5) |
+| efficientnet_b0.39 (5x5, 7x7) | 15.7 | 77.7 | | 28.6 | **11.1** (11.0) |
+| mobilenet_v2.7 (3x3, 56x56) | 31.6 | 84.2 | 48.6 | 43.4 | 31.7 (29.9): CUDA cores |
 
-In bfloat16 the output planes measured the same as float16 (convnext_tiny.1 44.7, .3 27.2;
-the last step was not timed in bfloat16). The first step removed a 16-way bank conflict on the
+(The last column is the planner's choice in the last run; in the column before it the 14x14
+and 7x7 maps were forced onto the tile kernel.) In bfloat16 the output planes measured the same as float16 (convnext_tiny.1 44.7, .3 27.2). The first step removed a 16-way bank conflict on the
 output's [pixel][channel] staging stores; the second, after ncu found the kernel bound by shared
 memory (L1 74% busy, a third of its stalls short scoreboard, 25% occupancy;
 `logs/ncu-convnext_tiny.1-NHWC-float16-depthwise_mma.txt`), quartered the window copy's and
 the output gather's shared-memory instructions and freed the output buffer (50 -> 30 KB a
-block, 4 -> 7 blocks an SM). ConvNeXt's eighteen 7x7 calls a pass (three of each layer, nine of .5),
-at these times: 700 µs on CUDA cores, 405 now (.7 stays on CUDA cores), cuDNN 608.
+block, 4 -> 7 blocks an SM). ConvNeXt's eighteen 7x7 calls a pass (three of each layer, nine of .5), at the last
+column's times: 700 µs on CUDA cores, 363 on Tensor Cores, cuDNN 609. bfloat16 measured
+within 3% of float16 on each layer (convnext_tiny.1 42.6, .7 9.3, efficientnet_b0.39 11.3).
 
 **The copy's own rate.** `python3 tools/copy_bandwidth.py` (`logs/copy-bandwidth.log`; H200,
 replayed from CUDA graphs, sources cycled out of the L2 cache) moved (read plus written)
