@@ -39,8 +39,9 @@
 // no dilation): a block copies its output tile's input window into shared memory and its
 // threads take their register windows from there.
 //
-// NHWC 16-bit types at stride 1 on Tensor Cores (depthwise_mma_nhwc, at the end of this file):
-// a channel's filter row as a banded matrix, one mma.sync per filter row and 16 x 8 outputs.
+// NHWC 16-bit types at stride 1 on Tensor Cores (depthwise_mma_nhwc and, for small maps,
+// depthwise_mma_small_nhwc, at the end of this file): a channel's filter row as a banded
+// matrix, one mma.sync per filter row and 16 x 8 outputs.
 
 template <typename T, int VEC> struct Vec {
   T v[VEC];
@@ -564,6 +565,30 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&a)[4], const unsigned sho
                : "r"(address));
 }
 
+// One channel's products: for each filter row r in order, B_r's fragment (f: the channel's
+// filters), then for each column block cb an ldmatrix.x4 of A at a_at(r, cb) and an mma into
+// acc[cb].
+template <typename T, int R_, int CB, typename AAt>
+__device__ __forceinline__ void depthwise_mma_products(float (&acc)[CB][4],
+                                                       const unsigned short* f, int g, int t2,
+                                                       AAt a_at) {
+#pragma unroll
+  for (int cb = 0; cb < CB; ++cb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[cb][e] = 0.f;
+#pragma unroll
+  for (int r = 0; r < R_; ++r) {
+    unsigned b[2];
+    depthwise_mma_b<R_>(f, r, g, t2, b);
+#pragma unroll
+    for (int cb = 0; cb < CB; ++cb) {
+      unsigned a[4];
+      ldmatrix_x4(a, a_at(r, cb));
+      mma_m16n8k16<T>(acc[cb], a, b);
+    }
+  }
+}
+
 // 4 pixels' 8 channels (raw[u]: pixel u's 16 bytes) as 8 runs of 4 columns, channel u's at
 // dst + u*cs (byte permutes, 8-byte stores).
 __device__ __forceinline__ void depthwise_mma_put4(unsigned short* dst, int cs,
@@ -653,24 +678,11 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
     const int g = lane >> 2, t2 = (lane & 3) * 2;             // fragment row / column pair
     const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
     for (int cl = warp; cl < TC; cl += NT / 32) {
-      const unsigned short* f = wsm + cl * RS;
-      float acc[4][4];
-#pragma unroll
-      for (int cb = 0; cb < 4; ++cb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[cb][e] = 0.f;
       unsigned short* plane = planes + depthwise_mma_plane(cl, PLANE);
-#pragma unroll
-      for (int r = 0; r < R_; ++r) {
-        unsigned b[2];
-        depthwise_mma_b<R_>(f, r, g, t2, b);
-#pragma unroll
-        for (int cb = 0; cb < 4; ++cb) {
-          unsigned a[4];
-          ldmatrix_x4(a, plane + (arow + r) * PITCH + cb * 8 + acol);
-          mma_m16n8k16<T>(acc[cb], a, b);
-        }
-      }
+      float acc[4][4];
+      depthwise_mma_products<T, R_>(acc, wsm + cl * RS, g, t2, [&](int r, int cb) {
+        return plane + (arow + r) * PITCH + cb * 8 + acol;
+      });
       // 3a. Over the plane's rows 0..15: rows g and g + 8, columns cb*8 + t2 and + 1.
       const int k = c0 + cl;
       const float bk = bias && k < C ? to_acc(bias[k], float()) : 0.f;
@@ -775,25 +787,12 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
     const int g = lane >> 2, t2 = (lane & 3) * 2;
     const int asub = (lane >> 3) & 1, arow = lane & 7, acol = (lane >> 4) * 8;
     for (int cl = warp; cl < TC; cl += NT / 32) {
-      const unsigned short* f = wsm + cl * RS;
-      float acc[CB][4];
-#pragma unroll
-      for (int cb = 0; cb < CB; ++cb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[cb][e] = 0.f;
       unsigned short* plane = planes + depthwise_mma_plane(cl, PLANE);
-#pragma unroll
-      for (int r = 0; r < R_; ++r) {
-        unsigned b[2];
-        depthwise_mma_b<R_>(f, r, g, t2, b);
-#pragma unroll
-        for (int cb = 0; cb < CB; ++cb) {
-          unsigned a[4];
-          ldmatrix_x4(a, plane + (2 * cb + asub) * SUB + (arow + r) * 16 +
-                             depthwise_mma_swizzle(arow + r, acol));
-          mma_m16n8k16<T>(acc[cb], a, b);
-        }
-      }
+      float acc[CB][4];
+      depthwise_mma_products<T, R_>(acc, wsm + cl * RS, g, t2, [&](int r, int cb) {
+        return plane + (2 * cb + asub) * SUB + (arow + r) * 16 +
+               depthwise_mma_swizzle(arow + r, acol);
+      });
       // 3a. Over rows 0..7 of sub-tiles 2*cb (acc[cb][0..1]) and 2*cb + 1 ([2..3]).
       const int k = c0 + cl;
       const float bk = bias && k < C ? to_acc(bias[k], float()) : 0.f;
