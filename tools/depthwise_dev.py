@@ -17,8 +17,8 @@ channels a thread and rows a strip for every form, "rtN" its block's threads at 
 compiles it for at least N blocks an SM; "mma" / "nomma" give depthwise_mma_nhwc (float16 and
 bfloat16 NHWC, Tensor Cores; depthwise_mma_small_nhwc on maps of at most
 DEPTHWISE_MMA_SMALL_ROWS rows) every stride-1 form or none, "nosmall" / "smallN" give
-depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN" its CB; "bN" compiles all of depthwise.cu's kernels for at
-least N blocks an SM (__launch_bounds__(256, N): fewer registers a thread); "BxQ" runs
+depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN" its CB; "bN" compiles all
+of depthwise.cu's kernels for at least N blocks an SM (__launch_bounds__(256, N): fewer registers a thread); "BxQ" runs
 depthwise_nhwc / depthwise_nchw (Options(smem=False)) with DEPTHWISE_VECTOR_BYTES = B and Q
 output columns per thread for every form ("auto": the planner's table, DEPTHWISE_WINDOWS).
 

@@ -810,12 +810,13 @@ def depthwise_tile(prob: Problem, vec: int) -> DepthwiseTile | None:
 
 
 class DepthwiseTileArgs(NamedTuple):
-    """What a depthwise_tile_nhwc, depthwise_rows or depthwise_mma_nhwc launch reads besides
-    its four pointers and the grid: its ints (N, C, H, W, P, Q, pt, pl, then tile: PT, QB, CV,
-    column tiles; rows: PS; mma: column tiles), x's element strides (N, C, H, W), the block
-    (rows: NHWC channel threads by column groups, NCHW column groups by channels), its shared
-    memory and the tiles (channel tiles, then row x column tiles or row strips; mma_small:
-    blocks of sub-tiles, at most MAX_GRID_YZ, the kernel looping past them)."""
+    """What a depthwise_tile_nhwc, depthwise_rows, depthwise_mma_nhwc or
+    depthwise_mma_small_nhwc launch reads besides its four pointers and the grid: its ints (N,
+    C, H, W, P, Q, pt, pl, then tile: PT, QB, CV, column tiles; rows: PS; mma: column tiles;
+    mma_small: row and column tiles of 8), x's element strides (N, C, H, W), the block (rows:
+    NHWC channel threads by column groups, NCHW column groups by channels), its shared memory
+    and the tiles (channel tiles, then row x column tiles or row strips; mma_small: blocks of
+    sub-tiles, at most MAX_GRID_YZ, the kernel looping past them)."""
 
     ints: tuple[int, ...]
     x_strides: tuple[int, int, int, int]
@@ -883,10 +884,10 @@ def depthwise_mma_small_plan(prob: Problem, options: Options, x_strides) -> Plan
     cb = DEPTHWISE_MMA_SMALL_CB
     window = channels * 2 * cb * (8 + prob.R - 1) * 16 + DEPTHWISE_MMA_SKEW
     smem = (window + channels * prob.R * prob.S) * 2
+    blocks = max(1, min(-(-subs // (2 * cb)), MAX_GRID_YZ))       # the kernel loops past them
     args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
                               tiles_p, tiles_q), tuple(x_strides), (DEPTHWISE_MMA_THREADS, 1, 1),
-                             smem, (channel_tiles, max(1, min(-(-subs // (2 * cb)), MAX_GRID_YZ))),
-                             per_image=False)
+                             smem, (channel_tiles, blocks), per_image=False)
     name = depthwise_mma_small_kernel_name(CUDA_TYPES[prob.dtype.name][0], prob.R, cb)
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
