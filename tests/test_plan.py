@@ -470,11 +470,15 @@ def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():
                   problem((32, 96, 56, 56), (96, 1, 7, 7), np.float16, groups=96, padding=3),
                   problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96,
                           layout="NHWC", padding=3, stride=2)):
-        assert not plan_for(other).kernel.startswith("depthwise_mma_nhwc<")
-    assert not plan_for(wide, x_aligned=False).kernel.startswith("depthwise_mma_nhwc<")
-    assert not plan_for(wide, options=Options(smem=False)).kernel.startswith(
-        "depthwise_mma_nhwc<")
-    assert plan.kernel in {expr for _, expr in specializations()}
+        assert not plan_for(other).kernel.startswith("depthwise_mma")
+    for problem_ in (wide, seven):
+        assert not plan_for(problem_, x_aligned=False).kernel.startswith("depthwise_mma")
+        assert not plan_for(problem_, options=Options(smem=False)).kernel.startswith(
+            "depthwise_mma")
+        assert not plan_for(problem_, options=Options(tensor_cores=False)).kernel.startswith(
+            "depthwise_mma")
+    assert {plan.kernel, small.kernel, plan_for(seven).kernel} <= \
+        {expr for _, expr in specializations()}
 
 
 def test_depthwise_rows_take_large_maps_and_strides_of_2():

@@ -19,7 +19,7 @@ import sys
 import cupy
 
 from im2win import bench
-from suite_profile import graph_time
+from suite_profile import copy_call, graph_time
 
 CODE = r"""
 extern "C" __global__ void copy16(const uint4* __restrict__ src, uint4* __restrict__ dst,
@@ -68,18 +68,16 @@ def main(argv=None) -> int:
         for way, read_share, ratio in (("memcpy", 0.5, 1), ("copy", 0.5, 1),
                                        ("read 4 : write 1", 0.8, 4), ("read only", 1.0, 0)):
             n = int(moved * read_share) // 16
-            sources = bench.rotation(cupy.zeros(n * 16, dtype=cupy.uint8), device)
-            dst = cupy.empty(max(n // max(ratio, 1), 1) * 16, dtype=cupy.uint8)
-            turn = [0]
+            if way == "memcpy":
+                call = copy_call(moved, device)
+            else:
+                sources = bench.rotation(cupy.zeros(n * 16, dtype=cupy.uint8), device)
+                dst = cupy.empty(max(n // max(ratio, 1), 1) * 16, dtype=cupy.uint8)
+                turn = [0]
 
-            def call(way=way, n=n, ratio=ratio, sources=sources, dst=dst, turn=turn):
-                src = sources[turn[0] % len(sources)]
-                turn[0] += 1
-                if way == "memcpy":
-                    cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, n * 16,
-                                                  cupy.cuda.runtime.memcpyDeviceToDevice,
-                                                  cupy.cuda.get_current_stream().ptr)
-                else:
+                def call(n=n, ratio=ratio, sources=sources, dst=dst, turn=turn):
+                    src = sources[turn[0] % len(sources)]
+                    turn[0] += 1
                     kernel((-(-n // 1024),), (256,), (src, dst, cupy.int64(n), cupy.int32(ratio)))
             seconds = graph_time(call, False)
             total = n * 16 + (n // ratio * 16 if ratio else 0)

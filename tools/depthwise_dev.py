@@ -5,8 +5,8 @@ table last.
     python3 tools/depthwise_dev.py [--layers mobilenet_v2.4,convnext_tiny.1] [--configs
         float16:NHWC,float32:NCHW] [--variants tile,q2,16x4,16x2] [--batch 32]
 
-Variants (knobs joined by "+"): "tile" is the planner's choice (depthwise_rows, else
-depthwise_tile_nhwc where they take the problem); "q2" / "q4" give depthwise_tile_nhwc 2 / 4
+Variants (knobs joined by "+"): "tile" is the planner's choice (the Tensor-Core kernels, else
+depthwise_rows, else depthwise_tile_nhwc, where they take the problem); "q2" / "q4" give depthwise_tile_nhwc 2 / 4
 output columns per thread in every form, "iN" aims its blocks at N items
 (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads (at most 256) aiming at N items, "vN" caps
 its channel vectors per block at N, "hB" gives its threads B bytes of channels
@@ -14,11 +14,12 @@ its channel vectors per block at N, "hB" gives its threads B bytes of channels
 (DEPTHWISE_TILE_MAX_PIXELS); "norows" takes depthwise_rows out of the planner's choices
 (the tile and register-window kernels as before it), "rqN" / "rvN" / "rpN" set its columns /
 channels a thread and rows a strip for every form, "rtN" its block's threads at most, "rbN"
-compiles it for at least N blocks an SM; "mma" / "nomma" give depthwise_mma_nhwc (float16 and
-bfloat16 NHWC, Tensor Cores; depthwise_mma_small_nhwc on maps of at most
-DEPTHWISE_MMA_SMALL_ROWS rows) every stride-1 form or none, "nosmall" / "smallN" give
-depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN" its CB; "bN" compiles all
-of depthwise.cu's kernels for at least N blocks an SM (__launch_bounds__(256, N): fewer registers a thread); "BxQ" runs
+compiles it for at least N blocks an SM; "mma" / "nomma" give the Tensor-Core kernels
+(float16 and bfloat16 NHWC: depthwise_mma_small_nhwc on maps of at most
+DEPTHWISE_MMA_SMALL_ROWS rows, depthwise_mma_nhwc above) every stride-1 form or none,
+"nosmall" / "smallN" give depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN"
+its CB; "bN" compiles all of depthwise.cu's kernels for at least N blocks an SM
+(__launch_bounds__(256, N): fewer registers a thread); "BxQ" runs
 depthwise_nhwc / depthwise_nchw (Options(smem=False)) with DEPTHWISE_VECTOR_BYTES = B and Q
 output columns per thread for every form ("auto": the planner's table, DEPTHWISE_WINDOWS).
 
@@ -43,7 +44,7 @@ from im2win.cuda import launch, plan as cuda_plan
 from im2win.networks import NETWORKS
 from im2win.problem import make_problem
 from im2win.testing import allowed_error, relative_error
-from suite_profile import graph_time
+from suite_profile import copy_call, graph_time
 
 PEAK = 4.3e12      # the H200's copy bandwidth, measured (issue 12)
 WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
@@ -106,7 +107,7 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_TILE_ITEMS = int(knob[1:])
         elif knob.startswith("h"):             # a thread's channels as bytes
             cuda_plan.DEPTHWISE_TILE_THREAD_BYTES = int(knob[1:])
-        elif knob in ("mma", "nomma"):         # depthwise_mma_nhwc on every stride-1 form, or none
+        elif knob in ("mma", "nomma"):         # the Tensor-Core kernels on every stride-1 form, or none
             cuda_plan.DEPTHWISE_MMA_FILTERS = cuda_plan.DEPTHWISE_MMA_FORMS if knob == "mma" else ()
         elif knob == "nosmall":                # depthwise_mma_nhwc on small maps too
             cuda_plan.DEPTHWISE_MMA_SMALL_ROWS = 0
@@ -138,23 +139,6 @@ def configure(variant: str):
     launch._kernel.cache_clear()
     launch._executables.clear()
     return im2win.cuda.Options(**options) if options else None
-
-
-def copy_call(cupy, moved: int, device):
-    """A call copying moved / 2 bytes (moving `moved`) device to device on the current
-    stream, its sources cycled as bench.rotation cycles x."""
-    half = moved // 2 // 16 * 16
-    sources = bench.rotation(cupy.zeros(half, dtype=cupy.uint8), device)
-    dst = cupy.empty(half, dtype=cupy.uint8)
-    turn = [0]
-
-    def call():
-        src = sources[turn[0] % len(sources)]
-        turn[0] += 1
-        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, half,
-                                      cupy.cuda.runtime.memcpyDeviceToDevice,
-                                      cupy.cuda.get_current_stream().ptr)
-    return call
 
 
 def main(argv=None) -> int:
@@ -205,7 +189,7 @@ def main(argv=None) -> int:
                 seconds = device.back_to_back(call, calls=20, repeats=5)
                 row.append(f"cudnn {graph * 1e6:5.1f}/{seconds * 1e6:5.1f}us "
                            f"{moved / graph / 1e12:4.2f}")
-            call = copy_call(cupy, moved, device)
+            call = copy_call(moved, device)
             graph = graph_time(call, False)
             row.append(f"copy {graph * 1e6:5.1f}us {moved / graph / 1e12:4.2f}")
             lines.append(" | ".join(row))

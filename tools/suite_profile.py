@@ -28,6 +28,23 @@ from im2win.networks import NETWORKS
 CALLS = 10
 
 
+def copy_call(moved: int, device):
+    """A call copying moved / 2 bytes (moving `moved`) device to device on the current
+    stream by cudaMemcpyAsync, its sources cycled as bench.rotation cycles a layer's x."""
+    half = moved // 2 // 16 * 16
+    sources = rotation(cupy.zeros(half, dtype=cupy.uint8), device)
+    dst = cupy.empty(half, dtype=cupy.uint8)
+    turn = [0]
+
+    def call():
+        src = sources[turn[0] % len(sources)]
+        turn[0] += 1
+        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, half,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice,
+                                      cupy.cuda.get_current_stream().ptr)
+    return call
+
+
 def graph_time(call, torch_graph: bool) -> float:
     """Seconds per call of CALLS calls replayed from one CUDA graph (captured after warm-up
     on a stream of its own; torch's own graph for cuDNN)."""

@@ -980,8 +980,8 @@ def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, i
 def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                    arch: int | None = None) -> Plan:
     """The depthwise kernels' plan (any stride, padding, dilation; m = K/C filters per
-    channel): with Options.smem on, depthwise_mma_nhwc where `depthwise_mma` takes the
-    problem, else depthwise_rows where `depthwise_rows` does, else depthwise_tile_nhwc where
+    channel): with Options.smem on, depthwise_mma_small_nhwc or depthwise_mma_nhwc where
+    `depthwise_mma` gives one, else depthwise_rows where `depthwise_rows` does, else depthwise_tile_nhwc where
     `depthwise_tile` does (DepthwiseTileArgs: a block per tile or strip); else depthwise_nhwc
     or depthwise_nchw (DepthwiseArgs: the launch layer sizes the grid to the device); the
     kernel, block, shared memory and scalar arguments."""

@@ -156,7 +156,9 @@ class Options:
         vector_loads: 16-byte (float4) filter loads and shared-memory reads.
     Tensor-Core kernels (float16, bfloat16):
         tensor_cores: use them (off: float16 runs on the CUDA-core kernel; bfloat16 needs
-            them).
+            them). Depthwise 5x5 and 7x7 layers in NHWC at stride 1 run on them too
+            (depthwise_mma_nhwc, depthwise_mma_small_nhwc; with smem on; off: the CUDA-core
+            depthwise kernels).
         hopper: on compute capability 9.0, the wgmma kernel (im2win_wgmma.cu) where the
             planner finds that it pays (plan.wgmma_pays; a wgmma tile forces it); off: the
             mma.sync kernel (im2win_mma.cu), which is the only one elsewhere.
