@@ -481,9 +481,10 @@ def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():
         {expr for _, expr in specializations()}
 
 
-def test_depthwise_rows_take_large_maps_and_strides_of_2():
+def test_depthwise_rows_take_large_maps_and_strides_of_2(monkeypatch):
     """depthwise_rows: stride-1 maps of at least 28 output rows and stride 2, 3x3 and 5x5 (in
     NHWC aligned channel vectors); a block per strip of output rows."""
+    from im2win.cuda import plan as cuda_plan
     wide = problem((32, 56, 56, 144), (144, 3, 3, 1), np.float16, groups=144, layout="NHWC",
                    padding=1)                                       # mobilenet_v2.7
     plan = plan_for(wide)
@@ -494,6 +495,14 @@ def test_depthwise_rows_take_large_maps_and_strides_of_2():
     assert plan.geometry.block == (18, 14, 1) and plan.geometry.tiles == (2, 4)
     assert plan.geometry.grid(wide, 132) == (2, 4, 32)
     assert plan.geometry.smem == 9 * 18 * 4 * 4                     # the filters as float
+    with monkeypatch.context() as patch:  # rows copied ahead: a ring of 3 rows of 6 pixels of
+        patch.setattr(cuda_plan, "DEPTHWISE_ROWS_PREFETCH", 3)    # 8 bytes a thread
+        ahead = plan_for(wide)
+        assert ahead.kernel == "depthwise_rows<half_t, float, 4, 3, 3, 1, 1, 4, false, 3>"
+        assert ahead.geometry.smem == 9 * 18 * 4 * 4 + 3 * 6 * 18 * 14 * 8
+        assert ahead.geometry.block == plan.geometry.block
+        patch.setattr(cuda_plan, "DEPTHWISE_ROWS_PREFETCH", 40)   # too deep: no ring
+        assert plan_for(wide).kernel == plan.kernel
     assert plan_for(wide, options=Options(smem=False)).kernel.startswith("depthwise_nhwc<")
     assert plan_for(wide, x_aligned=False).kernel.startswith("depthwise_nhwc<")
     nchw = problem((32, 144, 56, 56), (144, 1, 3, 3), np.float32, groups=144, padding=1)

@@ -14,7 +14,8 @@ its channel vectors per block at N, "hB" gives its threads B bytes of channels
 (DEPTHWISE_TILE_MAX_PIXELS); "norows" takes depthwise_rows out of the planner's choices
 (the tile and register-window kernels as before it), "rqN" / "rvN" / "rpN" set its columns /
 channels a thread and rows a strip for every form, "rtN" its block's threads at most, "rbN"
-compiles it for at least N blocks an SM; "mma" / "nomma" give the Tensor-Core kernels
+compiles it for at least N blocks an SM, "rfN" has its threads copy N input rows ahead
+(DEPTHWISE_ROWS_PREFETCH; NHWC); "mma" / "nomma" give the Tensor-Core kernels
 (float16 and bfloat16 NHWC: depthwise_mma_small_nhwc on maps of at most
 DEPTHWISE_MMA_SMALL_ROWS rows, depthwise_mma_nhwc above) every stride-1 form or none,
 "nosmall" / "smallN" give depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN"
@@ -50,6 +51,7 @@ PEAK = 4.3e12      # the H200's copy bandwidth, measured (issue 12)
 WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
 TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
 ROWS = dict(cuda_plan.DEPTHWISE_ROWS)
+PREFETCH = cuda_plan.DEPTHWISE_ROWS_PREFETCH
 MMA = (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
        cuda_plan.DEPTHWISE_MMA_SMALL_CB)
 TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
@@ -86,6 +88,7 @@ def configure(variant: str):
     cuda_plan.DEPTHWISE_QT = 4
     cuda_plan.DEPTHWISE_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = dict(ROWS), None
     cuda_plan.DEPTHWISE_ROWS_THREADS = 256
+    cuda_plan.DEPTHWISE_ROWS_PREFETCH = PREFETCH
     (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
      cuda_plan.DEPTHWISE_MMA_SMALL_CB) = MMA
     options = {}
@@ -123,6 +126,8 @@ def configure(variant: str):
                                         for key, form in cuda_plan.DEPTHWISE_ROWS.items()}
         elif knob.startswith("rp"):             # rows: output rows a strip
             cuda_plan.DEPTHWISE_ROWS_STRIP = int(knob[2:])
+        elif knob.startswith("rf"):            # rows: N input rows copied ahead
+            cuda_plan.DEPTHWISE_ROWS_PREFETCH = int(knob[2:])
         elif knob.startswith("rb"):            # rows: at least N blocks an SM
             row_blocks = int(knob[2:])
         elif knob.startswith("rt"):

@@ -253,17 +253,67 @@ __global__ void __launch_bounds__(256)
 // added it is stored and its slot starts again at the bias; output rows outside the strip
 // take no products. The filters sit in shared memory as Acc, [r*S_ + s][channel]: one vector
 // load a tap.
+//
+// PF > 0 (NHWC): each thread copies its rows' spans PF rows ahead of the row it adds, by
+// cp.async (zeros outside [0, W)) into a ring of PF slots of its own in shared memory after
+// the filters, [slot][j][thread] (a warp's accesses consecutive), so PF rows' loads are in
+// flight while it computes; it waits for its own copies only (cp.async.wait_group), and a
+// slot is copied into again only after the row read from it has been used.
 
-template <typename T, typename Acc, int TV, int R_, int S_, int SH, int SW, int QT, bool kNCHW>
+template <int TB> struct RawBytes;
+template <> struct RawBytes<16> { typedef uint4 type; };
+template <> struct RawBytes<8> { typedef uint2 type; };
+template <> struct RawBytes<4> { typedef unsigned type; };
+
+// One cp.async of TB bytes (4, 8 or 16) from global to shared memory, through L1 where kL1
+// (cached for neighbours that read the same bytes; else 16 bytes, L2 only); zeros where !valid
+// (nothing read from src).
+template <int TB, bool kL1>
+__device__ __forceinline__ void depthwise_copy(void* dst, const void* src, bool valid) {
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  if constexpr (kL1) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(src),
+                 "n"(TB), "r"(valid ? TB : 0));
+  } else {
+    static_assert(TB == 16, "cp.async.cg copies 16 bytes");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
+                 "r"(valid ? 16 : 0));
+  }
+}
+
+// depthwise_rows's copies ahead: input row h's span of J pixels of TV channels from column c0
+// (zeros outside [0, W)) into `to`, `step` bytes apart, where h is a row of x at most h_last
+// (nothing else); one commit group either way.
+template <typename T, int TV, int J>
+__device__ __forceinline__ void depthwise_rows_copy(unsigned char* to, int step, const T* xb,
+                                                    int h, int h_last, int H, i64 xh, int c0,
+                                                    int W, i64 xw) {
+  if (h <= h_last && h >= 0 && h < H) {
+    const T* row = xb + h * xh;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const int col = c0 + j;
+      const bool valid = col >= 0 && col < W;
+      depthwise_copy<TV * sizeof(T), true>(to + j * step, valid ? row + col * xw : xb, valid);
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <typename T, typename Acc, int TV, int R_, int S_, int SH, int SW, int QT, bool kNCHW,
+          int PF = 0>
 __global__ void __launch_bounds__(256)
     depthwise_rows(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                    T* __restrict__ y, int N, int C, int H, int W, int P, int Q, int pt, int pl,
                    int PS, i64 xn, i64 xc, i64 xh, i64 xw) {
   constexpr int RS = R_ * S_, NS = (R_ + SH - 1) / SH, PERIOD = NS * SH;
   constexpr int J = (QT - 1) * SW + S_, LIFT = R_ * SH;
+  constexpr int TB = TV * sizeof(T);                          // a thread's bytes a pixel
   extern __shared__ __align__(16) unsigned char depthwise_smem[];
   Acc* wsm = reinterpret_cast<Acc*>(depthwise_smem);          // [RS][KT]
   static_assert(!kNCHW || TV == 1, "NCHW: a channel a thread");
+  static_assert(PF == 0 || (!kNCHW && (TB == 4 || TB == 8 || TB == 16)),
+                "the copies ahead: NHWC vectors of 4, 8 or 16 bytes");
   const int lane = kNCHW ? threadIdx.y : threadIdx.x;         // the thread's channels
   const int group = kNCHW ? threadIdx.x : threadIdx.y, groups = kNCHW ? blockDim.x : blockDim.y;
   const int KT = (kNCHW ? blockDim.y : blockDim.x) * TV, k0 = blockIdx.x * KT;
@@ -281,6 +331,11 @@ __global__ void __launch_bounds__(256)
   const int p0 = blockIdx.y * PS, pe = min(P, p0 + PS);       // the strip's output rows
   const int h_first = p0 * SH - pt, h_last = (pe - 1) * SH - pt + R_ - 1;
   const bool y_aligned = reinterpret_cast<unsigned long long>(y) % (sizeof(T) * TV) == 0;
+  // PF > 0: the threads' ring, [PF][J][threads] of TB bytes, 16-byte aligned after the filters
+  auto ring = [&](int slot, int j) {
+    return depthwise_smem + (RS * KT * sizeof(Acc) + 15) / 16 * 16 +
+           ((slot * J + j) * threads + tid) * TB;
+  };
 
   for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
     const T* xb = x + n * xn + (kNCHW ? k * xc : k);          // NHWC: xc = 1
@@ -293,25 +348,44 @@ __global__ void __launch_bounds__(256)
         for (int qi = 0; qi < QT; ++qi)
 #pragma unroll
           for (int v = 0; v < TV; ++v) acc[o][qi][v] = b[v];
+      int at = 0;                                             // row h's slot in the ring
+      if constexpr (PF > 0) {                                 // rows h_first .. + PF - 1
+#pragma unroll
+        for (int f = 0; f < PF; ++f)
+          depthwise_rows_copy<T, TV, J>(ring(f, 0), threads * TB, xb, h_first + f, h_last, H, xh,
+                                        c0, W, xw);
+      }
       for (int hb = h_first; hb <= h_last; hb += PERIOD) {
         const int base = (hb - h_first) / SH;                 // a multiple of NS
 #pragma unroll
         for (int i = 0; i < PERIOD; ++i) {
           const int h = hb + i;
           if (h > h_last) break;
+          if constexpr (PF > 0) asm volatile("cp.async.wait_group %0;\n" ::"n"(PF - 1));
           if (h >= 0 && h < H) {
             Acc win[J][TV];
-            const T* row = xb + h * xh;
+            if constexpr (PF > 0) {
+              typedef typename RawBytes<TB>::type Raw;
 #pragma unroll
-            for (int j = 0; j < J; ++j) {
-              const int col = c0 + j;
-              if (col >= 0 && col < W) {
-                const Vec<T, TV> a = load_vec<T, TV>(row + col * xw);
+              for (int j = 0; j < J; ++j) {
+                const Raw raw = *reinterpret_cast<const Raw*>(ring(at, j));
+                const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-                for (int v = 0; v < TV; ++v) win[j][v] = to_acc(a.v[v], Acc());
-              } else {
+                for (int v = 0; v < TV; ++v) win[j][v] = to_acc(e[v], Acc());
+              }
+            } else {
+              const T* row = xb + h * xh;
 #pragma unroll
-                for (int v = 0; v < TV; ++v) win[j][v] = Acc(0);
+              for (int j = 0; j < J; ++j) {
+                const int col = c0 + j;
+                if (col >= 0 && col < W) {
+                  const Vec<T, TV> a = load_vec<T, TV>(row + col * xw);
+#pragma unroll
+                  for (int v = 0; v < TV; ++v) win[j][v] = to_acc(a.v[v], Acc());
+                } else {
+#pragma unroll
+                  for (int v = 0; v < TV; ++v) win[j][v] = Acc(0);
+                }
               }
             }
 #pragma unroll
@@ -331,6 +405,11 @@ __global__ void __launch_bounds__(256)
                     acc[slot][qi][v] = madd(win[qi * SW + s][v], f.v[v], acc[slot][qi][v]);
               }
             }
+          }
+          if constexpr (PF > 0) {                             // row h's slot has been used
+            depthwise_rows_copy<T, TV, J>(ring(at, 0), threads * TB, xb, h + PF, h_last, H, xh,
+                                          c0, W, xw);
+            at = at + 1 == PF ? 0 : at + 1;
           }
           const int d = i - (R_ - 1) + LIFT;                  // the output row h completes
           if (d % SH == 0) {
@@ -381,16 +460,6 @@ __global__ void __launch_bounds__(256)
 // images); x's strides (xn, xh, xw) are in elements, its channels contiguous and vectors
 // aligned (the planner checks), and y is contiguous NHWC (scalar stores where `out` is one
 // element off a vector).
-__device__ __forceinline__ void depthwise_copy16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   (unsigned)__cvta_generic_to_shared(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-
-template <int TB> struct RawBytes;
-template <> struct RawBytes<16> { typedef uint4 type; };
-template <> struct RawBytes<8> { typedef uint2 type; };
-
 template <typename T, typename Acc, int R_, int S_, int SH, int SW, int QT, int TB>
 __global__ void __launch_bounds__(256)
     depthwise_tile_nhwc(const T* __restrict__ x, const T* __restrict__ w,
@@ -430,7 +499,7 @@ __global__ void __launch_bounds__(256)
       const int ih = pix / IW, iw = pix - ih * IW;
       const int h = h0 + ih, c = w0 + iw, k = cv * VEC;
       const bool ok = h >= 0 && h < H && c >= 0 && c < W && k < kn;
-      depthwise_copy16(to + i, ok ? xb + h * xh + c * xw + k0 + k : x, ok);
+      depthwise_copy<16, false>(to + i, ok ? xb + h * xh + c * xw + k0 + k : x, ok);
     }
     asm volatile("cp.async.commit_group;\n" ::);
   };

@@ -647,6 +647,10 @@ DEPTHWISE_ROWS = {(3, 1): (4, 4), (3, 2): (2, 4), (5, 1): (4, 2), (5, 2): (2, 2)
 DEPTHWISE_ROWS_MIN_ROWS = 28
 DEPTHWISE_ROWS_STRIP = None           # output rows a block's strip (None: depthwise_rows_strip)
 DEPTHWISE_ROWS_THREADS = 256          # a block's threads, at most
+# Input rows a thread copies ahead (cp.async into shared memory) in NHWC; 0: each row loaded
+# where it is added. Not yet timed (written without a GPU): tools/depthwise_dev.py's "rfN"
+# knob gives N; the planner keeps 0 until a benchmark says otherwise.
+DEPTHWISE_ROWS_PREFETCH = 0
 
 
 # depthwise_mma_nhwc and depthwise_mma_small_nhwc (float16 and bfloat16 NHWC, K = C, stride 1,
@@ -943,9 +947,16 @@ def depthwise_rows_strip(prob: Problem) -> int:
 
 
 def depthwise_rows_kernel_name(T: str, Acc: str, tv: int, S: int, sw: int, qt: int,
-                               nchw: bool) -> str:
+                               nchw: bool, prefetch: int = 0) -> str:
     return (f"depthwise_rows<{T}, {Acc}, {tv}, {S}, {S}, {sw}, {sw}, {qt}, "
-            f"{str(nchw).lower()}>")
+            f"{str(nchw).lower()}{f', {prefetch}' if prefetch else ''}>")
+
+
+def depthwise_rows_prefetch(prob: Problem, tv: int, rows: int | None = None) -> int:
+    """Rows depthwise_rows copies ahead for `prob` (`rows`, else DEPTHWISE_ROWS_PREFETCH): NHWC
+    only, whose vectors of tv channels are 4, 8 or 16 bytes."""
+    rows = DEPTHWISE_ROWS_PREFETCH if rows is None else rows
+    return rows if prob.layout == "NHWC" and tv * prob.dtype.itemsize in (4, 8, 16) else 0
 
 
 def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, int],
@@ -968,12 +979,19 @@ def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, i
         raise ValueError(f"algorithm='depthwise' splits P = {prob.P} into more than "
                          f"{MAX_GRID_YZ} strips")
     acc_bytes = 8 if Acc == "double" else 4
+    smem = prob.R * prob.S * channels * tv * acc_bytes     # the filters
+    prefetch = depthwise_rows_prefetch(prob, tv)            # rows in each thread's ring
+    span = (qt - 1) * prob.sw + prob.S                      # pixels a row a thread
+    ring = prefetch * span * columns * channels * tv * prob.dtype.itemsize
+    if prefetch and -(-smem // 16) * 16 + ring <= smem_limits(None)[0]:
+        smem = -(-smem // 16) * 16 + ring                   # the ring 16-byte aligned after
+    else:                                                   # (else no ring)
+        prefetch = 0
     args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
                               ps), tuple(x_strides),
                              (columns, channels, 1) if nchw else (channels, columns, 1),
-                             prob.R * prob.S * channels * tv * acc_bytes,
-                             (channel_tiles, strips))
-    name = depthwise_rows_kernel_name(T, Acc, tv, prob.S, prob.sw, qt, nchw)
+                             smem, (channel_tiles, strips))
+    name = depthwise_rows_kernel_name(T, Acc, tv, prob.S, prob.sw, qt, nchw, prefetch)
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
@@ -2212,9 +2230,12 @@ def specializations() -> list[tuple[str, str]]:
                     out.add(("depthwise", depthwise_mma_small_kernel_name(
                         T, R, DEPTHWISE_MMA_SMALL_CB)))
             for (S, sw), (qt, tv) in DEPTHWISE_ROWS.items():
-                out.add(("depthwise", depthwise_rows_kernel_name(
-                    T, Acc, min(tv, 16 // prob.dtype.itemsize) if layout == "NHWC" else 1,
-                    S, sw, qt, layout == "NCHW")))
+                tv = min(tv, 16 // prob.dtype.itemsize) if layout == "NHWC" else 1
+                # and in NHWC with 2 rows copied ahead (DEPTHWISE_ROWS_PREFETCH's first
+                # candidate, which the GPU tests also force)
+                for prefetch in {0, 2 if depthwise_rows_prefetch(prob, tv, 2) else 0}:
+                    out.add(("depthwise", depthwise_rows_kernel_name(
+                        T, Acc, tv, S, sw, qt, layout == "NCHW", prefetch)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
             out.add(("layout", f"transpose_narrow<{T}>"))
