@@ -11,7 +11,8 @@ filter and ping-pong consumers, split-K, a stem over its window columns, float32
 depthwise kernels' forms (each register window and the general one, a channel multiplier,
 tails, groups of 2, 4 and 8 channels in NHWC; the planner's rows or (NHWC) tile kernel, the
 register windows reading x in place, then the rows kernel in strips of 3 on every map it has a
-form for, and for 16-bit NHWC the Tensor-Core kernel on every stride-1 form) in every dtype and
+form for (in NHWC also copying 2 input rows ahead), and for 16-bit NHWC the Tensor-Core kernel
+on every stride-1 form) in every dtype and
 both layouts; with ``narrow``,
 narrow.cu's stems and groups (both 16-bit types, vector and element copies); with
 ``pointwise``, pointwise.cu's 1x1 forms (both 16-bit types, x in place and a channel slice, y
@@ -177,25 +178,30 @@ for layout in ("NCHW", "NHWC"):
         if layout == "NHWC":
             x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
         # the planner's (rows or, in NHWC, tile kernel), the register windows, the rows
-        # kernel on every map it has a form for, in strips of 3 output rows, then (16-bit
-        # NHWC) the Tensor-Core kernels on every stride-1 form: depthwise_mma_nhwc, and
-        # depthwise_mma_small_nhwc with CB = 1 and 4
+        # kernel on every map it has a form for, in strips of 3 output rows (in NHWC also
+        # with 2 input rows copied ahead), then (16-bit NHWC) the Tensor-Core kernels on
+        # every stride-1 form: depthwise_mma_nhwc, and depthwise_mma_small_nhwc with CB = 1
+        # and 4
         for options, rows in ((None, False), (Options(smem=False), False), (None, True),
-                              (None, "mma"), (None, 1), (None, 4)):
-            if rows not in (False, True) and (layout == "NCHW" or
-                                              np.dtype(dtype).itemsize != 2):
+                              (None, "ahead"), (None, "mma"), (None, 1), (None, 4)):
+            if rows == "ahead" and layout == "NCHW":
+                continue
+            if rows not in (False, True, "ahead") and (layout == "NCHW" or
+                                                       np.dtype(dtype).itemsize != 2):
                 continue
             cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = \
-                (0, 3) if rows is True else (ROWS_MIN, None)
+                (0, 3) if rows in (True, "ahead") else (ROWS_MIN, None)
+            cuda_plan.DEPTHWISE_ROWS_PREFETCH = 2 if rows == "ahead" else 0
             (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
              cuda_plan.DEPTHWISE_MMA_SMALL_CB) = \
-                MMA_PLANNED if rows in (False, True) else \
+                MMA_PLANNED if rows in (False, True, "ahead") else \
                 (cuda_plan.DEPTHWISE_MMA_FORMS, 0, 2) if rows == "mma" else \
                 (cuda_plan.DEPTHWISE_MMA_FORMS, 1 << 30, rows)
             cuda._calls.clear()
             im2win.conv2d(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b), layout=layout,
                           groups=x_shape[1], algorithm="depthwise", options=options, **kwargs)
 cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = ROWS_MIN, None
+cuda_plan.DEPTHWISE_ROWS_PREFETCH = 0
 (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
  cuda_plan.DEPTHWISE_MMA_SMALL_CB) = MMA_PLANNED
 cuda._calls.clear()
