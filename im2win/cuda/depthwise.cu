@@ -281,20 +281,21 @@ __device__ __forceinline__ void depthwise_copy(void* dst, const void* src, bool 
   }
 }
 
-// depthwise_rows's copies ahead: input row h's span of J pixels of TV channels from column c0
-// (zeros outside [0, W)) into `to`, `step` bytes apart, where h is a row of x at most h_last
-// (nothing else); one commit group either way.
+// depthwise_rows's copies ahead: input row h's span of J pixels of TV channels into `to`,
+// `step` bytes apart, where h is a row of x at most h_last (nothing else); `spans` points at
+// row 0's span (column c0, perhaps outside x), pixels `xw` elements apart, pixel j copied only
+// where bit j of `inside` is set (its column in [0, W)), zeros elsewhere; one commit group
+// either way.
 template <typename T, int TV, int J>
-__device__ __forceinline__ void depthwise_rows_copy(unsigned char* to, int step, const T* xb,
-                                                    int h, int h_last, int H, i64 xh, int c0,
-                                                    int W, i64 xw) {
+__device__ __forceinline__ void depthwise_rows_copy(unsigned char* to, int step, const T* spans,
+                                                    int h, int h_last, int H, i64 xh, i64 xw,
+                                                    unsigned inside) {
   if (h <= h_last && h >= 0 && h < H) {
-    const T* row = xb + h * xh;
+    const T* span = spans + h * xh;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
-      const int col = c0 + j;
-      const bool valid = col >= 0 && col < W;
-      depthwise_copy<TV * sizeof(T), true>(to + j * step, valid ? row + col * xw : xb, valid);
+      const bool valid = (inside >> j) & 1;
+      depthwise_copy<TV * sizeof(T), true>(to + j * step, span + (valid ? j * xw : 0), valid);
     }
   }
   asm volatile("cp.async.commit_group;\n" ::);
@@ -349,11 +350,15 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
           for (int v = 0; v < TV; ++v) acc[o][qi][v] = b[v];
       int at = 0;                                             // row h's slot in the ring
+      unsigned inside = 0;                                    // PF > 0: the span's columns in x
+      const T* spans = PF > 0 ? xb + c0 * xw : xb;            // ... and row 0's span
       if constexpr (PF > 0) {                                 // rows h_first .. + PF - 1
 #pragma unroll
+        for (int j = 0; j < J; ++j) inside |= (c0 + j >= 0 && c0 + j < W) << j;
+#pragma unroll
         for (int f = 0; f < PF; ++f)
-          depthwise_rows_copy<T, TV, J>(ring(f, 0), threads * TB, xb, h_first + f, h_last, H, xh,
-                                        c0, W, xw);
+          depthwise_rows_copy<T, TV, J>(ring(f, 0), threads * TB, spans, h_first + f, h_last, H,
+                                        xh, xw, inside);
       }
       for (int hb = h_first; hb <= h_last; hb += PERIOD) {
         const int base = (hb - h_first) / SH;                 // a multiple of NS
@@ -407,8 +412,8 @@ __global__ void __launch_bounds__(256)
             }
           }
           if constexpr (PF > 0) {                             // row h's slot has been used
-            depthwise_rows_copy<T, TV, J>(ring(at, 0), threads * TB, xb, h + PF, h_last, H, xh,
-                                          c0, W, xw);
+            depthwise_rows_copy<T, TV, J>(ring(at, 0), threads * TB, spans, h + PF, h_last, H, xh,
+                                          xw, inside);
             at = at + 1 == PF ? 0 : at + 1;
           }
           const int d = i - (R_ - 1) + LIFT;                  // the output row h completes
