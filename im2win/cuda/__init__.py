@@ -276,8 +276,9 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
         algorithms: candidates among "auto" (the planner's own choice with its own tile:
             ("auto", None) in the results; the NHWC twin, window columns and split-K are
             reached this way), "im2win_fused", "im2win", "direct", "im2col_gemm",
-            "depthwise" (groups = C only), "narrow" (float16 and bfloat16 NHWC stems and
-            groups of 8, 16 or 32 channels), "pointwise" (float16 and bfloat16 NHWC 1x1 at
+            "depthwise" (groups = C, and in NHWC groups of 2, 4 or 8 channels with K = C),
+            "narrow" (float16 and bfloat16 NHWC stems and groups of 8, 16 or 32 channels),
+            "pointwise" (float16 and bfloat16 NHWC 1x1 at
             stride 1, K at most 96), "gemm" (1x1, no padding, one group). Default: "auto",
             "im2win_fused" and "im2win", so that the winner is never slower than the
             planner's choice.
