@@ -123,3 +123,18 @@ def test_python_constants_match_the_kernel_files():
     launch = (pathlib.Path(wgrad.__file__).parent / "launch.py").read_text()
     tile = re.findall(r"^TRANSPOSE_TILE = (\d+)", launch, re.M)
     assert tile == [str(constexpr("layout", "TRANSPOSE_TILE"))]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed here")
+def test_depthwise_rows_logic_in_a_cpu_emulation(capsys):
+    """depthwise_rows (float32, NHWC and NCHW, in NHWC 0, 1, 2 and 4 input rows copied ahead)
+    compiled with g++ against tools/emulate_rows.py's emulation of the CUDA model, its cp.async
+    copies done both when issued and as late as the waits allow: every result matches the
+    float64 reference. (A slot refilled before its row was read, or a row read before its copy
+    was waited for, fails it.)"""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("emulate_rows",
+                                                  ROOT_DIR / "tools" / "emulate_rows.py")
+    emulate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulate)
+    assert emulate.main(["--prefetch", "0,1,2,4"]) == 0, capsys.readouterr().out

@@ -1,0 +1,234 @@
+"""depthwise_rows run on the CPU: its CUDA C++ compiled with g++ against a small emulation of
+the CUDA model (every thread of a block an OS thread, __syncthreads a barrier, shared memory a
+block's own buffer, cp.async a per-thread queue of copies), on float32 problems, each result
+checked against the float64 reference. For kernel logic written or changed without a GPU:
+it checks indexing, the copies-ahead ring's slots and zero fill, not speed, and not the
+hardware's memory model.
+
+``python3 tools/emulate_rows.py [--prefetch 0,1,2,4] [--strip 3]``: every problem below in
+NHWC and NCHW (NCHW takes no copies ahead), with cp.async done both when it is issued
+("early": a slot overwritten before its row was read shows) and as late as the waits allow
+("late": a row read before its copy was waited for shows). Needs g++ with C++20.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from im2win import reference
+from im2win.cuda import plan as cuda_plan
+from im2win.problem import make_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# x (N, C, H, W), filter R (= S), keyword arguments; groups = C = K
+PROBLEMS = [
+    ((2, 16, 17, 13), 3, dict(stride=2, padding=((2, 0), (0, 1)))),
+    ((1, 24, 12, 11), 3, dict()),
+    ((2, 32, 19, 21), 5, dict(stride=2, padding=(1, 2))),
+    ((2, 8, 9, 30), 3, dict(padding=1)),
+    ((1, 20, 14, 9), 5, dict(padding=2)),
+]
+
+SHIM = r"""
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+typedef long long i64;
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+thread_local dim3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+using std::min;
+using std::max;
+inline float to_acc(float v, float) { return v; }
+inline float madd(float a, float b, float c) { return std::fma(a, b, c); }
+template <typename T> T from_acc(float v);
+template <> float from_acc<float>(float v) { return v; }
+alignas(16) unsigned char depthwise_smem[1 << 20];
+static std::barrier<>* block_barrier;
+inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+inline unsigned long long __cvta_generic_to_shared(const void* p) {
+  return (unsigned long long)p;
+}
+// cp.async: a thread's copies, in commit groups; LATE: done only when a wait needs them
+static bool LATE = false;
+struct Copy { void* dst; const void* src; int bytes, valid; };
+thread_local std::deque<std::vector<Copy>> groups;
+thread_local std::vector<Copy> open_group;
+inline void do_copy(const Copy& c) {
+  if (c.valid) std::memcpy(c.dst, c.src, c.bytes); else std::memset(c.dst, 0, c.bytes);
+}
+inline void emu_cp_async(void* dst, const void* src, int bytes, int valid) {
+  Copy c{dst, src, bytes, valid};
+  if (LATE) open_group.push_back(c); else do_copy(c);
+}
+inline void emu_commit() { groups.push_back(open_group); open_group.clear(); }
+inline void emu_wait(int pending) {
+  while ((int)groups.size() > pending) {
+    for (auto& c : groups.front()) do_copy(c);
+    groups.pop_front();
+  }
+}
+"""
+
+MAIN = r"""
+int main(int argc, char** argv) {
+  // argv: late N C H W P Q pt pl PS xn xc xh xw bx by bz gx gy gz, then files x w b y
+  int a = 1;
+  LATE = atoi(argv[a++]);
+  int N = atoi(argv[a++]), C = atoi(argv[a++]), H = atoi(argv[a++]), W = atoi(argv[a++]);
+  int P = atoi(argv[a++]), Q = atoi(argv[a++]), pt = atoi(argv[a++]), pl = atoi(argv[a++]);
+  int PS = atoi(argv[a++]);
+  i64 xn = atoll(argv[a++]), xc = atoll(argv[a++]), xh = atoll(argv[a++]), xw = atoll(argv[a++]);
+  blockDim.x = atoi(argv[a++]); blockDim.y = atoi(argv[a++]); blockDim.z = atoi(argv[a++]);
+  gridDim.x = atoi(argv[a++]); gridDim.y = atoi(argv[a++]); gridDim.z = atoi(argv[a++]);
+  auto load = [](const char* path, size_t n) {
+    std::vector<float> v(n);
+    FILE* f = fopen(path, "rb"); if (fread(v.data(), 4, n, f) != n) abort(); fclose(f);
+    return v;
+  };
+  size_t xs = (size_t)N * C * H * W;
+  auto x = load(argv[a++], xs), w = load(argv[a++], (size_t)C * R_ * R_);
+  auto b = load(argv[a++], C);
+  std::vector<float> y((size_t)N * C * P * Q, NAN);
+  const char* out = argv[a++];
+  const int threads = blockDim.x * blockDim.y;
+  for (unsigned bz = 0; bz < gridDim.z; ++bz)
+    for (unsigned by = 0; by < gridDim.y; ++by)
+      for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+        std::memset(depthwise_smem, 0xff, sizeof depthwise_smem);   // poisoned
+        std::barrier<> bar(threads);
+        block_barrier = &bar;
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; ++t)
+          pool.emplace_back([&, t] {
+            blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+            threadIdx.x = t % blockDim.x; threadIdx.y = t / blockDim.x;
+            KERNEL(x.data(), w.data(), b.data(), y.data(), N, C, H, W, P, Q, pt, pl, PS,
+                   xn, xc, xh, xw);
+            if (!groups.empty() || !open_group.empty()) { emu_wait(0); }
+            bar.arrive_and_drop();
+          });
+        for (auto& th : pool) th.join();
+      }
+  FILE* f = fopen(out, "wb"); fwrite(y.data(), 4, y.size(), f); fclose(f);
+  return 0;
+}
+"""
+
+
+def kernel_source() -> str:
+    """depthwise.cu from its first line to the end of depthwise_rows, with the cp.async asm
+    statements replaced by the emulation's calls."""
+    text = (ROOT / "im2win" / "cuda" / "depthwise.cu").read_text()
+    end = text.index("\n}\n", text.index("    depthwise_rows(")) + 3
+    text = text[:end]
+    text = text.replace("const unsigned to = (unsigned)__cvta_generic_to_shared(dst);",
+                        "void* to = dst;")
+    text = re.sub(r'asm volatile\("cp\.async\.(?:ca|cg)\.shared\.global.*?\);',
+                  "emu_cp_async(to, src, TB, valid);", text, flags=re.DOTALL)
+    text = text.replace('asm volatile("cp.async.commit_group;\\n" ::);', "emu_commit();")
+    text = re.sub(r'asm volatile\("cp\.async\.wait_group %0;\\n" ::"n"\((.*?)\)\);',
+                  r"emu_wait(\1);", text)
+    assert "asm" not in text, "an asm statement the emulation does not know"
+    return text
+
+
+def run(x_shape, R, kwargs, layout, prefetch, strip, late, workdir: Path) -> float:
+    rng = np.random.default_rng(0)
+    N, C, H, W = x_shape
+    x = rng.uniform(-1, 1, x_shape).astype(np.float32)            # NCHW values
+    w = rng.uniform(-1, 1, (C, 1, R, R)).astype(np.float32)
+    b = rng.uniform(-1, 1, C).astype(np.float32)
+    xl = x if layout == "NCHW" else x.transpose(0, 2, 3, 1).copy()
+    wl = w if layout == "NCHW" else w.transpose(0, 2, 3, 1).copy()
+    prob = make_problem(xl, wl, b, layout=layout, groups=C, **kwargs)
+    strides = tuple(s // 4 for s in (xl.strides if layout == "NCHW" else
+                                     (xl.strides[0], xl.strides[3], xl.strides[1],
+                                      xl.strides[2])))
+    saved = (cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP,
+             cuda_plan.DEPTHWISE_ROWS_PREFETCH)
+    try:              # the rows kernel on any map, in strips of `strip`, `prefetch` rows ahead
+        cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = 0, strip
+        cuda_plan.DEPTHWISE_ROWS_PREFETCH = prefetch
+        plan = cuda_plan.make_plan(prob, x_strides=strides, w_aligned=True,
+                                   algorithm="depthwise")
+    finally:
+        (cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP,
+         cuda_plan.DEPTHWISE_ROWS_PREFETCH) = saved
+    assert plan.kernel.startswith("depthwise_rows<"), plan.kernel
+    geo = plan.geometry
+    name = plan.kernel          # <float, float, TV, R, S, SH, SW, QT, nchw(, PF)>
+    exe = workdir / ("rows_" + re.sub(r"\W+", "_", name))
+    if not exe.exists():
+        src = workdir / f"{exe.name}.cpp"
+        src.write_text(SHIM + kernel_source() + f"\n#define R_ {R}\n#define KERNEL {name}\n" +
+                       MAIN)
+        subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(exe), str(src)],
+                       check=True)
+    files = []
+    for tag, arr in (("x", xl), ("w", wl), ("b", b)):
+        path = workdir / f"{tag}.bin"
+        np.ascontiguousarray(arr).tofile(path)
+        files.append(str(path))
+    out = workdir / "y.bin"
+    grid = geo.grid(prob, 132)
+    args = [str(int(late)), *map(str, geo.ints), *map(str, geo.x_strides), *map(str, geo.block),
+            *map(str, grid), *files, str(out)]
+    subprocess.run([str(exe), *args], check=True)
+    y = np.fromfile(out, np.float32).reshape(prob.y_shape)
+    ref = reference.conv2d(xl.astype(np.float64), wl.astype(np.float64), b.astype(np.float64),
+                           layout=layout, groups=C, **kwargs)
+    if not np.all(np.isfinite(y)):
+        return float("inf")
+    return float(np.abs(y - ref).max() / np.abs(ref).max())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prefetch", default="0,1,2,4")
+    parser.add_argument("--strip", type=int, default=3)
+    args = parser.parse_args(argv)
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for x_shape, R, kwargs in PROBLEMS:
+            for layout in ("NHWC", "NCHW"):
+                for prefetch in map(int, args.prefetch.split(",")):
+                    if layout == "NCHW" and prefetch:
+                        continue
+                    for late in (False, True):
+                        err = run(x_shape, R, kwargs, layout, prefetch, args.strip, late,
+                                  Path(tmp))
+                        ok = err < 1e-5
+                        failures += not ok
+                        print(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} {layout} "
+                              f"PF={prefetch} {'late ' if late else 'early'} "
+                              f"error {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+    print("all correct" if not failures else f"{failures} WRONG")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
