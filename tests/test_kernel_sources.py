@@ -138,3 +138,17 @@ def test_depthwise_rows_logic_in_a_cpu_emulation(capsys):
     emulate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(emulate)
     assert emulate.main(["--prefetch", "0,1,2,4"]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed here")
+def test_pointwise_logic_in_a_cpu_emulation(capsys):
+    """pointwise.cu's pointwise_nhwc (float16; tiles with tails, zero columns past C, blocks
+    looping over tiles) compiled with g++ against tools/emulate_pointwise.py's emulation of the
+    CUDA model, ldmatrix and mma.sync included (warp-wide exchanges with the PTX fragment
+    layouts): every result matches the float64 reference."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("emulate_pointwise",
+                                                  ROOT_DIR / "tools" / "emulate_pointwise.py")
+    emulate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulate)
+    assert emulate.main([]) == 0, capsys.readouterr().out

@@ -1,0 +1,228 @@
+"""pointwise.cu's pointwise_nhwc run on the CPU: its CUDA C++ compiled with g++ against the
+emulation of tools/emulate_rows.py (a block's threads as OS threads, __syncthreads a barrier,
+cp.async queued copies), with the warp-collective instructions emulated too: ldmatrix (x2,
+x4) and mma.sync m16n8k16 (float16 into FP32) exchange their lanes' operands through a
+warp's own buffer between two warp barriers, with the PTX manual's fragment layouts. float16
+problems, every form of K the plan compiles that the problems below reach, each result
+checked against the float64 reference; grids of a few blocks, so that blocks loop over tiles.
+Checks the kernel's indexing and fragment bookkeeping, not its speed.
+
+``python3 tools/emulate_pointwise.py``. Needs g++ with C++20 and _Float16.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from im2win import reference
+from im2win.cuda import plan as cuda_plan
+from im2win.problem import make_problem
+from im2win.testing import allowed_error
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from emulate_rows import SHIM  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# x (N, H, W, C), K
+PROBLEMS = [
+    ((2, 9, 7, 16), 24),          # 126 pixels: a full tile and a tail
+    ((3, 11, 13, 24), 96),        # C = 16 + 8 (zero columns), 12 filter tiles
+    ((1, 7, 9, 240), 40),         # C = 240: 15 steps of 16
+    ((2, 3, 5, 104), 56),         # K = 8 * 7
+    ((1, 5, 3, 8), 8),            # C = K = 8, fewer pixels than a tile
+]
+
+MMA_SHIM = r"""
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+struct half_t { unsigned short bits; };
+struct bf16_t { unsigned short bits; };
+inline float h2f(unsigned short b) { _Float16 h; std::memcpy(&h, &b, 2); return (float)h; }
+inline float to_acc(half_t v, float) { return h2f(v.bits); }
+template <> half_t from_acc<half_t>(float v) {
+  _Float16 h = (_Float16)v; half_t r; std::memcpy(&r.bits, &h, 2); return r;
+}
+// a warp's exchange: its 32 lanes' operands, between two barriers of the warp
+struct Warp {
+  std::barrier<>* bar;
+  const unsigned char* addr[32];
+  unsigned a[32][4], b[32][2];
+};
+static Warp warps[64];
+thread_local int warp_id, lane_id;
+inline void warp_sync() { warps[warp_id].bar->arrive_and_wait(); }
+// ldmatrix .x{N}: lanes 8m .. 8m+7 give matrix m's row addresses; lane l gets, of matrix m,
+// row l/4's two 16-bit elements 2(l%4), 2(l%4)+1
+template <int NM> inline void emu_ldmatrix(unsigned* r, const void* p) {
+  Warp& w = warps[warp_id];
+  w.addr[lane_id] = (const unsigned char*)p;
+  warp_sync();
+  for (int m = 0; m < NM; ++m) std::memcpy(&r[m], w.addr[8 * m + lane_id / 4] + 4 * (lane_id % 4), 4);
+  warp_sync();
+}
+// mma.sync m16n8k16 row.col f32 += f16 * f16: A's fragment a0 (row g, k 2t..), a1 (row g+8),
+// a2 (row g, k 2t+8..), a3 (row g+8, k 2t+8..); B's b0 (k 2t.., col g), b1 (k 2t+8.., col g);
+// D's d0, d1 (row g, cols 2t, 2t+1), d2, d3 (row g+8); g = lane/4, t = lane%4
+template <typename T> inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4],
+                                                const unsigned (&b)[2]) {
+  Warp& w = warps[warp_id];
+  for (int i = 0; i < 4; ++i) w.a[lane_id][i] = a[i];
+  for (int i = 0; i < 2; ++i) w.b[lane_id][i] = b[i];
+  warp_sync();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i % 2), k = 2 * t + 8 * (i / 2);
+      A[row][k] = h2f(w.a[l][i] & 0xffff); A[row][k + 1] = h2f(w.a[l][i] >> 16);
+    }
+    for (int i = 0; i < 2; ++i) {
+      const int k = 2 * t + 8 * i;
+      B[k][g] = h2f(w.b[l][i] & 0xffff); B[k + 1][g] = h2f(w.b[l][i] >> 16);
+    }
+  }
+  warp_sync();
+  const int g = lane_id / 4, t = lane_id % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float s = d[i];
+    for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+    d[i] = s;
+  }
+}
+"""
+
+NAMESPACE = r"""
+namespace pointwise {
+CONSTANTS
+inline unsigned long long smem_u32(const void* p) { return (unsigned long long)p; }
+inline void copy16(void* dst, const void* src, bool valid) {
+  emu_cp_async(dst, src, 16, valid);
+}
+inline void ldmatrix_x4(unsigned (&r)[4], const void* p) { emu_ldmatrix<4>(r, p); }
+inline void ldmatrix_x2(unsigned (&r)[2], const void* p) { emu_ldmatrix<2>(r, p); }
+}  // namespace pointwise
+"""
+
+MAIN = r"""
+alignas(16) unsigned char smem_raw[1 << 21];
+int main(int argc, char** argv) {
+  // argv: N H W C step xn xc xh xw bx by bz gx K, then files x w b y
+  int a = 1;
+  int N = atoi(argv[a++]), H = atoi(argv[a++]), W = atoi(argv[a++]), C = atoi(argv[a++]);
+  int step = atoi(argv[a++]);
+  i64 xn = atoll(argv[a++]), xc = atoll(argv[a++]), xh = atoll(argv[a++]), xw = atoll(argv[a++]);
+  blockDim.x = atoi(argv[a++]); blockDim.y = atoi(argv[a++]); blockDim.z = atoi(argv[a++]);
+  gridDim.x = atoi(argv[a++]);
+  int K = atoi(argv[a++]);
+  auto load = [](const char* path, size_t n) {
+    std::vector<half_t> v(n);
+    FILE* f = fopen(path, "rb"); if (fread(v.data(), 2, n, f) != n) abort(); fclose(f);
+    return v;
+  };
+  size_t pixels = (size_t)N * H * W;
+  auto x = load(argv[a++], pixels * C), w = load(argv[a++], (size_t)K * C);
+  auto b = load(argv[a++], K);
+  std::vector<half_t> y(pixels * K, half_t{0x7e00});                 // NaN
+  const char* out = argv[a++];
+  const int threads = blockDim.x;
+  for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+    std::memset(smem_raw, 0xff, sizeof smem_raw);
+    std::barrier<> bar(threads);
+    block_barrier = &bar;
+    std::vector<std::unique_ptr<std::barrier<>>> wb;
+    for (int i = 0; i < threads / 32; ++i) {
+      wb.emplace_back(new std::barrier<>(32));
+      warps[i].bar = wb.back().get();
+    }
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        blockIdx.x = bx; threadIdx.x = t; warp_id = t / 32; lane_id = t % 32;
+        KERNEL(x.data(), w.data(), b.data(), y.data(), N, H, W, C, step, xn, xc, xh, xw);
+        emu_wait(0);
+        bar.arrive_and_drop();
+      });
+    for (auto& th : pool) th.join();
+  }
+  FILE* f = fopen(out, "wb"); fwrite(y.data(), 2, y.size(), f); fclose(f);
+  return 0;
+}
+"""
+
+
+def kernel_source() -> str:
+    """pointwise.cu with its namespace of helpers replaced by the emulation's."""
+    text = (ROOT / "im2win" / "cuda" / "pointwise.cu").read_text()
+    start, end = text.index("namespace pointwise {"), text.index("}  // namespace pointwise")
+    block = text[start:end]
+    constants = "\n".join(re.findall(r"constexpr int \w+ = [^;]*;", block))
+    text = text[:start] + NAMESPACE.replace("CONSTANTS", constants) + \
+        text[end + len("}  // namespace pointwise"):]
+    text = text.replace("extern __shared__ __align__(16) unsigned char smem_raw[];",
+                        "extern unsigned char smem_raw[];")
+    text = text.replace('asm volatile("cp.async.commit_group;\\n");', "emu_commit();")
+    text = re.sub(r'asm volatile\("cp\.async\.wait_group (\d+);\\n"\);', r"emu_wait(\1);", text)
+    assert "asm" not in text, "an asm statement the emulation does not know"
+    return text
+
+
+def run(x_shape, K, workdir: Path, blocks: int) -> float:
+    rng = np.random.default_rng(2)
+    N, H, W, C = x_shape
+    x = rng.uniform(-1, 1, x_shape).astype(np.float16)
+    w = rng.uniform(-1, 1, (K, 1, 1, C)).astype(np.float16)
+    b = rng.uniform(-1, 1, K).astype(np.float16)
+    prob = make_problem(x, w, b, layout="NHWC")
+    strides = (H * W * C, 1, W * C, C)
+    plan = cuda_plan.make_plan(prob, x_strides=strides, w_aligned=True, algorithm="pointwise",
+                               arch=90)
+    geo = plan.geometry
+    exe = workdir / ("pw_" + re.sub(r"\W+", "_", plan.kernel))
+    if not exe.exists():
+        src = workdir / f"{exe.name}.cpp"
+        shim = SHIM.replace("template <> float from_acc<float>(float v) { return v; }",
+                            "template <> float from_acc<float>(float v) { return v; }\n" +
+                            MMA_SHIM) + "#include <memory>\n"
+        src.write_text(shim + kernel_source() + f"\n#define KERNEL {plan.kernel}\n" + MAIN)
+        subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(exe), str(src)],
+                       check=True)
+    files = []
+    for tag, arr in (("x", x), ("w", w), ("b", b)):
+        path = workdir / f"{tag}.bin"
+        np.ascontiguousarray(arr).tofile(path)
+        files.append(str(path))
+    out = workdir / "y.bin"
+    subprocess.run([str(exe), *map(str, geo.ints), *map(str, geo.x_strides),
+                    *map(str, geo.block), str(min(blocks, geo.tiles)), str(K), *files,
+                    str(out)], check=True)
+    y = np.fromfile(out, np.float16).reshape(prob.y_shape).astype(np.float64)
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                           layout="NHWC")
+    if not np.all(np.isfinite(y)):
+        return float("inf")
+    return float(np.abs(y - ref).max() / np.abs(ref).max())
+
+
+def main(argv=None) -> int:
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for x_shape, K in PROBLEMS:
+            for blocks in (1, 3):
+                err = run(x_shape, K, Path(tmp), blocks)
+                ok = err <= allowed_error(np.dtype(np.float16), x_shape[3])
+                failures += not ok
+                print(f"{str(x_shape):16s} K={K:<4d} {blocks} blocks error {err:.2e} "
+                      f"{'ok' if ok else 'WRONG'}", flush=True)
+    print("all correct" if not failures else f"{failures} WRONG")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
