@@ -125,30 +125,33 @@ def test_python_constants_match_the_kernel_files():
     assert tile == [str(constexpr("layout", "TRANSPOSE_TILE"))]
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed here")
+def emulation(tool: str, args: list[str], capsys) -> None:
+    """Run tools/`tool`.py's main with `args`: a kernel compiled with g++ against the tool's
+    emulation of the CUDA model, its results checked against float64 (nonzero: one wrong)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(tool, ROOT_DIR / "tools" / f"{tool}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(args) == 0, capsys.readouterr().out
+
+
+GXX = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed here")
+
+
+@GXX
 def test_depthwise_rows_logic_in_a_cpu_emulation(capsys):
     """depthwise_rows (float32, NHWC and NCHW, in NHWC 0, 1, 2 and 4 input rows copied ahead)
     compiled with g++ against tools/emulate_rows.py's emulation of the CUDA model, its cp.async
     copies done both when issued and as late as the waits allow: every result matches the
     float64 reference. (A slot refilled before its row was read, or a row read before its copy
     was waited for, fails it.)"""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("emulate_rows",
-                                                  ROOT_DIR / "tools" / "emulate_rows.py")
-    emulate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emulate)
-    assert emulate.main(["--prefetch", "0,1,2,4"]) == 0, capsys.readouterr().out
+    emulation("emulate_rows", ["--prefetch", "0,1,2,4"], capsys)
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed here")
+@GXX
 def test_pointwise_logic_in_a_cpu_emulation(capsys):
     """pointwise.cu's pointwise_nhwc (float16; tiles with tails, zero columns past C, blocks
     looping over tiles) compiled with g++ against tools/emulate_pointwise.py's emulation of the
     CUDA model, ldmatrix and mma.sync included (warp-wide exchanges with the PTX fragment
     layouts): every result matches the float64 reference."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("emulate_pointwise",
-                                                  ROOT_DIR / "tools" / "emulate_pointwise.py")
-    emulate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emulate)
-    assert emulate.main([]) == 0, capsys.readouterr().out
+    emulation("emulate_pointwise", [], capsys)
