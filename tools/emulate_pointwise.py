@@ -3,8 +3,8 @@ emulation of tools/emulate_rows.py (a block's threads as OS threads, __syncthrea
 cp.async queued copies), with the warp-collective instructions emulated too: ldmatrix (x2,
 x4) and mma.sync m16n8k16 (float16 into FP32) exchange their lanes' operands through a
 warp's own buffer between two warp barriers, with the PTX manual's fragment layouts. float16
-problems, every form of K the plan compiles that the problems below reach, each result
-checked against the float64 reference; grids of a few blocks, so that blocks loop over tiles.
+problems, each result checked against the float64 reference: one block, copies done when
+issued, then three blocks looping over the tiles, copies done as late as the waits allow.
 Checks the kernel's indexing and fragment bookkeeping, not its speed.
 
 ``python3 tools/emulate_pointwise.py``. Needs g++ with C++20 and _Float16.
@@ -113,8 +113,9 @@ inline void ldmatrix_x2(unsigned (&r)[2], const void* p) { emu_ldmatrix<2>(r, p)
 MAIN = r"""
 alignas(16) unsigned char smem_raw[1 << 21];
 int main(int argc, char** argv) {
-  // argv: N H W C step xn xc xh xw bx by bz gx K, then files x w b y
+  // argv: late N H W C step xn xc xh xw bx by bz gx K, then files x w b y
   int a = 1;
+  LATE = atoi(argv[a++]);
   int N = atoi(argv[a++]), H = atoi(argv[a++]), W = atoi(argv[a++]), C = atoi(argv[a++]);
   int step = atoi(argv[a++]);
   i64 xn = atoll(argv[a++]), xc = atoll(argv[a++]), xh = atoll(argv[a++]), xw = atoll(argv[a++]);
@@ -173,7 +174,7 @@ def kernel_source() -> str:
     return text
 
 
-def run(x_shape, K, workdir: Path, blocks: int) -> float:
+def run(x_shape, K, workdir: Path, blocks: int, late: bool) -> float:
     rng = np.random.default_rng(2)
     N, H, W, C = x_shape
     x = rng.uniform(-1, 1, x_shape).astype(np.float16)
@@ -199,7 +200,7 @@ def run(x_shape, K, workdir: Path, blocks: int) -> float:
         np.ascontiguousarray(arr).tofile(path)
         files.append(str(path))
     out = workdir / "y.bin"
-    subprocess.run([str(exe), *map(str, geo.ints), *map(str, geo.x_strides),
+    subprocess.run([str(exe), str(int(late)), *map(str, geo.ints), *map(str, geo.x_strides),
                     *map(str, geo.block), str(min(blocks, geo.tiles)), str(K), *files,
                     str(out)], check=True)
     y = np.fromfile(out, np.float16).reshape(prob.y_shape).astype(np.float64)
@@ -214,11 +215,12 @@ def main(argv=None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for x_shape, K in PROBLEMS:
-            for blocks in (1, 3):
-                err = run(x_shape, K, Path(tmp), blocks)
+            for blocks, late in ((1, False), (3, True)):
+                err = run(x_shape, K, Path(tmp), blocks, late)
                 ok = err <= allowed_error(np.dtype(np.float16), x_shape[3])
                 failures += not ok
-                print(f"{str(x_shape):16s} K={K:<4d} {blocks} blocks error {err:.2e} "
+                print(f"{str(x_shape):16s} K={K:<4d} {blocks} blocks, copies "
+                      f"{'late ' if late else 'early'} error {err:.2e} "
                       f"{'ok' if ok else 'WRONG'}", flush=True)
     print("all correct" if not failures else f"{failures} WRONG")
     return 1 if failures else 0
