@@ -13,7 +13,6 @@ Checks the kernel's indexing and fragment bookkeeping, not its speed.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from im2win.problem import make_problem
 from im2win.testing import allowed_error
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from emulate_rows import SHIM  # noqa: E402
+from emulate_rows import SHIM, emulate, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -185,30 +184,15 @@ def run(x_shape, K, workdir: Path, blocks: int, late: bool) -> float:
     plan = cuda_plan.make_plan(prob, x_strides=strides, w_aligned=True, algorithm="pointwise",
                                arch=90)
     geo = plan.geometry
-    exe = workdir / ("pw_" + re.sub(r"\W+", "_", plan.kernel))
-    if not exe.exists():
-        src = workdir / f"{exe.name}.cpp"
-        shim = SHIM.replace("template <> float from_acc<float>(float v) { return v; }",
-                            "template <> float from_acc<float>(float v) { return v; }\n" +
-                            MMA_SHIM) + "#include <memory>\n"
-        src.write_text(shim + kernel_source() + f"\n#define KERNEL {plan.kernel}\n" + MAIN)
-        subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(exe), str(src)],
-                       check=True)
-    files = []
-    for tag, arr in (("x", x), ("w", w), ("b", b)):
-        path = workdir / f"{tag}.bin"
-        np.ascontiguousarray(arr).tofile(path)
-        files.append(str(path))
-    out = workdir / "y.bin"
-    subprocess.run([str(exe), str(int(late)), *map(str, geo.ints), *map(str, geo.x_strides),
-                    *map(str, geo.block), str(min(blocks, geo.tiles)), str(K), *files,
-                    str(out)], check=True)
-    y = np.fromfile(out, np.float16).reshape(prob.y_shape).astype(np.float64)
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
                            layout="NHWC")
-    if not np.all(np.isfinite(y)):
-        return float("inf")
-    return float(np.abs(y - ref).max() / np.abs(ref).max())
+    shim = SHIM.replace("template <> float from_acc<float>(float v) { return v; }",
+                        "template <> float from_acc<float>(float v) { return v; }\n" +
+                        MMA_SHIM) + "#include <memory>\n"
+    args = [int(late), *geo.ints, *geo.x_strides, *geo.block, min(blocks, geo.tiles), K]
+    return emulate(workdir, "pw_" + plan.kernel, lambda: shim + kernel_source() +
+                   f"\n#define KERNEL {plan.kernel}\n" + MAIN,
+                   args, (x, w, b), prob.y_shape, np.float16, ref)
 
 
 def main(argv=None) -> int:
@@ -217,11 +201,9 @@ def main(argv=None) -> int:
         for x_shape, K in PROBLEMS:
             for blocks, late in ((1, False), (3, True)):
                 err = run(x_shape, K, Path(tmp), blocks, late)
-                ok = err <= allowed_error(np.dtype(np.float16), x_shape[3])
-                failures += not ok
-                print(f"{str(x_shape):16s} K={K:<4d} {blocks} blocks, copies "
-                      f"{'late ' if late else 'early'} error {err:.2e} "
-                      f"{'ok' if ok else 'WRONG'}", flush=True)
+                failures += report(f"{str(x_shape):16s} K={K:<4d} {blocks} blocks, copies "
+                                   f"{'late ' if late else 'early'}", err,
+                                   allowed_error(np.dtype(np.float16), x_shape[3]))
     print("all correct" if not failures else f"{failures} WRONG")
     return 1 if failures else 0
 

@@ -139,6 +139,36 @@ int main(int argc, char** argv) {
 """
 
 
+def emulate(workdir: Path, name: str, source, args: list, arrays, y_shape, y_dtype,
+            ref) -> float:
+    """Build `name` from `source()` (once per workdir) with g++, run it with `args`, then the
+    paths of `arrays` (written as raw bytes) and of y, and return y's largest error against
+    `ref` relative to ref's largest magnitude (inf where y has a NaN: an output not written)."""
+    exe = workdir / re.sub(r"\W+", "_", name)
+    if not exe.exists():
+        src = workdir / f"{exe.name}.cpp"
+        src.write_text(source())
+        subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(exe), str(src)],
+                       check=True)
+    files = []
+    for i, arr in enumerate(arrays):
+        files.append(str(workdir / f"in{i}.bin"))
+        np.ascontiguousarray(arr).tofile(files[-1])
+    out = workdir / "y.bin"
+    subprocess.run([str(exe), *map(str, args), *files, str(out)], check=True)
+    y = np.fromfile(out, y_dtype).reshape(y_shape).astype(np.float64)
+    if not np.all(np.isfinite(y)):
+        return float("inf")
+    return float(np.abs(y - ref).max() / np.abs(ref).max())
+
+
+def report(label: str, err: float, tolerance: float) -> int:
+    """Print one emulated run's line; 1 where its error passes `tolerance`, else 0."""
+    wrong = not err <= tolerance
+    print(f"{label} error {err:.2e} {'WRONG' if wrong else 'ok'}", flush=True)
+    return int(wrong)
+
+
 def kernel_source() -> str:
     """depthwise.cu from its first line to the end of depthwise_rows, with the cp.async asm
     statements replaced by the emulation's calls."""
@@ -181,29 +211,12 @@ def run(x_shape, R, kwargs, layout, prefetch, strip, late, workdir: Path) -> flo
     assert plan.kernel.startswith("depthwise_rows<"), plan.kernel
     geo = plan.geometry
     name = plan.kernel          # <float, float, TV, R, S, SH, SW, QT, nchw(, PF)>
-    exe = workdir / ("rows_" + re.sub(r"\W+", "_", name))
-    if not exe.exists():
-        src = workdir / f"{exe.name}.cpp"
-        src.write_text(SHIM + kernel_source() + f"\n#define R_ {R}\n#define KERNEL {name}\n" +
-                       MAIN)
-        subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(exe), str(src)],
-                       check=True)
-    files = []
-    for tag, arr in (("x", xl), ("w", wl), ("b", b)):
-        path = workdir / f"{tag}.bin"
-        np.ascontiguousarray(arr).tofile(path)
-        files.append(str(path))
-    out = workdir / "y.bin"
-    grid = geo.grid(prob, 132)
-    args = [str(int(late)), *map(str, geo.ints), *map(str, geo.x_strides), *map(str, geo.block),
-            *map(str, grid), *files, str(out)]
-    subprocess.run([str(exe), *args], check=True)
-    y = np.fromfile(out, np.float32).reshape(prob.y_shape)
     ref = reference.conv2d(xl.astype(np.float64), wl.astype(np.float64), b.astype(np.float64),
                            layout=layout, groups=C, **kwargs)
-    if not np.all(np.isfinite(y)):
-        return float("inf")
-    return float(np.abs(y - ref).max() / np.abs(ref).max())
+    args = [int(late), *geo.ints, *geo.x_strides, *geo.block, *geo.grid(prob, 132)]
+    return emulate(workdir, "rows_" + name, lambda: SHIM + kernel_source() +
+                   f"\n#define R_ {R}\n#define KERNEL {name}\n" + MAIN,
+                   args, (xl, wl, b), prob.y_shape, np.float32, ref)
 
 
 def main(argv=None) -> int:
@@ -221,11 +234,9 @@ def main(argv=None) -> int:
                     for late in (False, True):
                         err = run(x_shape, R, kwargs, layout, prefetch, args.strip, late,
                                   Path(tmp))
-                        ok = err < 1e-5
-                        failures += not ok
-                        print(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} {layout} "
-                              f"PF={prefetch} {'late ' if late else 'early'} "
-                              f"error {err:.2e} {'ok' if ok else 'WRONG'}", flush=True)
+                        failures += report(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} "
+                                           f"{layout} PF={prefetch} "
+                                           f"{'late ' if late else 'early'}", err, 1e-5)
     print("all correct" if not failures else f"{failures} WRONG")
     return 1 if failures else 0
 
