@@ -155,3 +155,12 @@ def test_pointwise_logic_in_a_cpu_emulation(capsys):
     CUDA model, ldmatrix and mma.sync included (warp-wide exchanges with the PTX fragment
     layouts): every result matches the float64 reference."""
     emulation("emulate_pointwise", [], capsys)
+
+
+@GXX
+def test_depthwise_tensor_core_logic_in_a_cpu_emulation(capsys):
+    """depthwise_mma_nhwc and depthwise_mma_small_nhwc (float16 NHWC, 3x3, 5x5 and 7x7 at
+    stride 1; column and channel tails; the small kernel with CB = 1, 2 and 4) compiled with g++
+    against tools/emulate_depthwise_mma.py's emulation of the CUDA model, ldmatrix, mma.sync,
+    __syncwarp and __byte_perm included: every result matches the float64 reference."""
+    emulation("emulate_depthwise_mma", [], capsys)

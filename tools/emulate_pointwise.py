@@ -25,7 +25,7 @@ from im2win.problem import make_problem
 from im2win.testing import allowed_error
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from emulate_rows import SHIM, emulate, report  # noqa: E402
+from emulate_rows import MMA_SHIM, SHIM, emulate, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,65 +37,6 @@ PROBLEMS = [
     ((2, 3, 5, 104), 56),         # K = 8 * 7
     ((1, 5, 3, 8), 8),            # C = K = 8, fewer pixels than a tile
 ]
-
-MMA_SHIM = r"""
-inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
-struct half_t { unsigned short bits; };
-struct bf16_t { unsigned short bits; };
-inline float h2f(unsigned short b) { _Float16 h; std::memcpy(&h, &b, 2); return (float)h; }
-inline float to_acc(half_t v, float) { return h2f(v.bits); }
-template <> half_t from_acc<half_t>(float v) {
-  _Float16 h = (_Float16)v; half_t r; std::memcpy(&r.bits, &h, 2); return r;
-}
-// a warp's exchange: its 32 lanes' operands, between two barriers of the warp
-struct Warp {
-  std::barrier<>* bar;
-  const unsigned char* addr[32];
-  unsigned a[32][4], b[32][2];
-};
-static Warp warps[64];
-thread_local int warp_id, lane_id;
-inline void warp_sync() { warps[warp_id].bar->arrive_and_wait(); }
-// ldmatrix .x{N}: lanes 8m .. 8m+7 give matrix m's row addresses; lane l gets, of matrix m,
-// row l/4's two 16-bit elements 2(l%4), 2(l%4)+1
-template <int NM> inline void emu_ldmatrix(unsigned* r, const void* p) {
-  Warp& w = warps[warp_id];
-  w.addr[lane_id] = (const unsigned char*)p;
-  warp_sync();
-  for (int m = 0; m < NM; ++m) std::memcpy(&r[m], w.addr[8 * m + lane_id / 4] + 4 * (lane_id % 4), 4);
-  warp_sync();
-}
-// mma.sync m16n8k16 row.col f32 += f16 * f16: A's fragment a0 (row g, k 2t..), a1 (row g+8),
-// a2 (row g, k 2t+8..), a3 (row g+8, k 2t+8..); B's b0 (k 2t.., col g), b1 (k 2t+8.., col g);
-// D's d0, d1 (row g, cols 2t, 2t+1), d2, d3 (row g+8); g = lane/4, t = lane%4
-template <typename T> inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4],
-                                                const unsigned (&b)[2]) {
-  Warp& w = warps[warp_id];
-  for (int i = 0; i < 4; ++i) w.a[lane_id][i] = a[i];
-  for (int i = 0; i < 2; ++i) w.b[lane_id][i] = b[i];
-  warp_sync();
-  float A[16][16], B[16][8];
-  for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, t = l % 4;
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + 8 * (i % 2), k = 2 * t + 8 * (i / 2);
-      A[row][k] = h2f(w.a[l][i] & 0xffff); A[row][k + 1] = h2f(w.a[l][i] >> 16);
-    }
-    for (int i = 0; i < 2; ++i) {
-      const int k = 2 * t + 8 * i;
-      B[k][g] = h2f(w.b[l][i] & 0xffff); B[k + 1][g] = h2f(w.b[l][i] >> 16);
-    }
-  }
-  warp_sync();
-  const int g = lane_id / 4, t = lane_id % 4;
-  for (int i = 0; i < 4; ++i) {
-    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
-    float s = d[i];
-    for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
-    d[i] = s;
-  }
-}
-"""
 
 NAMESPACE = r"""
 namespace pointwise {
@@ -131,26 +72,10 @@ int main(int argc, char** argv) {
   auto b = load(argv[a++], K);
   std::vector<half_t> y(pixels * K, half_t{0x7e00});                 // NaN
   const char* out = argv[a++];
-  const int threads = blockDim.x;
-  for (unsigned bx = 0; bx < gridDim.x; ++bx) {
-    std::memset(smem_raw, 0xff, sizeof smem_raw);
-    std::barrier<> bar(threads);
-    block_barrier = &bar;
-    std::vector<std::unique_ptr<std::barrier<>>> wb;
-    for (int i = 0; i < threads / 32; ++i) {
-      wb.emplace_back(new std::barrier<>(32));
-      warps[i].bar = wb.back().get();
-    }
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        blockIdx.x = bx; threadIdx.x = t; warp_id = t / 32; lane_id = t % 32;
-        KERNEL(x.data(), w.data(), b.data(), y.data(), N, H, W, C, step, xn, xc, xh, xw);
-        emu_wait(0);
-        bar.arrive_and_drop();
-      });
-    for (auto& th : pool) th.join();
-  }
+  for (unsigned bx = 0; bx < gridDim.x; ++bx)
+    run_block(bx, 0, 0, smem_raw, sizeof smem_raw, [&] {
+      KERNEL(x.data(), w.data(), b.data(), y.data(), N, H, W, C, step, xn, xc, xh, xw);
+    });
   FILE* f = fopen(out, "wb"); fwrite(y.data(), 2, y.size(), f); fclose(f);
   return 0;
 }
@@ -186,9 +111,7 @@ def run(x_shape, K, workdir: Path, blocks: int, late: bool) -> float:
     geo = plan.geometry
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
                            layout="NHWC")
-    shim = SHIM.replace("template <> float from_acc<float>(float v) { return v; }",
-                        "template <> float from_acc<float>(float v) { return v; }\n" +
-                        MMA_SHIM) + "#include <memory>\n"
+    shim = SHIM + MMA_SHIM
     args = [int(late), *geo.ints, *geo.x_strides, *geo.block, min(blocks, geo.tiles), K]
     return emulate(workdir, "pw_" + plan.kernel, lambda: shim + kernel_source() +
                    f"\n#define KERNEL {plan.kernel}\n" + MAIN,

@@ -45,6 +45,7 @@ SHIM = r"""
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <thread>
 #include <vector>
 #define __global__
@@ -91,6 +92,106 @@ inline void emu_wait(int pending) {
     groups.pop_front();
   }
 }
+struct Warp {
+  std::barrier<>* bar;
+  const unsigned char* addr[32];
+  unsigned a[32][4], b[32][2];
+};
+static Warp warps[64];
+thread_local int warp_id, lane_id;
+inline void warp_sync() { warps[warp_id].bar->arrive_and_wait(); }
+inline void __syncwarp() { warp_sync(); }
+// One block of the grid: its threads as OS threads (threadIdx from t and blockDim.x), a barrier
+// for the block and one for each warp, its shared memory poisoned first; `body` is a thread's
+// kernel call; a thread's copies still queued are done when it returns.
+template <typename F>
+void run_block(unsigned bx, unsigned by, unsigned bz, unsigned char* smem, size_t bytes,
+               F body) {
+  const int threads = blockDim.x * blockDim.y;
+  std::memset(smem, 0xff, bytes);
+  std::barrier<> bar(threads);
+  block_barrier = &bar;
+  std::vector<std::unique_ptr<std::barrier<>>> wb;
+  for (int i = 0; i < (threads + 31) / 32; ++i) {
+    wb.emplace_back(new std::barrier<>(std::min(32, threads - 32 * i)));
+    warps[i].bar = wb.back().get();
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+      threadIdx.x = t % blockDim.x; threadIdx.y = t / blockDim.x;
+      warp_id = t / 32; lane_id = t % 32;
+      body();
+      emu_wait(0);
+      bar.arrive_and_drop();
+    });
+  for (auto& th : pool) th.join();
+}
+"""
+
+# The 16-bit types and the warp-collective instructions (ldmatrix, mma.sync m16n8k16 of float16
+# into FP32, __byte_perm), for kernels on Tensor Cores: appended to SHIM.
+MMA_SHIM = r"""
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+struct half_t { unsigned short bits; };
+struct bf16_t { unsigned short bits; };
+inline float h2f(unsigned short b) { _Float16 h; std::memcpy(&h, &b, 2); return (float)h; }
+inline float to_acc(half_t v, float) { return h2f(v.bits); }
+template <> half_t from_acc<half_t>(float v) {
+  _Float16 h = (_Float16)v; half_t r; std::memcpy(&r.bits, &h, 2); return r;
+}
+template <typename T> unsigned pack2(float lo, float hi);
+template <> unsigned pack2<half_t>(float lo, float hi) {
+  return from_acc<half_t>(lo).bits | (unsigned)from_acc<half_t>(hi).bits << 16;
+}
+// a warp's exchange: its 32 lanes' operands, between two barriers of the warp
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {   // PTX prmt, default mode
+  const unsigned long long b = (unsigned long long)y << 32 | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (unsigned)(b >> (8 * ((s >> (4 * i)) & 7)) & 0xff) << (8 * i);
+  return r;
+}
+inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
+// ldmatrix .x{N}: lanes 8m .. 8m+7 give matrix m's row addresses; lane l gets, of matrix m,
+// row l/4's two 16-bit elements 2(l%4), 2(l%4)+1
+template <int NM> inline void emu_ldmatrix(unsigned* r, const void* p) {
+  Warp& w = warps[warp_id];
+  w.addr[lane_id] = (const unsigned char*)p;
+  warp_sync();
+  for (int m = 0; m < NM; ++m) std::memcpy(&r[m], w.addr[8 * m + lane_id / 4] + 4 * (lane_id % 4), 4);
+  warp_sync();
+}
+// mma.sync m16n8k16 row.col f32 += f16 * f16: A's fragment a0 (row g, k 2t..), a1 (row g+8),
+// a2 (row g, k 2t+8..), a3 (row g+8, k 2t+8..); B's b0 (k 2t.., col g), b1 (k 2t+8.., col g);
+// D's d0, d1 (row g, cols 2t, 2t+1), d2, d3 (row g+8); g = lane/4, t = lane%4
+template <typename T> inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4],
+                                                const unsigned (&b)[2]) {
+  Warp& w = warps[warp_id];
+  for (int i = 0; i < 4; ++i) w.a[lane_id][i] = a[i];
+  for (int i = 0; i < 2; ++i) w.b[lane_id][i] = b[i];
+  warp_sync();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i % 2), k = 2 * t + 8 * (i / 2);
+      A[row][k] = h2f(w.a[l][i] & 0xffff); A[row][k + 1] = h2f(w.a[l][i] >> 16);
+    }
+    for (int i = 0; i < 2; ++i) {
+      const int k = 2 * t + 8 * i;
+      B[k][g] = h2f(w.b[l][i] & 0xffff); B[k + 1][g] = h2f(w.b[l][i] >> 16);
+    }
+  }
+  warp_sync();
+  const int g = lane_id / 4, t = lane_id % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float s = d[i];
+    for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+    d[i] = s;
+  }
+}
 """
 
 MAIN = r"""
@@ -114,25 +215,13 @@ int main(int argc, char** argv) {
   auto b = load(argv[a++], C);
   std::vector<float> y((size_t)N * C * P * Q, NAN);
   const char* out = argv[a++];
-  const int threads = blockDim.x * blockDim.y;
   for (unsigned bz = 0; bz < gridDim.z; ++bz)
     for (unsigned by = 0; by < gridDim.y; ++by)
-      for (unsigned bx = 0; bx < gridDim.x; ++bx) {
-        std::memset(depthwise_smem, 0xff, sizeof depthwise_smem);   // poisoned
-        std::barrier<> bar(threads);
-        block_barrier = &bar;
-        std::vector<std::thread> pool;
-        for (int t = 0; t < threads; ++t)
-          pool.emplace_back([&, t] {
-            blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
-            threadIdx.x = t % blockDim.x; threadIdx.y = t / blockDim.x;
-            KERNEL(x.data(), w.data(), b.data(), y.data(), N, C, H, W, P, Q, pt, pl, PS,
-                   xn, xc, xh, xw);
-            if (!groups.empty() || !open_group.empty()) { emu_wait(0); }
-            bar.arrive_and_drop();
-          });
-        for (auto& th : pool) th.join();
-      }
+      for (unsigned bx = 0; bx < gridDim.x; ++bx)
+        run_block(bx, by, bz, depthwise_smem, sizeof depthwise_smem, [&] {
+          KERNEL(x.data(), w.data(), b.data(), y.data(), N, C, H, W, P, Q, pt, pl, PS, xn, xc,
+                 xh, xw);
+        });
   FILE* f = fopen(out, "wb"); fwrite(y.data(), 4, y.size(), f); fclose(f);
   return 0;
 }
@@ -169,12 +258,12 @@ def report(label: str, err: float, tolerance: float) -> int:
     return int(wrong)
 
 
-def kernel_source() -> str:
-    """depthwise.cu from its first line to the end of depthwise_rows, with the cp.async asm
-    statements replaced by the emulation's calls."""
+def kernel_source(whole: bool = False) -> str:
+    """depthwise.cu from its first line to the end of depthwise_rows (`whole`: all of it), with
+    the cp.async asm statements replaced by the emulation's calls."""
     text = (ROOT / "im2win" / "cuda" / "depthwise.cu").read_text()
-    end = text.index("\n}\n", text.index("    depthwise_rows(")) + 3
-    text = text[:end]
+    if not whole:
+        text = text[:text.index("\n}\n", text.index("    depthwise_rows(")) + 3]
     text = text.replace("const unsigned to = (unsigned)__cvta_generic_to_shared(dst);",
                         "void* to = dst;")
     text = re.sub(r'asm volatile\("cp\.async\.(?:ca|cg)\.shared\.global.*?\);',
@@ -182,7 +271,9 @@ def kernel_source() -> str:
     text = text.replace('asm volatile("cp.async.commit_group;\\n" ::);', "emu_commit();")
     text = re.sub(r'asm volatile\("cp\.async\.wait_group %0;\\n" ::"n"\((.*?)\)\);',
                   r"emu_wait(\1);", text)
-    assert "asm" not in text, "an asm statement the emulation does not know"
+    text = re.sub(r'asm volatile\("cp\.async\.wait_group (\d+);\\n" ::\);', r"emu_wait(\1);",
+                  text)
+    assert whole or "asm" not in text, "an asm statement the emulation does not know"
     return text
 
 
