@@ -6,8 +6,8 @@ table last.
         float16:NHWC,float32:NCHW] [--variants tile,q2,16x4,16x2] [--batch 32]
 
 Variants (knobs joined by "+"): "tile" is the planner's choice (the Tensor-Core kernels, else
-depthwise_rows, else depthwise_tile_nhwc, where they take the problem); "q2" / "q4" give depthwise_tile_nhwc 2 / 4
-output columns per thread in every form, "iN" aims its blocks at N items
+depthwise_rows, else depthwise_tile_nhwc, where they take the problem); "q2" / "q4" give
+depthwise_tile_nhwc 2 / 4 output columns per thread in every form, "iN" aims its blocks at N items
 (DEPTHWISE_TILE_ITEMS), "tN" makes them N threads (at most 256) aiming at N items, "vN" caps
 its channel vectors per block at N, "hB" gives its threads B bytes of channels
 (DEPTHWISE_TILE_THREAD_BYTES, 16 or 8), "all" gives it every map size
@@ -110,7 +110,7 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_TILE_ITEMS = int(knob[1:])
         elif knob.startswith("h"):             # a thread's channels as bytes
             cuda_plan.DEPTHWISE_TILE_THREAD_BYTES = int(knob[1:])
-        elif knob in ("mma", "nomma"):         # the Tensor-Core kernels on every stride-1 form, or none
+        elif knob in ("mma", "nomma"):         # the Tensor-Core kernels: every stride-1 form, none
             cuda_plan.DEPTHWISE_MMA_FILTERS = cuda_plan.DEPTHWISE_MMA_FORMS if knob == "mma" else ()
         elif knob == "nosmall":                # depthwise_mma_nhwc on small maps too
             cuda_plan.DEPTHWISE_MMA_SMALL_ROWS = 0

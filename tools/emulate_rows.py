@@ -159,7 +159,8 @@ template <int NM> inline void emu_ldmatrix(unsigned* r, const void* p) {
   Warp& w = warps[warp_id];
   w.addr[lane_id] = (const unsigned char*)p;
   warp_sync();
-  for (int m = 0; m < NM; ++m) std::memcpy(&r[m], w.addr[8 * m + lane_id / 4] + 4 * (lane_id % 4), 4);
+  for (int m = 0; m < NM; ++m)
+    std::memcpy(&r[m], w.addr[8 * m + lane_id / 4] + 4 * (lane_id % 4), 4);
   warp_sync();
 }
 // mma.sync m16n8k16 row.col f32 += f16 * f16: A's fragment a0 (row g, k 2t..), a1 (row g+8),

@@ -983,8 +983,9 @@ def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, i
     prefetch = depthwise_rows_prefetch(prob, tv)            # rows in each thread's ring
     span = (qt - 1) * prob.sw + prob.S                      # pixels a row a thread
     ring = prefetch * span * columns * channels * tv * prob.dtype.itemsize
-    if prefetch and -(-smem // 16) * 16 + ring <= smem_limits(None)[0]:
-        smem = -(-smem // 16) * 16 + ring                   # the ring 16-byte aligned after
+    with_ring = -(-smem // 16) * 16 + ring                  # the ring 16-byte aligned after
+    if prefetch and with_ring <= smem_limits(None)[0]:
+        smem = with_ring
     else:                                                   # (else no ring)
         prefetch = 0
     args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
@@ -999,8 +1000,9 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                    arch: int | None = None) -> Plan:
     """The depthwise kernels' plan (any stride, padding, dilation; m = K/C filters per
     channel): with Options.smem on, depthwise_mma_small_nhwc or depthwise_mma_nhwc where
-    `depthwise_mma` gives one, else depthwise_rows where `depthwise_rows` does, else depthwise_tile_nhwc where
-    `depthwise_tile` does (DepthwiseTileArgs: a block per tile or strip); else depthwise_nhwc
+    `depthwise_mma` gives one, else depthwise_rows where `depthwise_rows` does, else
+    depthwise_tile_nhwc where `depthwise_tile` does (DepthwiseTileArgs: a block per tile or
+    strip); else depthwise_nhwc
     or depthwise_nchw (DepthwiseArgs: the launch layer sizes the grid to the device); the
     kernel, block, shared memory and scalar arguments."""
     vec = depthwise_vector(prob, x_strides, x_aligned)
