@@ -544,6 +544,17 @@ def test_autotune_times_candidates_and_remembers_the_winner(rng):
                           repeat=3)
     assert [r[:2] for r in again] == [("im2win", "32x128")]
     assert cuda._plan(prob, x, w, "auto", None, None).algorithm == "im2win"
+    # Bad candidates and arguments are refused before anything is timed or forgotten: the
+    # winner above stays.
+    for kwargs, error in ((dict(tiles=["no-such-tile"]), ValueError),
+                          (dict(algorithms=("narrow",)), TypeError),      # float32
+                          (dict(repeat=1.5), TypeError), (dict(repeat=True), TypeError),
+                          (dict(repeat=0), ValueError)):
+        with pytest.raises(error):
+            cuda.autotune(x, w, b, padding=1, **kwargs)
+        assert cuda._plan(prob, x, w, "auto", None, None).algorithm == "im2win"
+    assert len(cuda.autotune(x, w, b, padding=1, algorithms=("auto",),
+                             repeat=np.int64(2))) == 1
 
 
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", [

@@ -355,8 +355,10 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
         "narrow_nhwc<bf16_t, 32, 64, 4, 1, false, true>"
     assert plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")).algorithm != \
         "narrow"                                                          # float32
-    for refused in (problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC"),
-                    problem((2, 3, 9, 9), (8, 3, 3, 3), np.float16),       # NCHW
+    with pytest.raises(TypeError, match="algorithm='narrow' takes float16, bfloat16 on the "
+                                        "GPU, not float32"):
+        plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC"), algorithm="narrow")
+    for refused in (problem((2, 3, 9, 9), (8, 3, 3, 3), np.float16),       # NCHW
                     problem((2, 9, 9, 64), (64, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
                     problem((2, 9, 9, 3), (12, 3, 3, 3), np.float16, layout="NHWC")):   # K
         with pytest.raises(ValueError, match="algorithm='narrow'"):
@@ -656,8 +658,11 @@ def test_1x1_layers_of_few_filters_get_the_pointwise_kernel():
     big = problem((2, 5, 7, 240), (80, 1, 1, 240), np.float16, layout="NHWC")  # 114432 bytes
     assert plan_for(big, arch=90).algorithm == "pointwise"
     assert plan_for(big, arch=86).algorithm != "pointwise"          # "auto" there: not it
+    float32 = problem((2, 5, 7, 16), (24, 1, 1, 16), np.float32, layout="NHWC")
+    assert plan_for(float32).algorithm != "pointwise"
+    with pytest.raises(TypeError, match="algorithm='pointwise' takes float16, bfloat16"):
+        plan_for(float32, algorithm="pointwise")
     refused = [problem((2, 16, 5, 7), (24, 16, 1, 1), np.float16),          # NCHW
-               problem((2, 5, 7, 16), (24, 1, 1, 16), np.float32, layout="NHWC"),
                problem((2, 5, 7, 16), (24, 3, 3, 16), np.float16, layout="NHWC"),
                problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC", stride=2),
                problem((2, 5, 7, 16), (24, 1, 1, 16), np.float16, layout="NHWC", padding=1),
@@ -744,11 +749,12 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
     assert plan_for(stem, arch=90).inner.tma is not None
     bf16 = problem((8, 64, 28, 28), (128, 64, 3, 3), ml_dtypes.bfloat16, padding=1)
     assert plan_for(bf16, arch=90).algorithm == "im2win_nhwc"
-    for bad, match in ((problem((2, 8, 9, 9), (8, 8, 3, 3), np.float64), "float32 NCHW"),
-                       (problem((2, 9, 9, 8), (8, 3, 3, 8), np.float16, layout="NHWC"),
-                        "float32 NCHW")):
-        with pytest.raises(ValueError, match=match):
-            plan_for(bad, algorithm="im2win_nhwc")
+    with pytest.raises(TypeError, match="takes float16, bfloat16, float32 on the GPU, not "
+                                        "float64"):
+        plan_for(problem((2, 8, 9, 9), (8, 8, 3, 3), np.float64), algorithm="im2win_nhwc")
+    with pytest.raises(ValueError, match="float32 NCHW"):
+        plan_for(problem((2, 9, 9, 8), (8, 3, 3, 8), np.float16, layout="NHWC"),
+                 algorithm="im2win_nhwc")
     half = problem((2, 8, 9, 9), (8, 8, 3, 3), np.float16)
     every_other_column = (8 * 9 * 18, 9 * 18, 18, 2)                        # a view x[..., ::2]
     assert make_plan(half, x_strides=every_other_column, w_aligned=True,
@@ -821,8 +827,11 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
                (problem((2, 3, 9, 9), (8, 3, 3, 1), np.float16), "more than one filter"),
                (problem((2, 5, 9, 20), (8, 5, 3, 13), np.float16), "S\\*C=65"),
                (problem((2, 3, 9, 1400), (8, 3, 3, 3), np.float16), "W\\*C=4200"),
-               (problem((2, 3, 9, 9), (8, 3, 3, 3), np.float64), "not float64"),
                (cv3, "workspace_limit=10")]
+    float64 = problem((2, 3, 9, 9), (8, 3, 3, 3), np.float64)
+    assert plan_for(float64, arch=90).algorithm != "im2win_columns"
+    with pytest.raises(TypeError, match="algorithm='im2win_columns' takes .*not float64"):
+        plan_for(float64, arch=90, algorithm="im2win_columns")
     for prob, match in refused:
         limit = 10 if prob is cv3 else None
         assert plan_for(prob, arch=90, workspace_limit=limit).algorithm != "im2win_columns"

@@ -305,6 +305,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     from im2win.cuda.plan import accumulator_bytes, check_precision, ffma_refusal
     from im2win.cuda.tuning import (FFMA_TILES, MMA_TILES, NO_MICRO_KERNEL, THREE_TF32_TILES,
                                     WGMMA_TILES)
+    from im2win.problem import check_int
 
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
@@ -315,7 +316,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     if unknown or not algorithms:
         raise ValueError(f"algorithms must name some of {', '.join(ALGORITHMS)}, got "
                          f"{algorithms!r}")
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+    if check_int("repeat", repeat) < 1:
         raise ValueError(f"repeat must be a positive int, got {repeat!r}")
     precision = check_precision(precision, prob.dtype)
     if precision != "float32":       # the precision's own path, each tile it takes
@@ -333,30 +334,36 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
                  if name != NO_MICRO_KERNEL and tile.fits(accumulator_bytes(prob))] + \
             [name for name in FFMA_TILES
              if ffma_refusal(prob, Options(), strides, *_aligned(x, w), True, name) is None]
+    candidates = []
+    with cupy.cuda.Device(x.data.device_id):
+        for algorithm in algorithms:
+            if algorithm == "auto" and precision == "float32":
+                named = [None]                                   # the planner's tile
+            elif algorithm.startswith("im2win") or algorithm == "auto":
+                named = [t for t in tiles if algorithm == "im2win_fused" or t not in FFMA_TILES]
+            else:
+                named = [None]
+            for tile in named:      # each one planned (pure) before anything is timed or forgotten
+                _plan(prob, x, w, algorithm, None, None, tile, precision)
+                candidates.append((algorithm, tile))
     key = _tuned_key(prob, x, w, precision)
     with _lock:                  # "auto" below is the planner's own choice, not a past winner
         _tuned.pop(key, None)
     _calls.clear()
     results = []
-    for algorithm in algorithms:
-        candidates = [t for t in tiles if algorithm == "im2win_fused" or t not in FFMA_TILES]
-        if algorithm == "auto" and precision == "float32":
-            candidates = [None]                          # the planner's tile
-        for tile in (candidates if algorithm.startswith("im2win") or algorithm == "auto"
-                     else [None]):
-            def call():
-                return conv2d(prob, x, w, bias, algorithm=algorithm, tile=tile,
-                              precision=precision)
+    for algorithm, tile in candidates:
+        def call():
+            return conv2d(prob, x, w, bias, algorithm=algorithm, tile=tile, precision=precision)
+        call()
+        times = []
+        for _ in range(int(repeat)):
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
             call()
-            times = []
-            for _ in range(repeat):
-                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record()
-                call()
-                stop.record()
-                stop.synchronize()
-                times.append(cupy.cuda.get_elapsed_time(start, stop))
-            results.append((algorithm, tile, sorted(times)[len(times) // 2]))
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop))
+        results.append((algorithm, tile, sorted(times)[len(times) // 2]))
     results.sort(key=lambda r: r[2])
     if prob.N == 0:
         return results

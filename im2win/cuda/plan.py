@@ -21,7 +21,7 @@ from im2win.cuda.tuning import (ALGORITHMS, FFMA_TILES, MMA_BK, MMA_TILES, NO_MI
                                 MmaTile, Options, Tile, WgmmaTile, choose_ffma_tile,
                                 choose_mma_tile, choose_tf32_tile, choose_tile,
                                 choose_wgmma_tile, choose_wgmma_tma_tile)
-from im2win.problem import Problem
+from im2win.problem import DTYPES, Problem
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
 GEMM_FILES = ("im2win_conv", "im2win_ffma", "im2win_mma", "im2win_wgmma")
@@ -335,6 +335,18 @@ def table_bytes(prob: Problem, geo: Geometry, window_order: bool, wanted: bool) 
     return taps.tobytes()
 
 
+def algorithm_dtypes(algorithm: str) -> tuple[str, ...]:
+    """The dtypes `algorithm` takes on the GPU (a forced one refuses the others with a
+    TypeError): the Tensor-Core kernels' (narrow.cu, pointwise.cu), the NHWC twin's and the
+    window columns' (no float64), im2col_gemm's (CuPy's matmul has no bfloat16); all four
+    for the rest."""
+    return {"narrow": NARROW_DTYPES, "pointwise": POINTWISE_DTYPES,
+            "im2win_nhwc": TENSOR_CORE_DTYPES + ("float32",),
+            "im2win_columns": TENSOR_CORE_DTYPES + ("float32",),
+            "im2col_gemm": ("float16", "float32", "float64")}.get(
+                algorithm, tuple(d.name for d in DTYPES))
+
+
 def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "auto",
               options: Options | None = None, workspace_limit: int | None = None,
               tile: str | None = None, x_aligned: bool = True, arch: int | None = None,
@@ -357,12 +369,17 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         sms: the device's SM count (im2win_ffma.cu's split-K); None: PLAN_SMS.
 
     Raises:
+        TypeError: a forced algorithm that does not take prob's dtype (algorithm_dtypes).
         ValueError: a forced choice that cannot run this problem (the message says why).
     """
     algorithm = check_algorithm(algorithm)
     options = check_options(options)
     precision = check_precision(precision, prob.dtype)
     workspace_limit = check_workspace_limit(workspace_limit)
+    takes = algorithm_dtypes(algorithm)
+    if prob.dtype.name not in takes:
+        raise TypeError(f"algorithm={algorithm!r} takes {', '.join(takes)} on the GPU, not "
+                        f"{prob.dtype.name}")
     if prob.P * prob.Q > INT32_MAX or prob.reduction > INT32_MAX:
         raise ValueError(f"P*Q = {prob.P * prob.Q} and (C/G)*R*S = {prob.reduction} must each "
                          f"stay below 2**31")
@@ -416,10 +433,6 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         return columns_plan(prob, options, workspace_limit, tile, arch, sms=sms)
     if algorithm == "gemm":
         return gemm_plan(prob, options, x_strides, workspace_limit)
-    if algorithm == "im2col_gemm" and prob.dtype.name == "bfloat16":
-        raise ValueError("algorithm='im2col_gemm' does not take bfloat16 on the GPU (CuPy's "
-                         "matmul has no bfloat16); use 'auto', 'im2win_fused', 'im2win' or "
-                         "'direct'")
     if algorithm in ("direct", "im2col_gemm"):
         return Plan(algorithm, None, options, None, None, max(prob.N, 1), None, b"", 0)
 
