@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from im2win import baselines, cpu, cuda, gradients, interop, reference
-from im2win.arrays import checked_problem, native, on_gpu, same_device
+from im2win.arrays import (array_like, as_native, checked_problem, native, on_gpu,
+                           same_device, shares_memory)
 from im2win.cuda.plan import (check_algorithm, check_options, check_precision,
                               check_workspace_limit)
 from im2win.problem import (check_shape, make_backward_data_problem,
@@ -26,7 +27,7 @@ def _check_out(out, prob, xp, inputs):
     if xp is np and not out.flags.writeable:
         raise ValueError("out is read-only; expected a writeable array")
     for name, a in zip(("x", "w", "bias"), inputs):
-        if a is not None and xp.may_share_memory(out, a):
+        if a is not None and shares_memory(out, a):
             raise ValueError(f"out overlaps {name}; out must not share memory with an input")
 
 
@@ -35,7 +36,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     """Convolve (cross-correlate, as deep-learning frameworks do) a batch of images with filters.
 
     ``y[n,k,p,q] = bias[k] + sum_{c<C/G, r<R, s<S} xp[n, g*C/G + c, p*sh + r*dh, q*sw + s*dw] *
-    w[k,c,r,s]`` with xp the zero-padded input and g = k // (K/G), as in ``spec/im2win.md``.
+    w[k,c,r,s]`` with xp the zero-padded input and g = k // (K/G), as `im2win.reference.conv2d`
+    computes it.
     NumPy arrays (or array-likes) run on the CPU, CuPy arrays on their GPU. CUDA arrays of
     another library (PyTorch, JAX, Numba, or anything with `__dlpack__` or
     `__cuda_array_interface__`) run there too, zero-copy, on the caller's current stream
@@ -52,7 +54,9 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         dilation: int or pair (dh, dw).
         groups: G; C and K must be multiples of it.
         layout: "NCHW" or "NHWC", for x, w and y alike.
-        out: optional array of y's shape, dtype and device to write the result into.
+        out: optional array of y's shape, dtype and device to write the result into; it may
+            be a view of the inputs' buffer (a channel slice of a concatenation) but must share
+            no element with x, w or bias.
         algorithm: "auto" (the planner's choice, or `im2win.cuda.autotune`'s winner),
             "im2win_fused" (window tiles built in shared memory from x, no extra memory),
             "im2win" (the window tensor materialised, then convolved), "direct",
@@ -105,10 +109,13 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         bfloat16, float32 or float64; float16 and bfloat16 accumulate in float32).
 
     Raises:
-        TypeError: non-integer hyper-parameters, unsupported or mismatched dtypes, arrays on
-            different devices, a bad `out` type or dtype.
-        ValueError: bad values or shapes (see INPUTS.md for the full list), an unknown
-            algorithm, or an option the chosen device does not take.
+        TypeError: x, w or bias not an array of numbers, non-integer hyper-parameters,
+            unsupported or mismatched dtypes, a dtype the forced `algorithm` does not take on
+            the GPU (the message names those it takes), arrays on different devices, a bad
+            `out` type or dtype.
+        ValueError: bad values or shapes (the message names the argument, what it got and
+            what was expected), an unknown algorithm, an option the chosen device does not
+            take, or a forced algorithm that cannot run the problem (it says why).
 
     Example:
         >>> import numpy as np, im2win
@@ -179,7 +186,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
     return cpu.conv2d(prob, x, w, bias, y)
 
 
-def _backward(make, compute, through_forward, a, b, shape, kwargs, direct=None):
+def _backward(make, compute, through_forward, a, b, shape, kwargs, direct=None,
+              names=("a", "b")):
     """Check a backward call (`make`: its problem's checks) and run it: `compute` (the
     reference's float64 sums) on NumPy arrays, `through_forward` (im2win.gradients: forward
     convolutions on views; the Hopper backward-filter kernel) on CuPy arrays, and on CUDA
@@ -187,25 +195,26 @@ def _backward(make, compute, through_forward, a, b, shape, kwargs, direct=None):
     in their type. A CuPy call seen before (same shapes, strides, dtypes, devices, 16-byte
     alignment and arguments) was checked then: its problem is remembered
     (`cuda.backward_key`), with what `direct(prob, a, b)` gave then, a callable that writes
-    the result from a and b with nothing else to do (None: `through_forward` each time)."""
+    the result from a and b with nothing else to do (None: `through_forward` each time).
+    `names`: what the messages call a and b."""
     key = cuda.backward_key(make, a, b, shape, kwargs) if on_gpu(a) and on_gpu(b) else None
     checked = cuda.cached_backward(key)
     if checked is None:
         if not (on_gpu(a) or on_gpu(b)):
-            family = interop.gpu_family({"first array": a, "second array": b})
+            family = interop.gpu_family(dict(zip(names, (a, b))))
             if family is not None:
                 door = interop.Door(family)
                 ca, cb = door.enter(a), door.enter(b)
                 with ca.device, door.stream(a):
                     result = _backward(make, compute, through_forward, ca, cb, shape, kwargs,
-                                       direct)
+                                       direct, names)
                 return door.leave(result)
-        gpu = same_device(a, b, None, None)
-        if not gpu:
-            a, b = native(a), native(b)
+        gpu = same_device(a, b, None, None, names=(*names, "", ""))
+        if not gpu:             # every check before any work (a byte-swapped array's copy)
+            a, b = array_like(names[0], a), array_like(names[1], b)
+            make(as_native(a), as_native(b), shape, **kwargs)
+            return compute(native(a), native(b), shape, **kwargs)
         prob = make(a, b, shape, **kwargs)                      # every check, before any work
-        if not gpu:
-            return compute(a, b, shape, **kwargs)
         shape = check_shape("shape", shape)
         ready = None
         if direct is not None and prob.N and 0 not in shape:
@@ -271,7 +280,7 @@ def conv2d_backward_data(dy, w, x_shape, *, stride=1, padding=0, dilation=1, gro
     return _backward(make_backward_data_problem, reference.conv2d_backward_data,
                      gradients.backward_data, dy, w, x_shape,
                      dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
-                          layout=layout), _data_direct)
+                          layout=layout), _data_direct, ("dy", "w"))
 
 
 def _data_direct(prob, dy, w):
@@ -410,4 +419,4 @@ def conv2d_backward_filter(x, dy, w_shape, *, stride=1, padding=0, dilation=1, g
     return _backward(make_backward_filter_problem, reference.conv2d_backward_filter,
                      _filter_on_gpu, x, dy, w_shape,
                      dict(stride=stride, padding=padding, dilation=dilation, groups=groups,
-                          layout=layout), _filter_direct)
+                          layout=layout), _filter_direct, ("x", "dy"))

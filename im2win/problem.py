@@ -10,7 +10,9 @@ divisibility, channel match, bias shape, kernel against padded input.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import math
 import numbers
 from typing import NamedTuple
 
@@ -126,21 +128,31 @@ def check_layout(layout) -> str:
     return layout
 
 
-def check_int(name: str, value) -> int:
-    """Return `value` as an int; bool, float and str raise TypeError."""
+def check_int(name: str, value, expected: str = "an int") -> int:
+    """Return `value` as an int; bool, float and str raise TypeError (`name` must be
+    `expected`)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
+        raise TypeError(f"{name} must be {expected}, got {value!r} of type "
+                        f"{type(value).__name__}")
     return int(value)
+
+
+def is_sequence(value) -> bool:
+    """Whether `value` is a sequence of hyper-parameters: a tuple, a list, a range or any other
+    sequence but a string, or an array of at least one dimension."""
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0
+    return isinstance(value, collections.abc.Sequence) and not isinstance(value, (str, bytes))
 
 
 def check_pair(name: str, value) -> tuple[int, int]:
     """Normalise an int or a length-2 sequence of ints to a pair (vertical, horizontal)."""
-    if isinstance(value, (tuple, list)):
+    if is_sequence(value):
         if len(value) != 2:
             raise ValueError(f"{name} must be an int or a pair of ints, got {value!r} "
                              f"of length {len(value)}")
         return check_int(name, value[0]), check_int(name, value[1])
-    value = check_int(name, value)
+    value = check_int(name, value, "an int or a pair of ints")
     return value, value
 
 
@@ -160,11 +172,11 @@ def check_padding_form(padding) -> str | tuple[int, int, int, int]:
         if padding == "same":
             return "same"
         raise ValueError(f"padding string must be 'valid' or 'same', got {padding!r}")
-    if isinstance(padding, (tuple, list)):
+    if is_sequence(padding):
         if len(padding) != 2:
             raise ValueError(f"padding must be {_PADDING_FORMS}; got {padding!r} "
                              f"of length {len(padding)}")
-        nested = [isinstance(p, (tuple, list)) for p in padding]
+        nested = [is_sequence(p) for p in padding]
         if nested == [True, True]:
             (pt, pb), (pl, pr) = (check_pair("padding", p) for p in padding)
         elif nested == [False, False]:
@@ -173,7 +185,7 @@ def check_padding_form(padding) -> str | tuple[int, int, int, int]:
         else:
             raise ValueError(f"padding must be {_PADDING_FORMS}; got {padding!r}")
     else:
-        pt = pb = pl = pr = check_int("padding", padding)
+        pt = pb = pl = pr = check_int("padding", padding, _PADDING_FORMS)
     if min(pt, pb, pl, pr) < 0:
         raise ValueError(f"negative padding is not supported, got padding={padding!r}")
     return (pt, pb, pl, pr)
@@ -288,12 +300,16 @@ def make_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
 
     pt, pb, pl, pr = same_padding(R, S, dh, dw) if pad == "same" else pad
     check_fits(H + pt + pb, W + pl + pr, R, S, dh, dw)
-    return Problem(layout=layout, dtype=dtype, N=N, C=C, H=H, W=W, K=K, R=R, S=S, G=G,
+    prob = Problem(layout=layout, dtype=dtype, N=N, C=C, H=H, W=W, K=K, R=R, S=S, G=G,
                    sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pb=pb, pl=pl, pr=pr,
                    has_bias=bias is not None)
+    if math.prod(prob.y_shape) * dtype.itemsize >= 2 ** 63:
+        raise ValueError(f"the output would have shape {prob.y_shape}, more than 2**63 bytes "
+                         f"(padding={padding!r}, stride={stride!r})")
+    return prob
 
 
-class _Given(NamedTuple):
+class Given(NamedTuple):
     """Stands for an array a backward pass does not take, only its shape (and dtype)."""
 
     shape: tuple
@@ -326,7 +342,8 @@ def make_backward_data_problem(dy, w, x_shape, **kwargs) -> Problem:
     """The `Problem` of the convolution whose x-gradient is asked for: x of `x_shape` with
     dy's dtype, w, and `kwargs` as `make_problem` takes them; dy checked against it."""
     x_shape = check_shape("x_shape", x_shape)
-    prob = make_problem(_Given(x_shape, np.dtype(w.dtype)), w, **kwargs)
+    check_dtype("weight", w.dtype)              # x's dtype below is w's: name w if it fails
+    prob = make_problem(Given(x_shape, np.dtype(w.dtype)), w, **kwargs)
     check_dy(dy, prob, "weight")
     return prob
 
@@ -335,6 +352,6 @@ def make_backward_filter_problem(x, dy, w_shape, **kwargs) -> Problem:
     """The `Problem` of the convolution whose w-gradient is asked for: x, w of `w_shape` with
     x's dtype, and `kwargs` as `make_problem` takes them; dy checked against it."""
     w_shape = check_shape("w_shape", w_shape)
-    prob = make_problem(x, _Given(w_shape, np.dtype(x.dtype)), **kwargs)
+    prob = make_problem(x, Given(w_shape, np.dtype(x.dtype)), **kwargs)
     check_dy(dy, prob, "x")
     return prob

@@ -122,6 +122,14 @@ def test_empty_batch_and_zero_channels(rng):
      "non-positive stride"),
     (lambda dy, w, x: im2win.conv2d_backward_filter(x, dy, w.shape, groups=2), ValueError,
      "groups=2"),
+    (lambda dy, w, x: im2win.conv2d_backward_data(dy, w.astype(np.int32), x.shape), TypeError,
+     "weight has dtype int32"),
+    (lambda dy, w, x: im2win.conv2d_backward_data(None, w, x.shape), TypeError,
+     "dy must be an array of numbers"),
+    (lambda dy, w, x: im2win.conv2d_backward_filter(x, "dy", w.shape), TypeError,
+     "dy must be an array of numbers"),
+    (lambda dy, w, x: im2win.conv2d_backward_data(dy.astype(">f8"), w, x.shape, groups=0),
+     ValueError, "non-positive groups"),
 ])
 def test_bad_arguments_are_refused_before_any_work(rng, call, error, match):
     x, w = case(rng, "NCHW", (2, 3, 8, 8), (4, 3, 3, 3))
@@ -632,3 +640,19 @@ def test_window_to_image_is_the_adjoint_of_image_to_window(rng, layout):
     back = reference.window_to_image(v, H, W, 3, **kwargs)
     assert back.shape == x.shape
     assert inner(x_win, v) == pytest.approx(inner(x, back), rel=1e-13)
+
+
+def test_device_messages_name_the_gradients_arguments(monkeypatch):
+    """Arrays on two devices: the message calls them by the function's own names (a stand-in
+    CuPy module, as arrays.on_gpu recognises its arrays)."""
+    import sys
+    import types
+
+    class ndarray:
+        device = types.SimpleNamespace(id=0)
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=ndarray))
+    with pytest.raises(TypeError, match=r"dy on the GPU \(CuPy\), w on the CPU"):
+        im2win.conv2d_backward_data(ndarray(), np.ones((4, 3, 3, 3)), (2, 3, 8, 8))
+    with pytest.raises(TypeError, match=r"x on the CPU, dy on the GPU \(CuPy\)"):
+        im2win.conv2d_backward_filter(np.ones((2, 3, 8, 8)), ndarray(), (4, 3, 3, 3))

@@ -197,6 +197,16 @@ def test_a_remembered_call_still_refuses_bad_arguments():
     im2win.conv2d(other[1:, :2], w1, out=big[1:])
     with pytest.raises(ValueError, match="out overlaps x"):
         im2win.conv2d(big[1:, :2], w1, out=big[1:])
+    # x and out channel slices of one buffer (a concatenation): within each other's bounds,
+    # no element shared, so a remembered call's bounds test falls back to the exact one
+    cat = cupy.zeros((2, 5, 3, 3), cupy.float32)
+    cat[:, :2] = 1
+    for _ in range(2):
+        assert im2win.conv2d(cat[:, :2], w1, out=cat[:, 2:]) is not None
+        cupy.testing.assert_array_equal(cat[:, 2:], cupy.full((2, 3, 3, 3), 2, cupy.float32))
+        cupy.testing.assert_array_equal(cat[:, :2], cupy.ones((2, 2, 3, 3), cupy.float32))
+    with pytest.raises(ValueError, match="out overlaps x"):
+        im2win.conv2d(cat[:, 1:3], w1, out=cat[:, 2:])
     with pytest.raises(TypeError, match="all arrays must be on one device"):
         im2win.conv2d(x, cupy.asnumpy(w))
 

@@ -90,7 +90,8 @@ def test_row09_kernel_larger_than_padded_input(conv, x_shape, w_shape, kwargs, s
 @pytest.mark.parametrize("name, value", [
     ("stride", (1, 1, 1)), ("stride", ()), ("dilation", [1]), ("padding", (1, 1, 1, 1)),
     ("padding", ((1, 1), (1, 1), (1, 1))), ("padding", ((1, 1, 1), (1, 1))),
-    ("padding", ((1, 1), 1)),
+    ("padding", ((1, 1), 1)), ("stride", range(3)), ("padding", np.array([1, 1, 1])),
+    ("dilation", np.array([1, 1, 1])),
 ])
 def test_row10_wrong_sequence_length(conv, name, value):
     with pytest.raises(ValueError, match=name):
@@ -105,6 +106,14 @@ def test_row10_wrong_sequence_length(conv, name, value):
 def test_row11_non_integer_hyper_parameter(conv, name, value):
     with pytest.raises(TypeError, match=name):
         call(conv, groups=2, **{name: value})
+
+
+def test_row10_any_sequence_of_the_right_length(conv):
+    """A range or an array is a sequence like a tuple (not "an int")."""
+    y = call(conv, groups=2, stride=range(1, 3), padding=np.array([[1, 0], [0, 2]]),
+             dilation=np.array([1, 1]))
+    np.testing.assert_array_equal(y, call(conv, groups=2, stride=(1, 2),
+                                          padding=((1, 0), (0, 2))))
 
 
 def test_row11_numpy_integers_are_integers(conv):
@@ -151,6 +160,41 @@ def test_row16_bad_layout(conv, layout, error):
         call(conv, groups=2, layout=layout)
 
 
+@pytest.mark.parametrize("name, value", [(name, value) for name in ("x", "w", "bias")
+                                         for value in (None, "abc", object())
+                                         if not (name == "bias" and value is None)])
+def test_arrays_of_no_numbers_are_a_type_error(name, value):
+    args = dict(x=X, w=Wt, bias=None)
+    args[name] = value
+    with pytest.raises(TypeError, match=f"{name} must be an array of numbers"):
+        im2win.conv2d(args["x"], args["w"], args["bias"], groups=2)
+
+
+def test_row28_an_output_past_any_buffer(conv):
+    with pytest.raises(ValueError, match=r"more than 2\*\*63 bytes"):
+        call(conv, groups=2, padding=2 ** 40)
+
+
+def test_byte_swapped_arrays_are_checked_before_they_are_copied():
+    """A big-endian x is copied into native order only once every check has passed (a bad
+    call allocates nothing of its size); a good one gives the native result."""
+    import tracemalloc
+    x = np.ones((16, 64, 32, 32), ">f4")                          # 4 MiB
+    w = np.ones((4, 64, 3, 3), ">f4")
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="groups"):
+            im2win.conv2d(x, w, groups=0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < x.nbytes // 4
+    small = x[:2, :, :6, :6]
+    np.testing.assert_array_equal(im2win.conv2d(small, w),
+                                  im2win.conv2d(small.astype(np.float32), w.astype(np.float32)))
+    assert small.dtype == ">f4"
+
+
 class TestRow18Out:
     def test_wrong_shape(self):
         with pytest.raises(ValueError, match=r"out has shape \(2, 6, 6, 5\), expected "
@@ -177,6 +221,46 @@ class TestRow18Out:
         out = buf[X.size - 10:X.size - 10 + 2 * 6 * 6 * 6].reshape(2, 6, 6, 6)
         with pytest.raises(ValueError, match="out overlaps x"):
             im2win.conv2d(x, Wt, groups=2, out=out)
+
+    def test_out_between_the_elements_of_an_input(self):
+        """x and out channel slices of one buffer (a concatenation): no element shared, so out
+        is written and x is not; an out sharing one element with x is refused."""
+        rng = np.random.default_rng(0)
+        for layout, take in (("NCHW", lambda b, s: b[:, s]), ("NHWC", lambda b, s: b[..., s])):
+            shape = (2, 10, 8, 8) if layout == "NCHW" else (2, 8, 8, 10)
+            buf = rng.uniform(-1, 1, shape).astype(np.float32)
+            x, out = take(buf, slice(0, 4)), take(buf, slice(4, 10))
+            w = to_layout(layout, X, rng.uniform(-1, 1, Wt.shape).astype(np.float32))[1]
+            before, expected = x.copy(), im2win.conv2d(x.copy(), w, groups=2, layout=layout,
+                                                      padding=1)
+            assert im2win.conv2d(x, w, groups=2, layout=layout, padding=1, out=out) is out
+            np.testing.assert_array_equal(out, expected)
+            np.testing.assert_array_equal(x, before)
+            with pytest.raises(ValueError, match="out overlaps x"):
+                im2win.conv2d(x, w, groups=2, layout=layout, padding=1,
+                              out=take(buf, slice(3, 9)))
+
+    def test_gpu_arrays_overlap_by_their_elements(self, monkeypatch):
+        """On CuPy arrays the same exact test, from their device pointers, shapes and strides
+        alone (stand-ins never read: here at an address nothing is mapped at)."""
+        import sys
+        import types
+
+        from im2win.arrays import shares_memory
+
+        class ndarray:
+            def __init__(self, view):           # a NumPy view's layout, 2**40 bytes on
+                self.shape, self.strides, self.dtype = view.shape, view.strides, view.dtype
+                offset = view.__array_interface__["data"][0] - buf.ctypes.data
+                self.data = types.SimpleNamespace(ptr=2 ** 40 + offset)
+
+        monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=ndarray))
+        buf = np.zeros((2, 10, 8, 8), np.float32)
+        x = ndarray(buf[:, :4])
+        assert not shares_memory(ndarray(buf[:, 4:]), x)
+        assert shares_memory(ndarray(buf[:, 3:9]), x)
+        assert shares_memory(ndarray(buf[1, ::-1]), x)
+        assert not shares_memory(ndarray(buf[:, 4:, ::2]), ndarray(buf[:, 4:, 1::2]))
 
     def test_out_is_written_and_returned(self):
         out = np.full((2, 6, 6, 6), np.nan, np.float32)
