@@ -102,7 +102,7 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             NCHW through channels-last copies, C/groups a multiple of 32 or stems of one
             group over their window columns padded to 32, x and w 16-byte aligned) and
             raise ValueError elsewhere; never silently at lower precision. Other dtypes take
-            None only.
+            None or "float32" only.
 
     Returns:
         y: (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC", with x's dtype (float16,

@@ -1,7 +1,8 @@
 """The main job: time im2win on the twelve benchmark layers, check every result, print a table.
 
 ``python -m im2win [bench] [--suite NETWORK|all] [--layers cv1,cv5] [--batch N]
-[--dtype float32] [--layout NCHW] [--device auto|cpu|gpu] [--compare] [--json PATH]``
+[--dtype float32] [--layout NCHW] [--device auto|cpu|gpu] [--precision float32|tf32|3xtf32]
+[--op forward|backward_data|backward_filter] [--compare] [--json PATH]``
 
 With ``--suite``, the layers are every distinct convolution of a network of `im2win.networks`
 (ResNet-50, MobileNetV2, EfficientNet-B0, ConvNeXt-T, ResNeXt-50 32x4d, or all), and a summary

@@ -2,10 +2,11 @@
 
 This is the first step of every call (validate -> plan -> launch) and the lowest layer of the
 package: it reads only ``.shape`` and ``.dtype``, so NumPy and CuPy arrays go through the same
-checks, before any allocation or kernel launch. Letters follow ``spec/im2win.md``: x (N, C, H, W),
-w (K, C/G, R, S), y (N, K, P, Q); stride (sh, sw), dilation (dh, dw), padding (pt, pb, pl, pr).
-Checks run in the order of INPUTS.md: groups, padding, stride, dilation, ranks, group
-divisibility, channel match, bias shape, kernel against padded input.
+checks, before any allocation or kernel launch. Letters follow the project's spec
+(``spec/im2win.md`` in its shared folder; docs/design.md): x (N, C, H, W), w (K, C/G, R, S),
+y (N, K, P, Q); stride (sh, sw), dilation (dh, dw), padding (pt, pb, pl, pr). Checks run in the
+order of the project's INPUTS.md (tests/test_inputs.py holds its rows): groups, padding, stride,
+dilation, ranks, group divisibility, channel match, bias shape, kernel against padded input.
 """
 
 from __future__ import annotations

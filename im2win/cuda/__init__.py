@@ -279,7 +279,9 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
             "depthwise" (groups = C, and in NHWC groups of 2, 4 or 8 channels with K = C),
             "narrow" (float16 and bfloat16 NHWC stems and groups of 8, 16 or 32 channels),
             "pointwise" (float16 and bfloat16 NHWC 1x1 at
-            stride 1, K at most 96), "gemm" (1x1, no padding, one group). Default: "auto",
+            stride 1, K at most 96), "gemm" (1x1, no padding, one group), "im2win_nhwc" and
+            "im2win_columns" (as `im2win.conv2d`). Each is planned before any is timed: one
+            that cannot run the problem raises first. Default: "auto",
             "im2win_fused" and "im2win", so that the winner is never slower than the
             planner's choice.
         tiles: tile names to try for the im2win algorithms (default: for float16 and

@@ -98,7 +98,7 @@ class Plan:
             kernels' DepthwiseArgs or DepthwiseTileArgs; the narrow kernel's NarrowArgs; the
             pointwise kernel's PointwiseArgs; the GEMM's GemmArgs; None for the others.
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
-            every t, zeros past the reduction up to a multiple of 32 entries; empty when
+            every t, zeros past the reduction up to a multiple of TABLE_SLICE entries; empty when
             offsets are computed in the kernel.
         workspace_bytes: extra device memory the plan allocates (the window chunk and the
             filter in window order).
