@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# docs/wip's patches on the GPU machine: applied to the copy of the tree there (in the order
+# docs/wip/README.md gives), then one step a call (each fits a call's 10 minutes; logs under
+# $OUT, a short summary last):
+#   bash tools/wip_run.sh test       # their GPU tests, 8 processes
+#   bash tools/wip_run.sh time       # depthwise_dev (rows ahead), pointwise_dev, the grouped
+#                                    # suite profile, stem_dev: each against "auto" and cuDNN
+#   bash tools/wip_run.sh sanitize [depthwise|pointwise|stem]   # memcheck, racecheck, synccheck
+# Carry .cache (compiled kernels) as for tools/gpu_run.sh; CuPy's cache comes back in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
+OUT=${OUT:-/tmp/im2win-out}
+mkdir -p "$CUPY_CACHE_DIR" "$OUT"
+PATCHES="nchw-groups-twin pointwise-wide stem-nchw"
+step=${1:-test}
+status=0
+start=$SECONDS
+
+last=${PATCHES##* }
+if git apply --check "docs/wip/${PATCHES%% *}.patch" 2>/dev/null; then
+  for p in $PATCHES; do
+    git apply "docs/wip/$p.patch" || { echo "$p: does not apply"; exit 1; }
+  done
+  echo "applied: $PATCHES"
+elif git apply --reverse --check "docs/wip/$last.patch" 2>/dev/null; then
+  echo "applied already: $PATCHES"         # a tree that has them is left alone
+else
+  echo "the tree has some of $PATCHES, not all: start from a clean copy"; exit 1
+fi
+
+if [[ $step == test ]]; then
+  python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py \
+    -k "depthwise or pointwise or groups or stem" 2>&1 | tee "$OUT/wip-pytest.log" | tail -n 15
+  status=$((status | PIPESTATUS[0]))
+fi
+if [[ $step == time ]]; then
+  run() {                          # NAME, then the tool and its arguments
+    local name=$1; shift
+    timeout 240 python3 "$@" > "$OUT/wip-$name.log" 2>&1
+    status=$((status | $?))
+    echo "== $name ($((SECONDS - start)) s)"; tail -n 25 "$OUT/wip-$name.log"
+  }
+  run depthwise tools/depthwise_dev.py --layers mobilenet_v2.1,mobilenet_v2.4,mobilenet_v2.7,mobilenet_v2.9,efficientnet_b0.15,efficientnet_b0.18 \
+    --configs float16:NHWC,float32:NHWC --variants tile,rf1,rf2,rf3,rf2+rb2
+  run pointwise tools/pointwise_dev.py --layers mobilenet_v2.6,efficientnet_b0.10,mobilenet_v2.11,resnet50.3,resnext50_32x4d.1,resnext50_32x4d.3,resnext50_32x4d.4,efficientnet_b0.17
+  run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
+  run stem tools/stem_dev.py
+fi
+if [[ $step == sanitize ]]; then
+  for mode in ${2:-depthwise pointwise stem}; do
+    for tool in memcheck racecheck synccheck; do
+      compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
+        python3 tools/sanitize_cases.py "$mode" > "$OUT/wip-sanitizer-$mode-$tool.log" 2>&1
+      rc=$?
+      echo "$mode $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
+        "$OUT/wip-sanitizer-$mode-$tool.log" | tail -n 1) ($((SECONDS - start)) s)"
+      status=$((status | rc))
+    done
+  done
+fi
+(cd "$OUT" && tar -czf "logs-wip-$step.tgz" wip-*.log 2>/dev/null && rm -f wip-*.log)
+tar -czf "$OUT/cupy_cache.tgz" -C "$PWD/.cache" cupy
+echo "wip_run.sh $step: exit $status in $((SECONDS - start)) s"
+exit $status
