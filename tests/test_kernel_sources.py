@@ -138,6 +138,18 @@ def emulation(tool: str, args: list[str], capsys) -> None:
 GXX = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed here")
 
 
+@pytest.fixture(scope="session")
+def tsan(tmp_path_factory):
+    """Skip unless g++ builds and runs a program with ThreadSanitizer here."""
+    src = tmp_path_factory.mktemp("tsan") / "t.cpp"
+    src.write_text("#include <thread>\nint main() { std::thread t([] {}); t.join(); }\n")
+    exe = src.with_suffix("")
+    built = subprocess.run(["g++", "-std=c++20", "-pthread", "-fsanitize=thread", "-o",
+                            str(exe), str(src)], capture_output=True)
+    if built.returncode or subprocess.run([str(exe)], capture_output=True).returncode:
+        pytest.skip("g++ cannot build and run a program with ThreadSanitizer here")
+
+
 @GXX
 def test_depthwise_rows_logic_in_a_cpu_emulation(capsys):
     """depthwise_rows (float32, NHWC and NCHW, in NHWC 0, 1, 2 and 4 input rows copied ahead)
@@ -164,3 +176,16 @@ def test_depthwise_tensor_core_logic_in_a_cpu_emulation(capsys):
     against tools/emulate_depthwise_mma.py's emulation of the CUDA model, ldmatrix, mma.sync,
     __syncwarp and __byte_perm included: every result matches the float64 reference."""
     emulation("emulate_depthwise_mma", [], capsys)
+
+
+@GXX
+@pytest.mark.parametrize("tool, args", [("emulate_rows", ["--prefetch", "0,2"]),
+                                        ("emulate_pointwise", []),
+                                        ("emulate_depthwise_mma", [])])
+def test_emulated_kernels_have_no_shared_memory_races(tool, args, tsan, monkeypatch, capsys):
+    """The emulations again, built with ThreadSanitizer (EMULATE_TSAN): a block's threads are
+    OS threads and its barriers std::barrier, so a shared-memory access of one thread that no
+    barrier orders against another thread's write (racecheck's hazards on a GPU) fails the run.
+    A barrier removed from depthwise_rows or pointwise_nhwc made it fail."""
+    monkeypatch.setenv("EMULATE_TSAN", "1")
+    emulation(tool, args, capsys)

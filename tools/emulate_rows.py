@@ -8,12 +8,14 @@ hardware's memory model.
 ``python3 tools/emulate_rows.py [--prefetch 0,1,2,4] [--strip 3]``: every problem below in
 NHWC and NCHW (NCHW takes no copies ahead), with cp.async done both when it is issued
 ("early": a slot overwritten before its row was read shows) and as late as the waits allow
-("late": a row read before its copy was waited for shows). Needs g++ with C++20.
+("late": a row read before its copy was waited for shows). Needs g++ with C++20. With
+EMULATE_TSAN=1 (every emulate_* tool) built with ThreadSanitizer: shared-memory races fail it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -229,6 +231,23 @@ int main(int argc, char** argv) {
 """
 
 
+# EMULATE_TSAN=1 builds the emulations with ThreadSanitizer: a block's threads are OS threads
+# and its barriers std::barrier, so shared memory one thread writes and another reads or writes
+# with no barrier (or wait) between them, the hazards compute-sanitizer's racecheck finds on a
+# GPU, is a data race it reports; the run then fails.
+def build(src: Path, exe: Path) -> None:
+    """Compile an emulation's C++ (with ThreadSanitizer under EMULATE_TSAN)."""
+    tsan = ["-fsanitize=thread", "-g"] if os.environ.get("EMULATE_TSAN") else []
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", *tsan, "-o", str(exe),
+                    str(src)], check=True)
+
+
+def execute(command: list) -> None:
+    """Run a built emulation; a race ThreadSanitizer reports fails it (CalledProcessError)."""
+    subprocess.run(list(map(str, command)), check=True,
+                   env=dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66"))
+
+
 def emulate(workdir: Path, name: str, source, args: list, arrays, y_shape, y_dtype,
             ref) -> float:
     """Build `name` from `source()` (once per workdir) with g++, run it with `args`, then the
@@ -238,14 +257,13 @@ def emulate(workdir: Path, name: str, source, args: list, arrays, y_shape, y_dty
     if not exe.exists():
         src = workdir / f"{exe.name}.cpp"
         src.write_text(source())
-        subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-w", "-o", str(exe), str(src)],
-                       check=True)
+        build(src, exe)
     files = []
     for i, arr in enumerate(arrays):
         files.append(str(workdir / f"in{i}.bin"))
         np.ascontiguousarray(arr).tofile(files[-1])
     out = workdir / "y.bin"
-    subprocess.run([str(exe), *map(str, args), *files, str(out)], check=True)
+    execute([exe, *args, *files, out])
     y = np.fromfile(out, y_dtype).reshape(y_shape).astype(np.float64)
     if not np.all(np.isfinite(y)):
         return float("inf")
