@@ -146,7 +146,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         key = cuda.call_key(x, w, bias, out, stride, padding, dilation, groups, layout,
                             algorithm, options, workspace_limit, precision)
         call = cuda.cached_call(key)
-        if call is not None and (out is None or not call.overlaps(out, x, w, bias)):
+        if call is not None and (out is None or not call.overlaps(out, x, w, bias) or not any(
+                shares_memory(out, a) for a in (x, w, bias) if a is not None)):
             return call(x, w, bias, out)
     prob, x, w, bias = checked_problem(x, w, bias, stride=stride, padding=padding,
                                        dilation=dilation, groups=groups, layout=layout,
@@ -209,6 +210,9 @@ def _backward(make, compute, through_forward, a, b, shape, kwargs, direct=None,
                     result = _backward(make, compute, through_forward, ca, cb, shape, kwargs,
                                        direct, names)
                 return door.leave(result)
+        for name, arr in zip(names, (a, b)):
+            if arr is None:
+                raise TypeError(f"{name} must be an array of numbers, got NoneType")
         gpu = same_device(a, b, None, None, names=(*names, "", ""))
         if not gpu:             # every check before any work (a byte-swapped array's copy)
             a, b = array_like(names[0], a), array_like(names[1], b)

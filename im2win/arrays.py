@@ -46,7 +46,7 @@ def shares_memory(a, b) -> bool:
         a, b = _stand_in(a), _stand_in(b)
     try:
         return bool(np.shares_memory(a, b, max_work=SHARES_MEMORY_WORK))
-    except np.exceptions.TooHardError:
+    except getattr(np, "exceptions", np).TooHardError:       # np.TooHardError before 1.25
         return True
 
 
@@ -97,6 +97,9 @@ def checked_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=
     arrays are copied into native order once every check has passed. `out` is checked
     against the problem by the caller.
     """
+    for name, a in (("x", x), ("w", w)):
+        if a is None:                   # (same_device passes over None: bias and out may be)
+            raise TypeError(f"{name} must be an array of numbers, got NoneType")
     gpu = same_device(x, w, bias, out)
     if gpu_only and not gpu:
         raise TypeError("expected CuPy arrays (this function runs on the GPU), got NumPy "

@@ -170,6 +170,24 @@ def test_arrays_of_no_numbers_are_a_type_error(name, value):
         im2win.conv2d(args["x"], args["w"], args["bias"], groups=2)
 
 
+def test_a_missing_array_beside_gpu_arrays_is_a_type_error(monkeypatch):
+    """None for x or w (or dy) beside CuPy arrays (here a stand-in CuPy module, as
+    arrays.on_gpu recognises its arrays): the same TypeError as on the CPU."""
+    import sys
+    import types
+
+    class ndarray:
+        shape, dtype = X.shape, X.dtype
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=ndarray))
+    for call in (lambda: im2win.conv2d(ndarray(), None),
+                 lambda: im2win.conv2d(None, ndarray()),
+                 lambda: im2win.conv2d_backward_data(ndarray(), None, X.shape),
+                 lambda: im2win.conv2d_backward_filter(None, ndarray(), Wt.shape)):
+        with pytest.raises(TypeError, match="must be an array of numbers, got NoneType"):
+            call()
+
+
 def test_row28_an_output_past_any_buffer(conv):
     with pytest.raises(ValueError, match=r"more than 2\*\*63 bytes"):
         call(conv, groups=2, padding=2 ** 40)

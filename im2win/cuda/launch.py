@@ -849,7 +849,7 @@ class Call:
 
     def overlaps(self, out, *inputs) -> bool:
         """Whether out's memory span meets an input's (as cupy.may_share_memory bounds it): a
-        quick test; a call it flags is checked in full (api._check_out: element by element)."""
+        quick test; where it is True, api.conv2d asks arrays.shares_memory, exactly."""
         (o0, o1), base = self.extents[0], out.data.ptr
         for a, extent in zip(inputs, self.extents[1:]):
             if a is not None and extent[1] > extent[0] and o1 > o0:
