@@ -3,8 +3,10 @@
 # docs/wip/README.md gives), then one step a call (each fits a call's 10 minutes; logs under
 # $OUT, a short summary last):
 #   bash tools/wip_run.sh test       # their GPU tests, 8 processes
-#   bash tools/wip_run.sh time       # depthwise_dev (rows ahead), pointwise_dev, the grouped
-#                                    # suite profile, stem_dev: each against "auto" and cuDNN
+#   bash tools/wip_run.sh time [NAMES]   # depthwise (depthwise_dev: rows ahead), pointwise
+#                                    # (pointwise_dev), grouped (the suite profile), stem
+#                                    # (stem_dev), each against "auto" and cuDNN; those past
+#                                    # 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [depthwise|pointwise|stem]   # memcheck, racecheck, synccheck
 # Carry .cache (compiled kernels) as for tools/gpu_run.sh; CuPy's cache comes back in $OUT.
 set -uo pipefail
@@ -18,6 +20,10 @@ status=0
 start=$SECONDS
 
 last=${PATCHES##* }
+for p in $PATCHES; do              # files a patch creates, left by an earlier call's copy
+  git apply --check "docs/wip/${PATCHES%% *}.patch" 2>/dev/null || break
+  git apply --summary "docs/wip/$p.patch" | awk '/^ create mode/ {print $4}' | xargs -r rm -f
+done
 if git apply --check "docs/wip/${PATCHES%% *}.patch" 2>/dev/null; then
   for p in $PATCHES; do
     git apply "docs/wip/$p.patch" || { echo "$p: does not apply"; exit 1; }
@@ -35,9 +41,12 @@ if [[ $step == test ]]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
-  run() {                          # NAME, then the tool and its arguments
-    local name=$1; shift
-    timeout 240 python3 "$@" > "$OUT/wip-$name.log" 2>&1
+  only=" ${2:-depthwise pointwise grouped stem} "
+  run() {                          # NAME, then the tool and its arguments: within 540 s a call
+    local name=$1 left=$((540 - (SECONDS - start))); shift
+    [[ $only == *" $name "* ]] || return 0
+    if ((left < 60)); then echo "== $name: skipped, the call's time is spent"; return 0; fi
+    timeout $((left < 240 ? left : 240)) python3 "$@" > "$OUT/wip-$name.log" 2>&1
     status=$((status | $?))
     echo "== $name ($((SECONDS - start)) s)"; tail -n 25 "$OUT/wip-$name.log"
   }
