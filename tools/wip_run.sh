@@ -4,7 +4,8 @@
 # $OUT, a short summary last):
 #   bash tools/wip_run.sh test       # their GPU tests, 8 processes
 #   bash tools/wip_run.sh time [NAMES]   # depthwise (depthwise_dev: rows ahead), pointwise
-#                                    # (pointwise_dev), grouped (the suite profile), stem
+#                                    # (pointwise_dev), halves (depthwise_dev: the Tensor-Core
+#                                    # kernel's A loads), grouped (the suite profile), stem
 #                                    # (stem_dev), each against "auto" and cuDNN; those past
 #                                    # 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [depthwise|pointwise|stem]   # memcheck, racecheck, synccheck
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES="nchw-groups-twin pointwise-wide stem-nchw"
+PATCHES="nchw-groups-twin pointwise-wide stem-nchw depthwise-mma-halves"
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -41,7 +42,7 @@ if [[ $step == test ]]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
-  only=" ${2:-depthwise pointwise grouped stem} "
+  only=" ${2:-depthwise pointwise halves grouped stem} "
   run() {                          # NAME, then the tool and its arguments: within 540 s a call
     local name=$1 left=$((540 - (SECONDS - start))); shift
     [[ $only == *" $name "* ]] || return 0
@@ -53,6 +54,8 @@ if [[ $step == time ]]; then
   run depthwise tools/depthwise_dev.py --layers mobilenet_v2.1,mobilenet_v2.4,mobilenet_v2.7,mobilenet_v2.9,efficientnet_b0.15,efficientnet_b0.18 \
     --configs float16:NHWC,float32:NHWC --variants tile,rf1,rf2,rf3,rf2+rb2
   run pointwise tools/pointwise_dev.py --layers mobilenet_v2.6,efficientnet_b0.10,mobilenet_v2.11,resnet50.3,resnext50_32x4d.1,resnext50_32x4d.3,resnext50_32x4d.4,efficientnet_b0.17
+  run halves tools/depthwise_dev.py --layers convnext_tiny.1,convnext_tiny.3,efficientnet_b0.18 \
+    --configs float16:NHWC,bfloat16:NHWC --variants tile,nohalves
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
   run stem tools/stem_dev.py
 fi
