@@ -8,7 +8,9 @@
 #                                    # kernel's A loads), grouped (the suite profile), stem
 #                                    # (stem_dev), each against "auto" and cuDNN; those past
 #                                    # 540 s are skipped: name them in the next call
-#   bash tools/wip_run.sh sanitize [depthwise|pointwise|stem]   # memcheck, racecheck, synccheck
+#   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
+#                                    # sanitize_cases.py's MODES (depthwise pointwise stem),
+#                                    # within 540 s
 # Carry .cache (compiled kernels) as for tools/gpu_run.sh; CuPy's cache comes back in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,8 +63,10 @@ if [[ $step == time ]]; then
 fi
 if [[ $step == sanitize ]]; then
   for mode in ${2:-depthwise pointwise stem}; do
-    for tool in memcheck racecheck synccheck; do
-      compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
+    for tool in ${TOOLS:-racecheck memcheck synccheck}; do
+      left=$((540 - (SECONDS - start)))
+      if ((left < 30)); then echo "$mode $tool: skipped, the call's time is spent"; continue; fi
+      timeout $left compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
         python3 tools/sanitize_cases.py "$mode" > "$OUT/wip-sanitizer-$mode-$tool.log" 2>&1
       rc=$?
       echo "$mode $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
