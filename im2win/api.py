@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from im2win import baselines, cpu, cuda, gradients, interop, reference
-from im2win.arrays import (array_like, as_native, checked_problem, native, on_gpu,
-                           same_device, shares_memory)
+from im2win.arrays import (SHARES_MEMORY_WORK, array_like, as_native, checked_problem, native,
+                           on_gpu, same_device, shares_memory)
 from im2win.cuda.plan import (check_algorithm, check_options, check_precision,
                               check_workspace_limit)
 from im2win.problem import (check_shape, make_backward_data_problem,
@@ -28,7 +28,9 @@ def _check_out(out, prob, xp, inputs):
         raise ValueError("out is read-only; expected a writeable array")
     for name, a in zip(("x", "w", "bias"), inputs):
         if a is not None and shares_memory(out, a):
-            raise ValueError(f"out overlaps {name}; out must not share memory with an input")
+            raise ValueError(f"out overlaps {name} (or their strides are too tangled to tell in "
+                             f"{SHARES_MEMORY_WORK} steps); out must not share memory with an "
+                             f"input")
 
 
 def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout="NCHW",
