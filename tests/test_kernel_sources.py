@@ -171,7 +171,8 @@ def test_pointwise_logic_in_a_cpu_emulation(capsys):
 
 @GXX
 def test_depthwise_tensor_core_logic_in_a_cpu_emulation(capsys):
-    """depthwise_mma_nhwc and depthwise_mma_small_nhwc (float16 NHWC, 3x3, 5x5 and 7x7 at
+    """depthwise_mma_nhwc (both A-load forms: a filter row's halves once each, and an
+    ldmatrix.x4 a column block) and depthwise_mma_small_nhwc (float16 NHWC, 3x3, 5x5 and 7x7 at
     stride 1; column and channel tails; the small kernel with CB = 1, 2 and 4) compiled with g++
     against tools/emulate_depthwise_mma.py's emulation of the CUDA model, ldmatrix, mma.sync,
     __syncwarp and __byte_perm included: every result matches the float64 reference."""

@@ -438,7 +438,7 @@ def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():
     wide = problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96, layout="NHWC",
                    padding=3)                                       # convnext_tiny.1
     plan = plan_for(wide)
-    assert plan.kernel == "depthwise_mma_nhwc<half_t, 7>"
+    assert plan.kernel == "depthwise_mma_nhwc<half_t, 7, true>"
     # 6 tiles of 16 channels; 4 x 2 tiles of 16 rows x 32 columns; 128 threads
     assert plan.geometry.ints == (32, 96, 56, 56, 56, 56, 3, 3, 2)
     assert plan.geometry.tiles == (6, 8) and plan.geometry.block == (128, 1, 1)
@@ -447,7 +447,7 @@ def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():
     assert plan.geometry.smem == (16 * 22 * 40 + 32 + 16 * 49) * 2
     bf16 = problem((32, 28, 28, 192), (192, 7, 7, 1), ml_dtypes.bfloat16, groups=192,
                    layout="NHWC", padding=3)                        # convnext_tiny.3
-    assert plan_for(bf16).kernel == "depthwise_mma_nhwc<bf16_t, 7>"
+    assert plan_for(bf16).kernel == "depthwise_mma_nhwc<bf16_t, 7, true>"
     # maps of 14 rows or fewer: 8 x 8 sub-tiles of any image, 4 a block
     five = problem((32, 14, 14, 672), (672, 5, 5, 1), np.float16, groups=672, layout="NHWC",
                    padding=2)                                       # efficientnet_b0.32
@@ -489,22 +489,27 @@ def test_depthwise_rows_take_large_maps_and_strides_of_2(monkeypatch):
     from im2win.cuda import plan as cuda_plan
     wide = problem((32, 56, 56, 144), (144, 3, 3, 1), np.float16, groups=144, layout="NHWC",
                    padding=1)                                       # mobilenet_v2.7
-    plan = plan_for(wide)
-    assert plan.kernel == "depthwise_rows<half_t, float, 4, 3, 3, 1, 1, 4, false>"
+    plan = plan_for(wide)                 # 2 rows copied ahead (DEPTHWISE_ROWS_PREFETCH)
+    assert plan.kernel == "depthwise_rows<half_t, float, 4, 3, 3, 1, 1, 4, false, 2>"
     # 36 vectors of 4 channels in 2 tiles of 18 threads, 14 groups of 4 columns down a block;
     # strips of 16 output rows: 4 of them, the last one short
     assert plan.geometry.ints == (32, 144, 56, 56, 56, 56, 1, 1, 16)
     assert plan.geometry.block == (18, 14, 1) and plan.geometry.tiles == (2, 4)
     assert plan.geometry.grid(wide, 132) == (2, 4, 32)
-    assert plan.geometry.smem == 9 * 18 * 4 * 4                     # the filters as float
-    with monkeypatch.context() as patch:  # rows copied ahead: a ring of 3 rows of 6 pixels of
-        patch.setattr(cuda_plan, "DEPTHWISE_ROWS_PREFETCH", 3)    # 8 bytes a thread
+    # the filters as float, and a ring of 2 rows of 6 pixels of 8 bytes a thread
+    assert plan.geometry.smem == 9 * 18 * 4 * 4 + 2 * 6 * 18 * 14 * 8
+    with monkeypatch.context() as patch:
+        patch.setattr(cuda_plan, "DEPTHWISE_ROWS_PREFETCH", 3)
         ahead = plan_for(wide)
         assert ahead.kernel == "depthwise_rows<half_t, float, 4, 3, 3, 1, 1, 4, false, 3>"
         assert ahead.geometry.smem == 9 * 18 * 4 * 4 + 3 * 6 * 18 * 14 * 8
         assert ahead.geometry.block == plan.geometry.block
+        patch.setattr(cuda_plan, "DEPTHWISE_ROWS_PREFETCH", 0)    # each row where it is added
+        none = plan_for(wide)
+        assert none.kernel == "depthwise_rows<half_t, float, 4, 3, 3, 1, 1, 4, false>"
+        assert none.geometry.smem == 9 * 18 * 4 * 4
         patch.setattr(cuda_plan, "DEPTHWISE_ROWS_PREFETCH", 40)   # too deep: no ring
-        assert plan_for(wide).kernel == plan.kernel
+        assert plan_for(wide).kernel == none.kernel
     assert plan_for(wide, options=Options(smem=False)).kernel.startswith("depthwise_nhwc<")
     assert plan_for(wide, x_aligned=False).kernel.startswith("depthwise_nhwc<")
     nchw = problem((32, 144, 56, 56), (144, 1, 3, 3), np.float32, groups=144, padding=1)
@@ -519,11 +524,12 @@ def test_depthwise_rows_take_large_maps_and_strides_of_2(monkeypatch):
     strided = problem((32, 14, 14, 576), (576, 3, 3, 1), np.float32, groups=576,
                       layout="NHWC", padding=1, stride=2)           # mobilenet_v2.23
     plan = plan_for(strided)
-    assert plan.kernel == "depthwise_rows<float, float, 4, 3, 3, 2, 2, 2, false>"
+    assert plan.kernel == "depthwise_rows<float, float, 4, 3, 3, 2, 2, 2, false, 2>"
     assert plan.geometry.ints[-1] == 2 and plan.geometry.tiles == (3, 4)
     five = problem((32, 56, 56, 144), (144, 5, 5, 1), np.float64, groups=144, layout="NHWC",
                    padding=2, stride=2)                             # efficientnet_b0.15
-    assert plan_for(five).kernel == "depthwise_rows<double, double, 2, 5, 5, 2, 2, 2, false>"
+    assert plan_for(five).kernel == \
+        "depthwise_rows<double, double, 2, 5, 5, 2, 2, 2, false, 2>"
     for other in (problem((32, 56, 56, 96), (96, 7, 7, 1), np.float16, groups=96,
                           layout="NHWC", padding=3),                # 7x7: not a form
                   problem((32, 56, 56, 144), (144, 3, 3, 1), np.float16, groups=144,

@@ -19,7 +19,8 @@ compiles it for at least N blocks an SM, "rfN" has its threads copy N input rows
 (float16 and bfloat16 NHWC: depthwise_mma_small_nhwc on maps of at most
 DEPTHWISE_MMA_SMALL_ROWS rows, depthwise_mma_nhwc above) every stride-1 form or none,
 "nosmall" / "smallN" give depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN"
-its CB; "bN" compiles all of depthwise.cu's kernels for at least N blocks an SM
+its CB, "nohalves" depthwise_mma_nhwc's A loads an ldmatrix.x4 a column block
+(DEPTHWISE_MMA_HALVES); "bN" compiles all of depthwise.cu's kernels for at least N blocks an SM
 (__launch_bounds__(256, N): fewer registers a thread); "BxQ" runs
 depthwise_nhwc / depthwise_nchw (Options(smem=False)) with DEPTHWISE_VECTOR_BYTES = B and Q
 output columns per thread for every form ("auto": the planner's table, DEPTHWISE_WINDOWS).
@@ -53,7 +54,7 @@ TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
 ROWS = dict(cuda_plan.DEPTHWISE_ROWS)
 PREFETCH = cuda_plan.DEPTHWISE_ROWS_PREFETCH
 MMA = (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
-       cuda_plan.DEPTHWISE_MMA_SMALL_CB)
+       cuda_plan.DEPTHWISE_MMA_SMALL_CB, cuda_plan.DEPTHWISE_MMA_HALVES)
 TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
         cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS,
         cuda_plan.DEPTHWISE_TILE_THREAD_BYTES)
@@ -90,7 +91,7 @@ def configure(variant: str):
     cuda_plan.DEPTHWISE_ROWS_THREADS = 256
     cuda_plan.DEPTHWISE_ROWS_PREFETCH = PREFETCH
     (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
-     cuda_plan.DEPTHWISE_MMA_SMALL_CB) = MMA
+     cuda_plan.DEPTHWISE_MMA_SMALL_CB, cuda_plan.DEPTHWISE_MMA_HALVES) = MMA
     options = {}
     for knob in variant.split("+"):
         if knob == "tile":
@@ -112,6 +113,8 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_TILE_THREAD_BYTES = int(knob[1:])
         elif knob in ("mma", "nomma"):         # the Tensor-Core kernels: every stride-1 form, none
             cuda_plan.DEPTHWISE_MMA_FILTERS = cuda_plan.DEPTHWISE_MMA_FORMS if knob == "mma" else ()
+        elif knob == "nohalves":               # depthwise_mma_nhwc: an ldmatrix.x4 a block
+            cuda_plan.DEPTHWISE_MMA_HALVES = False
         elif knob == "nosmall":                # depthwise_mma_nhwc on small maps too
             cuda_plan.DEPTHWISE_MMA_SMALL_ROWS = 0
         elif knob.startswith("small"):         # depthwise_mma_small_nhwc up to N rows

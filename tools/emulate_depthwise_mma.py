@@ -66,14 +66,17 @@ def source() -> str:
     """depthwise.cu whole, its asm replaced by the emulation's calls (kernel_source's, and the
     Tensor-Core kernels' ldmatrix)."""
     text = kernel_source(whole=True)
-    text = re.sub(r'const unsigned address = \(unsigned\)__cvta_generic_to_shared\(p\);\s*'
-                  r'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16.*?\);',
-                  "emu_ldmatrix<4>(a, p);", text, flags=re.DOTALL)
+    for n in (4, 2):
+        text = re.sub(r'const unsigned address = \(unsigned\)__cvta_generic_to_shared\(p\);\s*'
+                      rf'asm volatile\("ldmatrix\.sync\.aligned\.m8n8\.x{n}\.shared\.b16.*?\);',
+                      f"emu_ldmatrix<{n}>(a, p);", text, flags=re.DOTALL)
+    text = re.sub(r"template <typename T>\n__device__ __forceinline__ void mma_m16n8k8\(.*?\n}\n",
+                  "", text, flags=re.DOTALL)       # the emulation's own (MMA_SHIM)
     assert "asm" not in text, "an asm statement the emulation does not know"
     return text
 
 
-def run(x_shape, R, padding, kind: str, cb: int, workdir: Path) -> float:
+def run(x_shape, R, padding, kind: str, cb: int, workdir: Path, halves: bool = True) -> float:
     rng = np.random.default_rng(3)
     N, C, H, W = x_shape
     x = rng.uniform(-1, 1, (N, H, W, C)).astype(np.float16)
@@ -82,16 +85,17 @@ def run(x_shape, R, padding, kind: str, cb: int, workdir: Path) -> float:
     prob = make_problem(x, w, b, layout="NHWC", groups=C, padding=padding)
     strides = (H * W * C, 1, W * C, C)
     saved = (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
-             cuda_plan.DEPTHWISE_MMA_SMALL_CB)
+             cuda_plan.DEPTHWISE_MMA_SMALL_CB, cuda_plan.DEPTHWISE_MMA_HALVES)
     try:                                # this kernel on every stride-1 form
         cuda_plan.DEPTHWISE_MMA_FILTERS = cuda_plan.DEPTHWISE_MMA_FORMS
         cuda_plan.DEPTHWISE_MMA_SMALL_ROWS = 1 << 30 if kind == "small" else 0
         cuda_plan.DEPTHWISE_MMA_SMALL_CB = cb
+        cuda_plan.DEPTHWISE_MMA_HALVES = halves
         plan = cuda_plan.make_plan(prob, x_strides=strides, w_aligned=True,
                                    algorithm="depthwise", arch=90)
     finally:
         (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
-         cuda_plan.DEPTHWISE_MMA_SMALL_CB) = saved
+         cuda_plan.DEPTHWISE_MMA_SMALL_CB, cuda_plan.DEPTHWISE_MMA_HALVES) = saved
     assert plan.kernel.startswith("depthwise_mma"), plan.kernel
     geo = plan.geometry
     ints = len(geo.ints)
@@ -110,10 +114,13 @@ def main(argv=None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for x_shape, R, padding in PROBLEMS:
-            for kind, cb in (("tile", 2), ("small", 1), ("small", 2), ("small", 4)):
-                err = run(x_shape, R, padding, kind, cb, Path(tmp))
+            for kind, cb, halves in (("tile", 2, True), ("tile", 2, False), ("small", 1, True),
+                                     ("small", 2, True), ("small", 4, True)):
+                err = run(x_shape, R, padding, kind, cb, Path(tmp), halves)
+                label = f"{kind} {'halves' if halves else 'x4s'}" if kind == "tile" else \
+                    f"small CB={cb}"
                 failures += report(f"{str(x_shape):16s} {R}x{R} pad {str(padding):7s} "
-                                   f"{kind} CB={cb}", err,
+                                   f"{label}", err,
                                    allowed_error(np.dtype(np.float16), R * R))
     print("all correct" if not failures else f"{failures} WRONG")
     return 1 if failures else 0

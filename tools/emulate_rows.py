@@ -132,8 +132,8 @@ void run_block(unsigned bx, unsigned by, unsigned bz, unsigned char* smem, size_
 }
 """
 
-# The 16-bit types and the warp-collective instructions (ldmatrix, mma.sync m16n8k16 of float16
-# into FP32, __byte_perm), for kernels on Tensor Cores: appended to SHIM.
+# The 16-bit types and the warp-collective instructions (ldmatrix, mma.sync m16n8k16 and m16n8k8
+# of float16 into FP32, __byte_perm), for kernels on Tensor Cores: appended to SHIM.
 MMA_SHIM = r"""
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 struct half_t { unsigned short bits; };
@@ -194,6 +194,12 @@ template <typename T> inline void mma_m16n8k16(float (&d)[4], const unsigned (&a
     for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
     d[i] = s;
   }
+}
+// mma.sync m16n8k8: the m16n8k16 with A's columns and B's rows 8..15 zero
+template <typename T> inline void mma_m16n8k8(float (&d)[4], unsigned a0, unsigned a1,
+                                               unsigned b) {
+  const unsigned a[4] = {a0, a1, 0, 0}, bb[2] = {b, 0};
+  mma_m16n8k16<T>(d, a, bb);
 }
 """
 

@@ -585,8 +585,10 @@ __global__ void __launch_bounds__(256)
 //      4 x 8 columns of both channel halves, hits 32 distinct banks); its filters as
 //      [c][r*R_ + s];
 //   2. warp w takes channels w, w + 4, w + 8, w + 12; for each, B_r's fragments from the
-//      filters (built once), then for each filter row and each of the 4 column blocks an
-//      ldmatrix.x4 of A (16 rows from row r, 16 columns from the block's first) and an mma;
+//      filters (built once), then for each filter row the five 8-column halves of A under
+//      the 32 outputs (16 rows from row r), two ldmatrix.x4 and an x2, and for each of the 4
+//      column blocks an mma on its two halves (depthwise_mma_tile_products; kHalves false:
+//      an ldmatrix.x4 a column block, depthwise_mma_products, the form before it);
 //   3. the results (plus bias, converted to T) over the channel's own plane, rows 0..15 (the
 //      warp alone reads it, and has read it all: a word store a lane, 32 distinct banks);
 //      after the block's barrier a thread gathers 4 pixels' 8 channels (8-byte loads, byte
@@ -639,6 +641,30 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&a)[4], const unsigned sho
                : "r"(address));
 }
 
+// mma.sync m16n8k8 (FP32 accumulation): A's rows g and g + 8 (a0, a1), B's column g (b), as
+// the first or second half of an m16n8k16's fragments.
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], unsigned a0, unsigned a1,
+                                            unsigned b) {
+  if constexpr (same_type<T, bf16_t>::value)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, "
+                 "{%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+  else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, "
+                 "{%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(unsigned (&a)[2], const unsigned short* p) {
+  const unsigned address = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(a[0]), "=r"(a[1])
+               : "r"(address));
+}
+
 // One channel's products: for each filter row r in order, B_r's fragment (f: the channel's
 // filters), then for each column block cb an ldmatrix.x4 of A at a_at(r, cb) and an mma into
 // acc[cb].
@@ -660,6 +686,40 @@ __device__ __forceinline__ void depthwise_mma_products(float (&acc)[CB][4],
       ldmatrix_x4(a, a_at(r, cb));
       mma_m16n8k16<T>(acc[cb], a, b);
     }
+  }
+}
+
+// The tile kernel's products for one channel: its 4 column blocks' A tiles overlap by half
+// (block cb's columns are 8cb .. 8cb + 15), so for each filter row r the five 8-column halves
+// under the 32 outputs (rows r .. r + 15, columns 8h .. 8h + 7, h = 0..4) are loaded once each,
+// two ldmatrix.x4 (halves 0, 1 and 2, 3) and an x2 (half 4): 1280 bytes of shared memory
+// where four x4 read 2048. Blocks 0 and 2 are an x4's halves, one m16n8k16 each; blocks 1 and
+// 3 straddle two loads, whose halves no m16n8k16 takes without register copies (its A is
+// an aligned quad), so each is two m16n8k8, B_r's rows 0..7 then 8..15: its row's taps still
+// in order. `rows`: the lane's ldmatrix row in the channel's plane, column acol.
+template <typename T, int R_>
+__device__ __forceinline__ void depthwise_mma_tile_products(float (&acc)[4][4],
+                                                            const unsigned short* f, int g,
+                                                            int t2, const unsigned short* rows,
+                                                            int acol) {
+  constexpr int PITCH = DEPTHWISE_MMA_PITCH;
+#pragma unroll
+  for (int cb = 0; cb < 4; ++cb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[cb][e] = 0.f;
+#pragma unroll
+  for (int r = 0; r < R_; ++r) {
+    unsigned b[2], h01[4], h23[4], h4[2];
+    depthwise_mma_b<R_>(f, r, g, t2, b);
+    ldmatrix_x4(h01, rows + r * PITCH);
+    ldmatrix_x4(h23, rows + r * PITCH + 16);
+    ldmatrix_x2(h4, rows + r * PITCH + 32 - acol);
+    mma_m16n8k16<T>(acc[0], h01, b);
+    mma_m16n8k8<T>(acc[1], h01[2], h01[3], b[0]);
+    mma_m16n8k8<T>(acc[1], h23[0], h23[1], b[1]);
+    mma_m16n8k16<T>(acc[2], h23, b);
+    mma_m16n8k8<T>(acc[3], h23[2], h23[3], b[0]);
+    mma_m16n8k8<T>(acc[3], h4[0], h4[1], b[1]);
   }
 }
 
@@ -706,7 +766,7 @@ __device__ __forceinline__ void depthwise_mma_store8(T* dst, const unsigned (&v)
   }
 }
 
-template <typename T, int R_>
+template <typename T, int R_, bool kHalves>
 __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
     depthwise_mma_nhwc(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H,
@@ -748,15 +808,19 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
     }
     __syncthreads();
 
-    // 2. Each warp's channels: B_r's fragments, then R_ x 4 ldmatrix + mma.
+    // 2. Each warp's channels: B_r's fragments, then R_ x (3 ldmatrix + 4 mma).
     const int g = lane >> 2, t2 = (lane & 3) * 2;             // fragment row / column pair
     const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
     for (int cl = warp; cl < TC; cl += NT / 32) {
       unsigned short* plane = planes + depthwise_mma_plane(cl, PLANE);
       float acc[4][4];
-      depthwise_mma_products<T, R_>(acc, wsm + cl * RS, g, t2, [&](int r, int cb) {
-        return plane + (arow + r) * PITCH + cb * 8 + acol;
-      });
+      if constexpr (kHalves)
+        depthwise_mma_tile_products<T, R_>(acc, wsm + cl * RS, g, t2,
+                                           plane + arow * PITCH + acol, acol);
+      else                                    // four ldmatrix.x4 a filter row
+        depthwise_mma_products<T, R_>(acc, wsm + cl * RS, g, t2, [&](int r, int cb) {
+          return plane + (arow + r) * PITCH + cb * 8 + acol;
+        });
       // 3a. Over the plane's rows 0..15: rows g and g + 8, columns cb*8 + t2 and + 1.
       const int k = c0 + cl;
       const float bk = bias && k < C ? to_acc(bias[k], float()) : 0.f;

@@ -661,9 +661,16 @@ DEPTHWISE_ROWS_MIN_ROWS = 28
 DEPTHWISE_ROWS_STRIP = None           # output rows a block's strip (None: depthwise_rows_strip)
 DEPTHWISE_ROWS_THREADS = 256          # a block's threads, at most
 # Input rows a thread copies ahead (cp.async into shared memory) in NHWC; 0: each row loaded
-# where it is added. Not yet timed (written without a GPU): tools/depthwise_dev.py's "rfN"
-# knob gives N; the planner keeps 0 until a benchmark says otherwise.
-DEPTHWISE_ROWS_PREFETCH = 0
+# where it is added. `tools/depthwise_dev.py --variants tile,rf1,rf2,rf3,rf2+rb2` on the H200
+# (2026-12-05, batch 32, GPU us replayed from CUDA graphs, 0 -> 1 / 2 / 3 rows ahead, cuDNN),
+# float16 NHWC: mobilenet_v2.1 28.8 -> 35.2 / 23.1 / 22.9 (22.1), .4 40.8 -> 56.8 / 33.5 /
+# 35.3 (31.0), .7 31.3 -> 38.5 / 24.5 / 25.0 (29.6), .9 18.5 -> 17.4 / 14.3 / 13.6 (16.5),
+# efficientnet_b0.15 34.1 -> 29.8 / 25.3 / 25.7 (24.2); float32 NHWC: mobilenet_v2.1 36.0 ->
+# 43.8 / 32.4 / 34.3 (35.7), .4 57.6 -> 75.5 / 62.2 / 63.1 (47.5), .7 41.0 -> 50.6 / 39.7 /
+# 39.9 (41.3), .9 25.6 -> 25.4 / 23.1 / 24.7 (20.2), efficientnet_b0.15 41.0 -> 37.3 / 31.4 /
+# 31.3 (37.9), .18 33.7 -> 28.8 / 27.2 / 27.4 (45.1). Two rows ahead: the best or within 5%
+# of it on all but float32 mobilenet_v2.4 (+8%).
+DEPTHWISE_ROWS_PREFETCH = 2
 
 
 # depthwise_mma_nhwc and depthwise_mma_small_nhwc (float16 and bfloat16 NHWC, K = C, stride 1,
@@ -688,6 +695,13 @@ DEPTHWISE_MMA_THREADS = 128           # (depthwise.cu's constants of those names
 DEPTHWISE_MMA_SKEW = 32
 DEPTHWISE_MMA_SMALL_ROWS = 14
 DEPTHWISE_MMA_SMALL_CB = 2
+# depthwise_mma_nhwc's A loads: a filter row's five 8-column halves once each (two ldmatrix.x4
+# and an x2, 1280 bytes of shared memory; blocks 1 and 3 on two m16n8k8 each) or, False, an
+# ldmatrix.x4 per column block (2048 bytes; tools/depthwise_dev.py's "nohalves" knob).
+# `--variants tile,nohalves` on the H200 (2026-12-05, float16 NHWC, batch 32, GPU us replayed
+# from CUDA graphs, halves / x4s, cuDNN): convnext_tiny.1 36.7 / 41.5 (71.4), .3 18.0 / 20.1
+# (43.3), efficientnet_b0.18 20.0 / 21.8 (25.8).
+DEPTHWISE_MMA_HALVES = True
 
 
 DEPTHWISE_GROUPS = (2, 4, 8)          # channels per group the kernel also takes (NHWC, K = C)
@@ -883,7 +897,7 @@ def depthwise_mma(prob: Problem, options: Options, vec: int) -> str | None:
 
 
 def depthwise_mma_kernel_name(T: str, R: int) -> str:
-    return f"depthwise_mma_nhwc<{T}, {R}>"
+    return f"depthwise_mma_nhwc<{T}, {R}, {str(DEPTHWISE_MMA_HALVES).lower()}>"
 
 
 def depthwise_mma_small_kernel_name(T: str, R: int, CB: int) -> str:
