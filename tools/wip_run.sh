@@ -3,21 +3,18 @@
 # docs/wip/README.md gives), then one step a call (each fits a call's 10 minutes; logs under
 # $OUT, a short summary last):
 #   bash tools/wip_run.sh test       # their GPU tests, 8 processes
-#   bash tools/wip_run.sh time [NAMES]   # depthwise (depthwise_dev: rows ahead), pointwise
-#                                    # (pointwise_dev), halves (depthwise_dev: the Tensor-Core
-#                                    # kernel's A loads), grouped (the suite profile), stem
-#                                    # (stem_dev), each against "auto" and cuDNN; those past
-#                                    # 540 s are skipped: name them in the next call
+#   bash tools/wip_run.sh time [NAMES]   # grouped (the suite profile of resnext50_32x4d's
+#                                    # float32 NCHW groups), against "auto" and cuDNN; those
+#                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
-#                                    # sanitize_cases.py's MODES (depthwise pointwise stem),
-#                                    # within 540 s
+#                                    # sanitize_cases.py's MODES (depthwise), within 540 s
 # Carry .cache (compiled kernels) as for tools/gpu_run.sh; CuPy's cache comes back in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES="nchw-groups-twin pointwise-wide stem-nchw depthwise-mma-halves"
+PATCHES="nchw-groups-twin"
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -40,11 +37,11 @@ fi
 
 if [[ $step == test ]]; then
   python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py \
-    -k "depthwise or pointwise or groups or stem" 2>&1 | tee "$OUT/wip-pytest.log" | tail -n 15
+    -k "depthwise or groups" 2>&1 | tee "$OUT/wip-pytest.log" | tail -n 15
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
-  only=" ${2:-depthwise pointwise halves grouped stem} "
+  only=" ${2:-grouped} "
   run() {                          # NAME, then the tool and its arguments: within 540 s a call
     local name=$1 left=$((540 - (SECONDS - start))); shift
     [[ $only == *" $name "* ]] || return 0
@@ -53,16 +50,10 @@ if [[ $step == time ]]; then
     status=$((status | $?))
     echo "== $name ($((SECONDS - start)) s)"; tail -n 25 "$OUT/wip-$name.log"
   }
-  run depthwise tools/depthwise_dev.py --layers mobilenet_v2.1,mobilenet_v2.4,mobilenet_v2.7,mobilenet_v2.9,efficientnet_b0.15,efficientnet_b0.18 \
-    --configs float16:NHWC,float32:NHWC --variants tile,rf1,rf2,rf3,rf2+rb2
-  run pointwise tools/pointwise_dev.py --layers mobilenet_v2.6,efficientnet_b0.10,mobilenet_v2.11,resnet50.3,resnext50_32x4d.1,resnext50_32x4d.3,resnext50_32x4d.4,efficientnet_b0.17
-  run halves tools/depthwise_dev.py --layers convnext_tiny.1,convnext_tiny.3,efficientnet_b0.18 \
-    --configs float16:NHWC,bfloat16:NHWC --variants tile,nohalves
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
-  run stem tools/stem_dev.py
 fi
 if [[ $step == sanitize ]]; then
-  for mode in ${2:-depthwise pointwise stem}; do
+  for mode in ${2:-depthwise}; do
     for tool in ${TOOLS:-racecheck memcheck synccheck}; do
       left=$((540 - (SECONDS - start)))
       if ((left < 30)); then echo "$mode $tool: skipped, the call's time is spent"; continue; fi
