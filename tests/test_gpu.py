@@ -644,14 +644,13 @@ def test_depthwise_matches_reference(rng, monkeypatch, layout, dtype, x_shape, w
     monkeypatch.setattr(cuda, "_calls", {})
     run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
     if layout == "NHWC":
-        # ... with each thread copying 1, 2 and 4 input rows ahead (a strip of 3 output rows
-        # reads 5 to 9 input rows, the last strip of a map fewer: rings that wrap, and some
-        # deeper than the strip's rows)
-        for prefetch in (1, 2, 4):
+        # ... with each thread copying 2 input rows ahead (the default, just run), then 0, 1
+        # and 4 (a strip of 3 output rows reads 5 to 9 input rows, the last strip of a map
+        # fewer: rings that wrap, and some deeper than the strip's rows)
+        for prefetch in (0, 1, 4):
             monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_PREFETCH", prefetch)
             monkeypatch.setattr(cuda, "_calls", {})
             run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
-        monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_PREFETCH", 0)
         # depthwise_mma_nhwc (16-bit types on Tensor Cores) on every stride-1 form, then
         # depthwise_mma_small_nhwc with CB of 1, 2 and 4, and (16-bit types) with 2 blocks of
         # sub-tiles in y, each looping
