@@ -690,16 +690,19 @@ GROUPED_CASES = [  # x (N, C, H, W), w (K = C, C/G, R, S), keyword arguments: C/
 ]
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", GROUPED_CASES)
-def test_small_groups_take_the_depthwise_kernel(rng, dtype, x_shape, w_shape, kwargs):
-    """NHWC groups of a few channels (within one thread's vector, else the im2win path)."""
+def test_small_groups_take_the_depthwise_kernel(rng, layout, dtype, x_shape, w_shape, kwargs):
+    """Groups of a few channels (within one thread's vector, else the im2win path); NCHW on
+    the NHWC twin (not float64)."""
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
     for algorithm in ("auto", "depthwise"):
         vec = 16 // np.dtype(dtype).itemsize
-        if algorithm == "depthwise" and vec % w_shape[1]:
-            continue                                  # float64 takes groups of 2 only
-        run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm=algorithm)
+        if algorithm == "depthwise" and (vec % w_shape[1] or
+                                         (layout == "NCHW" and dtype == np.float64)):
+            continue                                  # float64 takes groups of 2 only, in NHWC
+        run(x, w, b, layout, kwargs, dtype=dtype, algorithm=algorithm)
 
 
 def test_depthwise_views_and_misaligned_out(rng):

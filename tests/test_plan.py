@@ -12,7 +12,7 @@ import pytest
 from helpers import contiguous_strides
 from im2win import reference
 from im2win.cuda import TILES, Options
-from im2win.cuda.plan import (GEOMETRY_64BIT, KERNEL_DIR, DepthwiseTile, Geometry,
+from im2win.cuda.plan import (CUDA_TYPES, GEOMETRY_64BIT, KERNEL_DIR, DepthwiseTile, Geometry,
                               depthwise_tile, geometry, graph_plan, make_plan, reduction_taps,
                               reduction_tables, specializations, window_bytes)
 from im2win.cuda.tuning import NO_MICRO_KERNEL, WGMMA_TILES, choose_tile
@@ -426,12 +426,33 @@ def test_depthwise_problems_get_their_own_kernel():
     assert plan_for(problem((2, 9, 9, 64), (64, 3, 3, 16), np.float16, groups=4,
                             layout="NHWC")).algorithm == "narrow"
     for other in (problem((2, 9, 9, 64), (64, 3, 3, 32), np.float16, groups=2, layout="NHWC"),
-                  problem((2, 9, 9, 64), (128, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
-                  problem((2, 64, 9, 9), (64, 4, 3, 3), np.float16, groups=16)):
-        assert plan_for(other).algorithm == "im2win_fused"     # 32 per group, K != C, NCHW
+                  problem((2, 9, 9, 64), (128, 3, 3, 4), np.float16, groups=16, layout="NHWC")):
+        assert plan_for(other).algorithm == "im2win_fused"     # 32 per group, K != C
+    # NCHW groups of 4 (and 2) channels: the grouped form on the NHWC twin, between copies of
+    # x and w into channels-last workspace and of y back
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.float32):
+        nchw = problem((2, 64, 9, 9), (64, 4, 3, 3), dtype, groups=16)
+        twin = plan_for(nchw)
+        assert twin.algorithm == "im2win_nhwc" and twin.inner.algorithm == "depthwise"
+        T, Acc = CUDA_TYPES[np.dtype(dtype).name]
+        vec = 16 // np.dtype(dtype).itemsize
+        assert twin.inner.kernel == f"depthwise_nhwc<{T}, {Acc}, {vec}, 4, 4, 3, 1>"
+        copies = (2 * 64 * 9 * 9 + 64 * 4 * 3 * 3 + 2 * 64 * 7 * 7) * np.dtype(dtype).itemsize
+        assert twin.workspace_bytes == copies
+        assert plan_for(nchw, algorithm="depthwise") == twin
+        assert plan_for(nchw, workspace_limit=copies - 1).algorithm == "im2win_fused"
+        with pytest.raises(ValueError, match="NHWC twin.*workspace_limit"):
+            plan_for(nchw, workspace_limit=copies - 1, algorithm="depthwise")
+    pairs = problem((2, 64, 9, 9), (64, 2, 5, 5), np.float32, groups=32, padding=2)
+    assert plan_for(pairs).inner.kernel == "depthwise_nhwc<float, float, 4, 2, 4, 5, 1>"
+    for other in (problem((2, 64, 9, 9), (64, 8, 3, 3), np.float16, groups=8),   # 8 a group
+                  problem((2, 64, 9, 9), (64, 4, 3, 3), np.float64, groups=16),  # no twin
+                  problem((2, 64, 9, 9), (128, 4, 3, 3), np.float32, groups=16)):  # K != C
+        assert plan_for(other).algorithm != "im2win_nhwc" or \
+            plan_for(other).inner.algorithm != "depthwise"
     compiled = {expr for _, expr in specializations()}
     assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel,
-            plan_for(grouped).kernel} <= compiled
+            plan_for(grouped).kernel, plan_for(pairs).inner.kernel} <= compiled
 
 
 def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():

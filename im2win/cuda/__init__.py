@@ -276,7 +276,8 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
         algorithms: candidates among "auto" (the planner's own choice with its own tile:
             ("auto", None) in the results; the NHWC twin, window columns and split-K are
             reached this way), "im2win_fused", "im2win", "direct", "im2col_gemm",
-            "depthwise" (groups = C, and in NHWC groups of 2, 4 or 8 channels with K = C),
+            "depthwise" (groups = C, and groups of 2, 4 or 8 channels with K = C; NCHW
+            groups on the NHWC twin),
             "narrow" (float16 and bfloat16 NHWC stems and groups of 8, 16 or 32 channels),
             "pointwise" (float16 and bfloat16 NHWC 1x1 at
             stride 1, K at most 96), "gemm" (1x1, no padding, one group), "im2win_nhwc" and

@@ -105,7 +105,7 @@ class Plan:
         tma: the wgmma kernel's TMA descriptors' arguments (TmaArgs) when it copies both
             operands by TMA (Options.tma), else None.
         inner: "im2win_nhwc": the plan of the problem's NHWC twin, which runs between the
-            layout copies; "im2win_columns": the plan of its R x 1 problem (columns_stage);
+            layout copies ("im2win_fused", or for NCHW groups of a few channels "depthwise"); "im2win_columns": the plan of its R x 1 problem (columns_stage);
             None for the others.
         splits: split-K (TMA plans only): the reduction ranges per tile, each a work item
             writing FP32 partial sums (workspace_bytes) that split_reduce adds into y; 1: none.
@@ -403,7 +403,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         channelwise = (is_depthwise(prob) and prob.G > 1) or (
             prob.Cg in DEPTHWISE_AUTO_GROUPS and
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned)))
-        if channelwise:
+        if channelwise or nchw_groups(prob, x_strides, workspace_limit):
             algorithm = "depthwise"
         elif narrow_pays(prob, narrow_dense(prob, x_strides, x_aligned)) and \
                 narrow_refusal(prob, x_strides, x_aligned, arch) is None:
@@ -422,6 +422,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                 return twin
             algorithm = "im2win_fused"
     if algorithm == "depthwise":
+        if prob.layout == "NCHW" and not is_depthwise(prob):
+            return nchw_groups_plan(prob, x_strides, options, workspace_limit, arch)
         return depthwise_plan(prob, options, x_strides, x_aligned, arch)
     if algorithm == "narrow":
         return narrow_plan(prob, options, x_strides, x_aligned, arch)
@@ -1035,9 +1037,9 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
     vec = depthwise_vector(prob, x_strides, x_aligned)
     if not (is_depthwise(prob) or small_groups(prob, vec)):
         raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
-                         f"filter) or, in NHWC, K == C with C/groups in {DEPTHWISE_GROUPS} and "
-                         f"x's channels contiguous and aligned; got C={prob.C}, K={prob.K}, "
-                         f"groups={prob.G}")
+                         f"filter) or K == C with C/groups in {DEPTHWISE_GROUPS} within one "
+                         f"vector (in NHWC, x's channels contiguous and aligned); got "
+                         f"C={prob.C}, K={prob.K}, groups={prob.G}")
     mma = depthwise_mma(prob, options, vec) if options.smem else None
     if mma == "small":
         return depthwise_mma_small_plan(prob, options, x_strides)
@@ -1651,6 +1653,34 @@ def nhwc_twin(prob: Problem) -> tuple[Problem, tuple[int, int, int, int]]:
     its contiguous x."""
     return (dataclasses.replace(prob, layout="NHWC"),
             (prob.H * prob.W * prob.C, 1, prob.W * prob.C, prob.C))
+
+
+def nchw_groups(prob: Problem, x_strides, workspace_limit: int | None) -> bool:
+    """An NCHW problem whose NHWC twin "auto" gives depthwise.cu's grouped form: groups of
+    DEPTHWISE_AUTO_GROUPS channels with K = C, in a dtype the twin takes, its copies within
+    `workspace_limit`. resnext50_32x4d.2 (G = 32 of 4 channels, 56x56; H200, batch 32, float32
+    NCHW, GPU time replayed from CUDA graphs, `tools/suite_profile.py float32 NCHW grouped`):
+    609 us on im2win_conv.cu before, 146 through the twin, cuDNN 321."""
+    if prob.layout != "NCHW" or prob.G == 1 or prob.Cg not in DEPTHWISE_AUTO_GROUPS:
+        return False
+    twin, strides = nhwc_twin(prob)
+    return (small_groups(twin, depthwise_vector(twin, strides, True)) and
+            nhwc_refusal(prob, x_strides, workspace_limit) is None)
+
+
+def nchw_groups_plan(prob: Problem, x_strides, options: Options, workspace_limit: int | None,
+                     arch: int | None) -> Plan:
+    """algorithm="depthwise" on NCHW groups of a few channels (K = C, C/G in DEPTHWISE_GROUPS
+    within a vector): the "im2win_nhwc" plan around the NHWC twin's depthwise plan (layout.cu
+    copies x and w channels-last into workspace, depthwise.cu's grouped form writes a
+    channels-last y, layout.cu copies it into y)."""
+    refusal = nhwc_refusal(prob, x_strides, workspace_limit)
+    if refusal:
+        raise ValueError(f"algorithm='depthwise' runs NCHW groups on their NHWC twin, and "
+                         f"{refusal}")
+    twin, strides = nhwc_twin(prob)
+    inner = depthwise_plan(twin, options, strides, True, arch)
+    return around(prob, "im2win_nhwc", inner, options, nhwc_workspace)
 
 
 # float32 NCHW takes its NHWC twin on im2win_ffma.cu up to this many bytes of channels-last
