@@ -724,6 +724,16 @@ differed only in its depthwise layers, measured cuDNN's total at 2.16 ms and 3.4
 the kernel work behind each change is measured on the GPU alone, replayed from CUDA graphs
 (`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
 
+Both dtypes' columns are the run of 2026-12-05 (sixteenth session, 678df62) after three
+changes: `depthwise_mma_nhwc` loading a filter row's five 8-column halves once,
+`depthwise_rows` copying two rows ahead in NHWC (the depthwise section below times both alone)
+and NCHW groups of 2 and 4 channels run on the NHWC twin's grouped kernel: float16 NHWC all
+1.07x -> 1.10x one call at a time and 1.09x -> 1.12x back to back, depthwise 1.10x -> 1.22x
+and 1.05x -> 1.15x (mobilenet_v2 1.06x -> 1.15x); float32 NCHW all 1.07x -> 1.08x and 1.10x
+-> 1.13x, grouped 1.29x -> 1.96x and 2.29x (its slowest layer 0.55x -> 1.17x: resnext50_32x4d.2,
+609 -> 146 us replayed from CUDA graphs, cuDNN 321), resnext50_32x4d 1.02x -> 1.23x. The
+paragraphs below describe the runs before it.
+
 The float16 columns are the run of 2026-12-04 (fourteenth session, 191b8ed) after the small
 maps' Tensor-Core depthwise kernel (`depthwise_mma_small_nhwc`; see the depthwise section
 below): all 1.07x one call at a time and 1.09x back to back, depthwise 1.10x and 1.05x (its
@@ -997,6 +1007,29 @@ the output gather's shared-memory instructions and freed the output buffer (50 -
 block, 4 -> 7 blocks an SM). ConvNeXt's eighteen 7x7 calls a pass (three of each layer, nine of .5), at the last
 column's times: 700 µs on CUDA cores, 363 on Tensor Cores, cuDNN 609. bfloat16 measured
 within 3% of float16 on each layer (convnext_tiny.1 42.6, .7 9.3, efficientnet_b0.39 11.3).
+
+**Two rows ahead, and a filter row's halves once** (2026-12-05, sixteenth session; kernels
+written in the session before without a GPU). `tools/depthwise_dev.py` on the H200 (batch 32,
+GPU µs a call replayed from CUDA graphs; TB/s of the layer's bytes at that time; cuDNN in
+brackets). `depthwise_rows` copying 2 input rows ahead (`DEPTHWISE_ROWS_PREFETCH`, now the
+default in NHWC) against loading each row where it is added:
+
+| layer | float16 NHWC, 0 -> 2 rows ahead | float32 NHWC, 0 -> 2 rows ahead |
+|---|---|---|
+| mobilenet_v2.1 | 28.8 -> 23.1 (22.1) | 36.0 -> 32.4 (35.7) |
+| mobilenet_v2.4 | 40.8 -> 33.5, 2.87 TB/s (31.0) | 57.6 -> 62.2 (47.5) |
+| mobilenet_v2.7 | 31.3 -> 24.5, 2.36 TB/s (29.6) | 41.0 -> 39.7 (41.3) |
+| mobilenet_v2.9 | 18.5 -> 14.3 (16.5) | 25.6 -> 23.1 (20.2) |
+| efficientnet_b0.15 | 34.1 -> 25.3 (24.2) | 41.0 -> 31.4 (37.9) |
+| efficientnet_b0.18 | (Tensor Cores) | 33.7 -> 27.2 (45.1) |
+
+`depthwise_mma_nhwc` loading a filter row's five 8-column halves once each (two ldmatrix.x4
+and an x2; `DEPTHWISE_MMA_HALVES`) against an ldmatrix.x4 a column block, float16 NHWC, in
+one process: convnext_tiny.1 41.5 -> 36.7 (71.4), .3 20.1 -> 18.0 (43.3), efficientnet_b0.18
+21.8 -> 20.0 (25.8). Against the issue's 3.0 TB/s (70% of 4.3) at these times: float32
+mobilenet_v2.1 (two rows ahead) moves 3.17 TB/s, .9 3.13 and .4 (none ahead) 3.35, above it;
+float16's best is mobilenet_v2.4's 2.87, and the small maps stay far below (convnext_tiny.3
+on Tensor Cores: 1.07). The suite tables above are from before these changes.
 
 **The copy's own rate.** `python3 tools/copy_bandwidth.py` (`logs/copy-bandwidth.log`; H200,
 replayed from CUDA graphs, sources cycled out of the L2 cache) moved (read plus written)
