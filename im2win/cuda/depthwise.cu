@@ -808,7 +808,7 @@ __global__ void __launch_bounds__(DEPTHWISE_MMA_THREADS)
     }
     __syncthreads();
 
-    // 2. Each warp's channels: B_r's fragments, then R_ x (3 ldmatrix + 4 mma).
+    // 2. Each warp's channels: B_r's fragments, then R_ x (3 ldmatrix + 6 mma).
     const int g = lane >> 2, t2 = (lane & 3) * 2;             // fragment row / column pair
     const int arow = (lane & 7) + ((lane >> 3) & 1) * 8, acol = (lane >> 4) * 8;
     for (int cl = warp; cl < TC; cl += NT / 32) {
