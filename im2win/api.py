@@ -212,9 +212,6 @@ def _backward(make, compute, through_forward, a, b, shape, kwargs, direct=None,
                     result = _backward(make, compute, through_forward, ca, cb, shape, kwargs,
                                        direct, names)
                 return door.leave(result)
-        for name, arr in zip(names, (a, b)):
-            if arr is None:
-                raise TypeError(f"{name} must be an array of numbers, got NoneType")
         gpu = same_device(a, b, None, None, names=(*names, "", ""))
         if not gpu:             # every check before any work (a byte-swapped array's copy)
             a, b = array_like(names[0], a), array_like(names[1], b)

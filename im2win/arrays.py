@@ -20,8 +20,11 @@ def on_gpu(a) -> bool:
 
 
 def same_device(x, w, bias, out, names=("x", "w", "bias", "out")) -> bool:
-    """Return whether the arrays are CuPy arrays; raise unless all live on one device (the
-    message calls them by `names`)."""
+    """Return whether the arrays are CuPy arrays; raise unless all live on one device, or if
+    one of the first two (required) is None (the messages call them by `names`)."""
+    for name, a in zip(names[:2], (x, w)):
+        if a is None:
+            raise TypeError(f"{name} must be an array of numbers, got NoneType")
     named = dict(zip(names, (x, w, bias, out)))
     interop.gpu_family(named)           # CUDA arrays of another library mixed in: TypeError
     named = {k: a for k, a in named.items() if a is not None}
@@ -97,9 +100,6 @@ def checked_problem(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=
     arrays are copied into native order once every check has passed. `out` is checked
     against the problem by the caller.
     """
-    for name, a in (("x", x), ("w", w)):
-        if a is None:                   # (same_device passes over None: bias and out may be)
-            raise TypeError(f"{name} must be an array of numbers, got NoneType")
     gpu = same_device(x, w, bias, out)
     if gpu_only and not gpu:
         raise TypeError("expected CuPy arrays (this function runs on the GPU), got NumPy "

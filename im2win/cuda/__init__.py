@@ -319,7 +319,8 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
     if unknown or not algorithms:
         raise ValueError(f"algorithms must name some of {', '.join(ALGORITHMS)}, got "
                          f"{algorithms!r}")
-    if check_int("repeat", repeat) < 1:
+    repeat = check_int("repeat", repeat)
+    if repeat < 1:
         raise ValueError(f"repeat must be a positive int, got {repeat!r}")
     precision = check_precision(precision, prob.dtype)
     if precision != "float32":       # the precision's own path, each tile it takes
@@ -346,7 +347,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
                 named = [t for t in tiles if algorithm == "im2win_fused" or t not in FFMA_TILES]
             else:
                 named = [None]
-            for tile in named:      # each one planned (pure) before anything is timed or forgotten
+            for tile in named:      # each planned (pure) before any is timed or forgotten
                 _plan(prob, x, w, algorithm, None, None, tile, precision)
                 candidates.append((algorithm, tile))
     key = _tuned_key(prob, x, w, precision)
@@ -359,7 +360,7 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
             return conv2d(prob, x, w, bias, algorithm=algorithm, tile=tile, precision=precision)
         call()
         times = []
-        for _ in range(int(repeat)):
+        for _ in range(repeat):
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             start.record()
             call()

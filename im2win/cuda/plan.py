@@ -98,14 +98,15 @@ class Plan:
             kernels' DepthwiseArgs or DepthwiseTileArgs; the narrow kernel's NarrowArgs; the
             pointwise kernel's PointwiseArgs; the GEMM's GemmArgs; None for the others.
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
-            every t, zeros past the reduction up to a multiple of TABLE_SLICE entries; empty when
-            offsets are computed in the kernel.
+            every t, zeros past the reduction up to a multiple of TABLE_SLICE entries; empty
+            when offsets are computed in the kernel.
         workspace_bytes: extra device memory the plan allocates (the window chunk and the
             filter in window order).
         tma: the wgmma kernel's TMA descriptors' arguments (TmaArgs) when it copies both
             operands by TMA (Options.tma), else None.
         inner: "im2win_nhwc": the plan of the problem's NHWC twin, which runs between the
-            layout copies ("im2win_fused", or for NCHW groups of a few channels "depthwise"); "im2win_columns": the plan of its R x 1 problem (columns_stage);
+            layout copies ("im2win_fused", or for NCHW groups of a few channels
+            "depthwise"); "im2win_columns": the plan of its R x 1 problem (columns_stage);
             None for the others.
         splits: split-K (TMA plans only): the reduction ranges per tile, each a work item
             writing FP32 partial sums (workspace_bytes) that split_reduce adds into y; 1: none.
@@ -1031,9 +1032,8 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
     channel): with Options.smem on, depthwise_mma_small_nhwc or depthwise_mma_nhwc where
     `depthwise_mma` gives one, else depthwise_rows where `depthwise_rows` does, else
     depthwise_tile_nhwc where `depthwise_tile` does (DepthwiseTileArgs: a block per tile or
-    strip); else depthwise_nhwc
-    or depthwise_nchw (DepthwiseArgs: the launch layer sizes the grid to the device); the
-    kernel, block, shared memory and scalar arguments."""
+    strip); else depthwise_nhwc or depthwise_nchw (DepthwiseArgs: the launch layer sizes the
+    grid to the device); the kernel, block, shared memory and scalar arguments."""
     vec = depthwise_vector(prob, x_strides, x_aligned)
     if not (is_depthwise(prob) or small_groups(prob, vec)):
         raise ValueError(f"algorithm='depthwise' needs groups == C (one input channel per "
