@@ -1029,7 +1029,39 @@ one process: convnext_tiny.1 41.5 -> 36.7 (71.4), .3 20.1 -> 18.0 (43.3), effici
 21.8 -> 20.0 (25.8). Against the issue's 3.0 TB/s (70% of 4.3) at these times: float32
 mobilenet_v2.1 (two rows ahead) moves 3.17 TB/s, .9 3.13 and .4 (none ahead) 3.35, above it;
 float16's best is mobilenet_v2.4's 2.87, and the small maps stay far below (convnext_tiny.3
-on Tensor Cores: 1.07). The suite tables above are from before these changes.
+on Tensor Cores: 1.07). The suite tables above are of the run after the next step.
+
+**NCHW rows on vectors** (2026-12-05, seventeenth session; `depthwise_rows_vec`,
+docs/design.md): each lane loads its 16 bytes of a row (8 or 4 where W calls for it) and
+takes its window's neighbouring columns from the lanes beside it by warp shuffles, where the
+rows kernel loaded its span element by element; a row loaded ahead into registers; blocks
+of 4 warps, each warp the rows of 32 // NV channels side by side. `tools/depthwise_dev.py
+--configs float32:NCHW,float16:NCHW` (`logs/depthwise-rows-vec-dev2.log`; GPU µs replayed
+from CUDA graphs, the kernel before -> this one; TB/s at this one's time; cuDNN in brackets;
+the 14x14 maps were on the register windows before):
+
+| layer | float32 NCHW | float16 NCHW |
+|---|---|---|
+| mobilenet_v2.1 | 47.8 -> 36.2, 2.84 TB/s (126.1) | 44.6 -> 27.9 (35.0) |
+| mobilenet_v2.4 | 76.8 -> 61.1, 3.15 TB/s (103.1) | 64.1 -> 37.0, 2.61 TB/s (101.4) |
+| mobilenet_v2.7 | 54.5 -> 42.5 (139.1) | 52.1 -> 30.4 (47.1) |
+| mobilenet_v2.9 | 32.8 -> 26.5 (41.7) | 27.3 -> 15.0 (40.6) |
+| mobilenet_v2.21 (14x14) | 24.8 -> 14.6 (35.1) | 25.9 -> 15.0 (16.1) |
+| efficientnet_b0.15 | 49.9 -> 33.3 (68.0) | 47.9 -> 23.9 (67.5) |
+| efficientnet_b0.18 | 46.7 -> 30.0 (99.9) | 40.7 -> 27.4 (44.5) |
+| efficientnet_b0.29 (14x14) | 36.0 -> 20.8 (51.7) | 37.5 -> 19.6 (33.9) |
+| efficientnet_b0.32 (14x14) | 51.7 -> 23.9 (70.8) | 53.4 -> 23.2 (39.7) |
+
+The suite's float32 NCHW depthwise class went from 1.48x to 1.75x cuDNN one call at a time
+(1.55x -> 1.90x back to back), its slowest layer 0.99x -> 1.09x, and mobilenet_v2.4 moves
+3.05 TB/s there, the first layer at the issue's 70%. In float16 NHWC (the suite's 16-bit
+layout) the rows kernel stays short of it: ncu on mobilenet_v2.1
+(`logs/ncu-mobilenet_v2.1-NHWC-float16-depthwise_rows.txt`) finds 128 registers a thread, 2
+blocks of 224 threads an SM at most (22% occupancy, 16.5% achieved), 224 blocks for 132 SMs,
+DRAM 29% busy; shorter strips (more blocks: 8 rows 24.3 µs, 4 rows 25.2 against 23.2), three
+rows ahead (22.9), blocks of 128 threads (27.7), two columns a thread (27.2) and registers
+bounded for 3 or 4 blocks an SM (spills: 58.5 and 83.7) each gained nothing
+(`logs/depthwise-rows-nhwc-sweep.log`).
 
 **The copy's own rate.** `python3 tools/copy_bandwidth.py` (`logs/copy-bandwidth.log`; H200,
 replayed from CUDA graphs, sources cycled out of the L2 cache) moved (read plus written)

@@ -621,6 +621,11 @@ DEPTHWISE_CASES = [  # x (N, C, H, W), w (K, 1, R, S), keyword arguments; groups
     ((2, 16, 17, 13), (16, 1, 3, 3), dict(stride=2, padding=((2, 0), (0, 1)))),
     ((1, 24, 12, 11), (24, 1, 3, 3), dict()),
     ((2, 32, 19, 21), (32, 1, 5, 5), dict(stride=2, padding=(1, 2))),
+    # depthwise_rows_vec (NCHW, vectors of a row's columns): rows of 4 to 16 lanes side by side
+    # in a warp, channels past C; 5x5 at stride 2; more output columns than W/V vectors
+    ((2, 20, 14, 32), (20, 1, 3, 3), dict(padding=1)),
+    ((2, 12, 9, 56), (12, 1, 5, 5), dict(stride=2, padding=2)),
+    ((1, 6, 7, 120), (6, 1, 3, 3), dict(padding=((1, 1), (1, 4)))),
 ]
 
 
@@ -643,6 +648,16 @@ def test_depthwise_matches_reference(rng, monkeypatch, layout, dtype, x_shape, w
     monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_STRIP", 3)
     monkeypatch.setattr(cuda, "_calls", {})
     run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
+    if layout == "NCHW":
+        # ... on vectors (where depthwise_rows_vec takes the problem, just run: 1 row loaded
+        # ahead) loading 0 and 2 rows ahead, then on scalars
+        for ahead in (0, 2):
+            monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_VEC_AHEAD", ahead)
+            monkeypatch.setattr(cuda, "_calls", {})
+            run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
+        monkeypatch.setattr(cuda_plan, "DEPTHWISE_ROWS_VEC", False)
+        monkeypatch.setattr(cuda, "_calls", {})
+        run(x, w, b, layout, kwargs, dtype=dtype, algorithm="depthwise")
     if layout == "NHWC":
         # ... with each thread copying 2 input rows ahead (the default, just run), then 0, 1
         # and 4 (a strip of 3 output rows reads 5 to 9 input rows, the last strip of a map
@@ -721,6 +736,34 @@ def test_depthwise_views_and_misaligned_out(rng):
     wide[..., ::2] = cupy.asarray(xs)
     y = im2win.conv2d(wide[..., ::2], cupy.asarray(ws), layout="NHWC", groups=16, padding=1)
     assert_close(cupy.asnumpy(y), ref, np.float16, 9)
+
+
+def test_depthwise_rows_vec_views_and_misaligned_out(rng, monkeypatch):
+    """depthwise_rows_vec (NCHW) on a channel slice whose start stays on a vector and into an
+    out one element off one (element stores), and the rows kernel on scalars where x starts
+    off a vector."""
+    from im2win import cuda
+    from im2win.cuda import plan as cuda_plan
+    x, w, b = random_arrays(rng, (2, 20, 32, 32), (16, 1, 3, 3), 16)
+    x, w, b = x.astype(np.float32), w.astype(np.float32), b.astype(np.float32)
+    kwargs = dict(groups=16, padding=1)
+    ref = reference.conv2d(x[:, 2:18].astype(np.float64), w.astype(np.float64),
+                           b.astype(np.float64), **kwargs)
+    xg = cupy.asarray(x)
+    prob = make_problem(x[:, 2:18], w, b, **kwargs)
+    for start in (0, 1):          # x on a vector (the vector form), one element off (scalars)
+        flat = cupy.zeros(x.size + start, cupy.float32)
+        flat[start:] = xg.ravel()
+        view = flat[start:].reshape(x.shape)[:, 2:18]
+        assert (cuda_plan.make_plan(prob, x_strides=tuple(t // 4 for t in view.strides),
+                                    w_aligned=True, x_aligned=start == 0,
+                                    algorithm="depthwise").kernel
+                .startswith("depthwise_rows_vec<")) == (start == 0)
+        base = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, cupy.float32)
+        out = base[1:].reshape(prob.y_shape)
+        monkeypatch.setattr(cuda, "_calls", {})
+        im2win.conv2d(view, cupy.asarray(w), cupy.asarray(b), out=out, **kwargs)
+        assert_close(cupy.asnumpy(out), ref, np.float32, 9)
 
 
 NARROW_CASES = [  # x (N, C, H, W), w (K, C/G, R, S), keyword arguments: stems and groups

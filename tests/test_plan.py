@@ -504,6 +504,41 @@ def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():
         {expr for _, expr in specializations()}
 
 
+def test_depthwise_rows_vec_takes_nchw_rows_of_whole_vectors(monkeypatch):
+    """depthwise_rows_vec: NCHW problems of depthwise_rows whose rows are whole vectors of 16,
+    8 or 4 bytes (x's start and strides too), with the left padding (S-1)/2 and at most 32
+    vectors a row; warps of 32 // NV rows side by side."""
+    from im2win.cuda import plan as cuda_plan
+    f32 = problem((32, 144, 56, 56), (144, 1, 3, 3), np.float32, groups=144, padding=1)
+    plan = plan_for(f32)                  # 14 vectors of 4 columns a row, 2 rows a warp, 4 warps
+    assert plan.kernel == "depthwise_rows_vec<float, float, 4, 3, 3, 1, 1, 1>"
+    assert plan.geometry.block == (32, 4, 1) and plan.geometry.tiles == (18, 4)
+    assert plan.geometry.smem == 0 and plan.geometry.ints[-1] == 16
+    f16 = problem((32, 144, 56, 56), (144, 1, 5, 5), np.float16, groups=144, padding=2,
+                  stride=2)               # 7 vectors of 8 columns, 4 output columns each
+    plan = plan_for(f16)
+    assert plan.kernel == "depthwise_rows_vec<half_t, float, 8, 5, 5, 2, 2, 1>"
+    assert plan.geometry.block == (32, 4, 1) and plan.geometry.tiles == (9, 4)
+    few = problem((2, 3, 30, 58), (3, 1, 3, 3), np.float32, groups=3, padding=1)
+    plan = plan_for(few)                  # 58 columns: vectors of 2, 29 lanes; one warp
+    assert plan.kernel == "depthwise_rows_vec<float, float, 2, 3, 3, 1, 1, 1>"
+    assert plan.geometry.block == (32, 3, 1) and plan.geometry.tiles == (1, 2)
+    with monkeypatch.context() as patch:
+        patch.setattr(cuda_plan, "DEPTHWISE_ROWS_VEC_AHEAD", 0)
+        assert plan_for(few).kernel == "depthwise_rows_vec<float, float, 2, 3, 3, 1, 1, 0>"
+    scalar = "depthwise_rows<float, float, 1, 3, 3, 1, 1, 4, true>"
+    assert plan_for(f32, x_aligned=False).kernel == scalar
+    assert plan_for(problem((2, 3, 30, 130), (3, 1, 3, 3), groups=3, padding=1)).kernel == \
+        scalar                            # 65 vectors of 2 columns: more than a warp
+    assert plan_for(problem((2, 3, 30, 56), (3, 1, 3, 3), groups=3, padding=(1, 0))).kernel \
+        == scalar                         # no left padding
+    assert make_plan(f32, x_strides=(2 * 144 * 56 * 56, 2 * 56 * 56, 2 * 56, 2),
+                     w_aligned=True).kernel == scalar       # every other column of a view
+    nhwc = problem((32, 56, 56, 144), (144, 3, 3, 1), np.float32, groups=144, layout="NHWC",
+                   padding=1)
+    assert plan_for(nhwc).kernel.startswith("depthwise_rows<")
+
+
 def test_depthwise_rows_take_large_maps_and_strides_of_2(monkeypatch):
     """depthwise_rows: stride-1 maps of at least 28 output rows and stride 2, 3x3 and 5x5 (in
     NHWC aligned channel vectors); a block per strip of output rows."""
@@ -534,10 +569,12 @@ def test_depthwise_rows_take_large_maps_and_strides_of_2(monkeypatch):
     assert plan_for(wide, options=Options(smem=False)).kernel.startswith("depthwise_nhwc<")
     assert plan_for(wide, x_aligned=False).kernel.startswith("depthwise_nhwc<")
     nchw = problem((32, 144, 56, 56), (144, 1, 3, 3), np.float32, groups=144, padding=1)
-    plan = plan_for(nchw)                 # a channel a thread, 14 column groups across a warp
-    assert plan.kernel == "depthwise_rows<float, float, 1, 3, 3, 1, 1, 4, true>"
-    assert plan.geometry.block == (14, 18, 1) and plan.geometry.tiles == (8, 4)
-    assert plan.geometry.smem == 9 * 18 * 4
+    with monkeypatch.context() as patch:  # NCHW on scalars (depthwise_rows_vec below)
+        patch.setattr(cuda_plan, "DEPTHWISE_ROWS_VEC", False)
+        plan = plan_for(nchw)             # a channel a thread, 14 column groups across a warp
+        assert plan.kernel == "depthwise_rows<float, float, 1, 3, 3, 1, 1, 4, true>"
+        assert plan.geometry.block == (14, 18, 1) and plan.geometry.tiles == (8, 4)
+        assert plan.geometry.smem == 9 * 18 * 4
     assert plan_for(nchw, options=Options(smem=False)).kernel.startswith("depthwise_nchw<")
     small = problem((32, 14, 14, 576), (576, 3, 3, 1), np.float16, groups=576, layout="NHWC",
                     padding=1)                                      # mobilenet_v2.21: the tile

@@ -15,7 +15,9 @@ its channel vectors per block at N, "hB" gives its threads B bytes of channels
 (the tile and register-window kernels as before it), "rqN" / "rvN" / "rpN" set its columns /
 channels a thread and rows a strip for every form, "rtN" its block's threads at most, "rbN"
 compiles it for at least N blocks an SM, "rfN" has its threads copy N input rows ahead
-(DEPTHWISE_ROWS_PREFETCH; NHWC); "mma" / "nomma" give the Tensor-Core kernels
+(DEPTHWISE_ROWS_PREFETCH; NHWC), "novec" runs NCHW on depthwise_rows, not depthwise_rows_vec,
+"vaN" / "vwN" / "vbN" / "vmN" give depthwise_rows_vec N rows loaded ahead / N warps a block at
+most / at least N blocks an SM / stride-1 maps of at least N output rows, "rall" gives the rows kernels every map size; "mma" / "nomma" give the Tensor-Core kernels
 (float16 and bfloat16 NHWC: depthwise_mma_small_nhwc on maps of at most
 DEPTHWISE_MMA_SMALL_ROWS rows, depthwise_mma_nhwc above) every stride-1 form or none,
 "nosmall" / "smallN" give depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN"
@@ -53,6 +55,9 @@ WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
 TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
 ROWS = dict(cuda_plan.DEPTHWISE_ROWS)
 PREFETCH = cuda_plan.DEPTHWISE_ROWS_PREFETCH
+VEC = (cuda_plan.DEPTHWISE_ROWS_VEC, cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD,
+       cuda_plan.DEPTHWISE_ROWS_VEC_WARPS, cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS,
+       cuda_plan.DEPTHWISE_ROWS_MIN_ROWS)
 MMA = (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
        cuda_plan.DEPTHWISE_MMA_SMALL_CB, cuda_plan.DEPTHWISE_MMA_HALVES)
 TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
@@ -63,14 +68,17 @@ TILE = (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
 SOURCE = launch.source
 
 
-def patched_source(blocks: int, row_blocks: int):
+def patched_source(blocks: int, row_blocks: int, vec_blocks: int = 0):
     """launch.source with depthwise.cu's kernels bounded to `blocks` blocks an SM, and then
-    depthwise_rows to `row_blocks` (0: as is)."""
+    depthwise_rows to `row_blocks` and depthwise_rows_vec to `vec_blocks` (0: as is)."""
     def source(file: str) -> str:
         text = SOURCE(file)
         if file == "depthwise" and row_blocks:
             text = text.replace("__launch_bounds__(256)\n    depthwise_rows(",
                                 f"__launch_bounds__(256, {row_blocks})\n    depthwise_rows(")
+        if file == "depthwise" and vec_blocks:
+            text = text.replace("__launch_bounds__(256)\n    depthwise_rows_vec(",
+                                f"__launch_bounds__(256, {vec_blocks})\n    depthwise_rows_vec(")
         if file == "depthwise" and blocks:
             text = text.replace("__launch_bounds__(256)", f"__launch_bounds__(256, {blocks})")
         return text
@@ -80,7 +88,7 @@ def patched_source(blocks: int, row_blocks: int):
 def configure(variant: str):
     """Set the planner's constants for `variant` (knobs joined by "+"); return the Options to
     call with."""
-    blocks = row_blocks = 0
+    blocks = row_blocks = vec_blocks = 0
     cuda_plan.DEPTHWISE_TILE_QT = dict(TILE_QT)
     (cuda_plan.DEPTHWISE_TILE_ITEMS, cuda_plan.DEPTHWISE_TILE_VECTORS,
      cuda_plan.DEPTHWISE_TILE_THREADS, cuda_plan.DEPTHWISE_TILE_MAX_PIXELS,
@@ -90,6 +98,9 @@ def configure(variant: str):
     cuda_plan.DEPTHWISE_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = dict(ROWS), None
     cuda_plan.DEPTHWISE_ROWS_THREADS = 256
     cuda_plan.DEPTHWISE_ROWS_PREFETCH = PREFETCH
+    (cuda_plan.DEPTHWISE_ROWS_VEC, cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD,
+     cuda_plan.DEPTHWISE_ROWS_VEC_WARPS, cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS,
+     cuda_plan.DEPTHWISE_ROWS_MIN_ROWS) = VEC
     (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
      cuda_plan.DEPTHWISE_MMA_SMALL_CB, cuda_plan.DEPTHWISE_MMA_HALVES) = MMA
     options = {}
@@ -131,6 +142,18 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_ROWS_STRIP = int(knob[2:])
         elif knob.startswith("rf"):            # rows: N input rows copied ahead
             cuda_plan.DEPTHWISE_ROWS_PREFETCH = int(knob[2:])
+        elif knob == "novec":                  # NCHW rows on scalars, not vectors
+            cuda_plan.DEPTHWISE_ROWS_VEC = False
+        elif knob.startswith("va"):            # rows on vectors: N rows loaded ahead
+            cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD = int(knob[2:])
+        elif knob.startswith("vw"):            # rows on vectors: N warps a block at most
+            cuda_plan.DEPTHWISE_ROWS_VEC_WARPS = int(knob[2:])
+        elif knob.startswith("vb"):            # rows on vectors: at least N blocks an SM
+            vec_blocks = int(knob[2:])
+        elif knob.startswith("vm"):            # rows on vectors: stride-1 maps of N rows up
+            cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS = int(knob[2:])
+        elif knob == "rall":                   # the rows kernels on every map size
+            cuda_plan.DEPTHWISE_ROWS_MIN_ROWS = 0
         elif knob.startswith("rb"):            # rows: at least N blocks an SM
             row_blocks = int(knob[2:])
         elif knob.startswith("rt"):
@@ -143,7 +166,7 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_TILE_VECTORS = (min(8, int(knob[1:])), int(knob[1:]))
         else:
             raise ValueError(f"unknown variant {knob!r}")
-    launch.source = patched_source(blocks, row_blocks)
+    launch.source = patched_source(blocks, row_blocks, vec_blocks)
     launch._kernel.cache_clear()
     launch._executables.clear()
     return im2win.cuda.Options(**options) if options else None

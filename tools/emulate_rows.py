@@ -37,6 +37,14 @@ PROBLEMS = [
     ((2, 32, 19, 21), 5, dict(stride=2, padding=(1, 2))),
     ((2, 8, 9, 30), 3, dict(padding=1)),
     ((1, 20, 14, 9), 5, dict(padding=2)),
+    # NCHW on vectors (depthwise_rows_vec): rows of 4, 6, 5, 7, 5 and 32 lanes, idle lanes,
+    # channels past C in a warp, more outputs than W (and Q not a multiple of QT)
+    ((2, 12, 16, 16), 3, dict(padding=1)),
+    ((2, 6, 11, 24), 3, dict(stride=2, padding=1)),
+    ((1, 10, 13, 20), 5, dict(padding=2)),
+    ((2, 5, 9, 28), 5, dict(stride=2, padding=(1, 2))),
+    ((1, 4, 8, 16), 3, dict(padding=((1, 1), (1, 3)))),
+    ((1, 3, 6, 128), 3, dict(padding=(0, 1))),
 ]
 
 SHIM = r"""
@@ -66,6 +74,11 @@ struct alignas(8) uint2 { unsigned x, y; };
 using std::min;
 using std::max;
 inline float to_acc(float v, float) { return v; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline double __hiloint2double(int hi, int lo) {
+  const unsigned long long b = (unsigned long long)(unsigned)hi << 32 | (unsigned)lo;
+  double d; std::memcpy(&d, &b, 8); return d;
+}
 inline float madd(float a, float b, float c) { return std::fma(a, b, c); }
 template <typename T> T from_acc(float v);
 template <> float from_acc<float>(float v) { return v; }
@@ -97,12 +110,24 @@ inline void emu_wait(int pending) {
 struct Warp {
   std::barrier<>* bar;
   const unsigned char* addr[32];
-  unsigned a[32][4], b[32][2];
+  unsigned a[32][4], b[32][2], s[32];
 };
 static Warp warps[64];
 thread_local int warp_id, lane_id;
 inline void warp_sync() { warps[warp_id].bar->arrive_and_wait(); }
 inline void __syncwarp() { warp_sync(); }
+// __shfl_up_sync / __shfl_down_sync by 1 or more lanes (every lane of the warp takes part)
+inline unsigned shfl_by(unsigned v, int by) {
+  Warp& w = warps[warp_id];
+  w.s[lane_id] = v;
+  warp_sync();
+  const int from = lane_id + by;
+  const unsigned r = from >= 0 && from < 32 ? w.s[from] : v;
+  warp_sync();
+  return r;
+}
+inline unsigned __shfl_up_sync(unsigned, unsigned v, int d) { return shfl_by(v, -d); }
+inline unsigned __shfl_down_sync(unsigned, unsigned v, int d) { return shfl_by(v, d); }
 // One block of the grid: its threads as OS threads (threadIdx from t and blockDim.x), a barrier
 // for the block and one for each warp, its shared memory poisoned first; `body` is a thread's
 // kernel call; a thread's copies still queued are done when it returns.
@@ -284,11 +309,11 @@ def report(label: str, err: float, tolerance: float) -> int:
 
 
 def kernel_source(whole: bool = False) -> str:
-    """depthwise.cu from its first line to the end of depthwise_rows (`whole`: all of it), with
+    """depthwise.cu from its first line to the end of depthwise_rows_vec (`whole`: all of it), with
     the cp.async asm statements replaced by the emulation's calls."""
     text = (ROOT / "im2win" / "cuda" / "depthwise.cu").read_text()
     if not whole:
-        text = text[:text.index("\n}\n", text.index("    depthwise_rows(")) + 3]
+        text = text[:text.index("\n}\n", text.index("    depthwise_rows_vec(")) + 3]
     text = text.replace("const unsigned to = (unsigned)__cvta_generic_to_shared(dst);",
                         "void* to = dst;")
     text = re.sub(r'asm volatile\("cp\.async\.(?:ca|cg)\.shared\.global.*?\);',
@@ -302,7 +327,9 @@ def kernel_source(whole: bool = False) -> str:
     return text
 
 
-def run(x_shape, R, kwargs, layout, prefetch, strip, late, workdir: Path) -> float:
+def run(x_shape, R, kwargs, layout, prefetch, strip, late, vec, workdir: Path):
+    """(error, kernel) of the rows kernel on one problem (NCHW: on vectors where `vec` and
+    depthwise_rows_vec takes it), or None where neither form takes it."""
     rng = np.random.default_rng(0)
     N, C, H, W = x_shape
     x = rng.uniform(-1, 1, x_shape).astype(np.float32)            # NCHW values
@@ -315,24 +342,29 @@ def run(x_shape, R, kwargs, layout, prefetch, strip, late, workdir: Path) -> flo
                                      (xl.strides[0], xl.strides[3], xl.strides[1],
                                       xl.strides[2])))
     saved = (cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP,
-             cuda_plan.DEPTHWISE_ROWS_PREFETCH)
+             cuda_plan.DEPTHWISE_ROWS_PREFETCH, cuda_plan.DEPTHWISE_ROWS_VEC,
+             cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD)
     try:              # the rows kernel on any map, in strips of `strip`, `prefetch` rows ahead
         cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP = 0, strip
         cuda_plan.DEPTHWISE_ROWS_PREFETCH = prefetch
+        cuda_plan.DEPTHWISE_ROWS_VEC, cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD = vec, prefetch
         plan = cuda_plan.make_plan(prob, x_strides=strides, w_aligned=True,
                                    algorithm="depthwise")
     finally:
         (cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP,
-         cuda_plan.DEPTHWISE_ROWS_PREFETCH) = saved
-    assert plan.kernel.startswith("depthwise_rows<"), plan.kernel
+         cuda_plan.DEPTHWISE_ROWS_PREFETCH, cuda_plan.DEPTHWISE_ROWS_VEC,
+         cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD) = saved
+    name = plan.kernel          # depthwise_rows<float, float, TV, R, S, SH, SW, QT, nchw(, PF)>
+                                # or depthwise_rows_vec<float, float, V, R, S, SH, SW, PF>
+    if not name.startswith("depthwise_rows_vec<" if vec else "depthwise_rows<"):
+        return None
     geo = plan.geometry
-    name = plan.kernel          # <float, float, TV, R, S, SH, SW, QT, nchw(, PF)>
     ref = reference.conv2d(xl.astype(np.float64), wl.astype(np.float64), b.astype(np.float64),
                            layout=layout, groups=C, **kwargs)
     args = [int(late), *geo.ints, *geo.x_strides, *geo.block, *geo.grid(prob, 132)]
     return emulate(workdir, "rows_" + name, lambda: SHIM + kernel_source() +
                    f"\n#define R_ {R}\n#define KERNEL {name}\n" + MAIN,
-                   args, (xl, wl, b), prob.y_shape, np.float32, ref)
+                   args, (xl, wl, b), prob.y_shape, np.float32, ref), name
 
 
 def main(argv=None) -> int:
@@ -340,20 +372,25 @@ def main(argv=None) -> int:
     parser.add_argument("--prefetch", default="0,1,2,4")
     parser.add_argument("--strip", type=int, default=3)
     args = parser.parse_args(argv)
-    failures = 0
+    failures = runs = 0
     with tempfile.TemporaryDirectory() as tmp:
         for x_shape, R, kwargs in PROBLEMS:
-            for layout in ("NHWC", "NCHW"):
+            # NHWC (rows copied ahead by cp.async), NCHW on scalars, NCHW on vectors (rows
+            # loaded ahead into registers; cp.async's "late" does not apply)
+            for layout, vec in (("NHWC", False), ("NCHW", False), ("NCHW", True)):
                 for prefetch in map(int, args.prefetch.split(",")):
-                    if layout == "NCHW" and prefetch:
+                    if layout == "NCHW" and prefetch and not vec:
                         continue
-                    for late in (False, True):
-                        err = run(x_shape, R, kwargs, layout, prefetch, args.strip, late,
+                    for late in (False, True) if not vec else (False,):
+                        out = run(x_shape, R, kwargs, layout, prefetch, args.strip, late, vec,
                                   Path(tmp))
+                        if out is None:
+                            continue
+                        runs += 1
                         failures += report(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} "
-                                           f"{layout} PF={prefetch} "
-                                           f"{'late ' if late else 'early'}", err, 1e-5)
-    print("all correct" if not failures else f"{failures} WRONG")
+                                           f"{layout}{' vec' if vec else ''} PF={prefetch} "
+                                           f"{'late ' if late else 'early'}", *out[:1], 1e-5)
+    print(f"all {runs} correct" if not failures else f"{failures} of {runs} WRONG")
     return 1 if failures else 0
 
 

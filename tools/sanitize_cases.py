@@ -9,7 +9,7 @@ every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA co
 filter and ping-pong consumers, split-K, a stem over its window columns, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernels' forms (each register window and the general one, a channel multiplier,
-tails, groups of 2, 4 and 8 channels in NHWC; the planner's rows or (NHWC) tile kernel, the
+tails, groups of 2, 4 and 8 channels in NHWC, of 2 and 4 in NCHW on the NHWC twin; the planner's rows or (NHWC) tile kernel, the
 register windows reading x in place, then the rows kernel in strips of 3 on every map it has a
 form for (in NHWC also copying 2 input rows ahead), and for 16-bit NHWC the Tensor-Core kernel
 on every stride-1 form) in every dtype and
@@ -55,7 +55,11 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    ((2, 72, 15, 37), (72, 1, 5, 5), dict(padding=2)),
                    ((1, 40, 20, 19), (40, 1, 7, 7), dict(stride=2, padding=3)),
                    # depthwise_rows: an odd map at stride 2, padding on one side
-                   ((2, 48, 17, 13), (48, 1, 3, 3), dict(stride=2, padding=((2, 0), (0, 1))))]
+                   ((2, 48, 17, 13), (48, 1, 3, 3), dict(stride=2, padding=((2, 0), (0, 1)))),
+                   # depthwise_rows_vec (NCHW; the first case too): 5x5 at stride 2, more
+                   # output columns than vectors
+                   ((2, 12, 9, 56), (12, 1, 5, 5), dict(stride=2, padding=2)),
+                   ((1, 6, 7, 120), (6, 1, 3, 3), dict(padding=((1, 1), (1, 4))))]
 MODES = ("float16", "wgmma", "tma", "tf32", "depthwise", "narrow", "pointwise", "ffma")
 ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
 if ONLY is not None and ONLY not in MODES:
@@ -205,16 +209,19 @@ cuda_plan.DEPTHWISE_ROWS_PREFETCH = 0
 (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
  cuda_plan.DEPTHWISE_MMA_SMALL_CB) = MMA_PLANNED
 cuda._calls.clear()
-for (x_shape, w_shape, kwargs), dtype in itertools.product(
-        SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32)):
+for (x_shape, w_shape, kwargs), dtype, layout in itertools.product(
+        SMALL_GROUP_CASES, (np.float16, ml_dtypes.bfloat16, np.float32), ("NHWC", "NCHW")):
     if not runs("depthwise"):
         break
     if dtype == np.float32 and w_shape[1] == 8:
         continue                                  # 8 channels are more than a float32 vector
+    if layout == "NCHW" and w_shape[1] == 8:
+        continue                                  # NCHW: groups of 2 and 4 (plan.nchw_groups)
     x, w = (rng.uniform(-1, 1, shape).astype(dtype) for shape in (x_shape, w_shape))
-    im2win.conv2d(cupy.asarray(x.transpose(0, 2, 3, 1).copy()),
-                  cupy.asarray(w.transpose(0, 2, 3, 1).copy()), layout="NHWC",
-                  algorithm="depthwise", **kwargs)
+    if layout == "NHWC":
+        x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
+    im2win.conv2d(cupy.asarray(x), cupy.asarray(w), layout=layout, algorithm="depthwise",
+                  **kwargs)
 for layout in ("NCHW", "NHWC"):
     if not runs("float16", "wgmma"):
         break

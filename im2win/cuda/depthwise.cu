@@ -445,6 +445,153 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Element e of a vector held as 32-bit words (e known at compile time: register moves).
+template <typename T>
+__device__ __forceinline__ T word_element(const unsigned* u, int e) {
+  if constexpr (sizeof(T) == 2) {
+    return T{(unsigned short)(u[e / 2] >> (16 * (e % 2)))};    // half_t, bf16_t: the bits
+  } else if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(u[e]);
+  } else {
+    return __hiloint2double((int)u[2 * e + 1], (int)u[2 * e]);
+  }
+}
+
+// depthwise_rows_vec: depthwise_rows's NCHW form on vectors of V columns (4, 8 or 16 bytes;
+// x's rows contiguous, W a multiple of V, x's start and strides whole vectors: the planner
+// checks), for "same" padding on the left, pl = PL = (S_-1)/2 (pt any). A warp holds SEG =
+// 32 / NV input rows side by side, NV = max(ceil(W/V), ceil(Q/QT)) lanes a row, each row a
+// channel k of image n (the block's warps further channels; lanes past SEG*NV and channels
+// past C take part in the exchanges, reading and storing nothing). Lane g of a row reads the
+// row's vector of columns g*V .. g*V+V-1 (one load) and computes the QT = V/SW output columns
+// q = g*QT .. over it: its window, columns g*V - PL .. g*V + V + RH - 1 (J = (QT-1)*SW + S_
+// of them), is the last PL columns of lane g-1's vector, its own and the first RH of lane
+// g+1's, exchanged by warp shuffles of 32-bit words (zeros for columns outside [0, W): lane 0's
+// left, the last lane's right). The rows are walked as in depthwise_rows (each input row once,
+// added to every output row of the strip over it, products in window order, a row stored when
+// its last filter row is added); the filter's R_*S_ taps in registers; each thread loads its
+// vector PF rows ahead of the row it adds, into registers. Stores of QT columns as one vector
+// where y's rows allow it.
+template <typename T, typename Acc, int V, int R_, int S_, int SH, int SW, int PF>
+__global__ void __launch_bounds__(256)
+    depthwise_rows_vec(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                       T* __restrict__ y, int N, int C, int H, int W, int P, int Q, int pt, int pl,
+                       int PS, i64 xn, i64 xc, i64 xh, i64 xw) {
+  constexpr int QT = V / SW, PL = (S_ - 1) / 2, J = (QT - 1) * SW + S_, RH = J - PL - V;
+  constexpr int NS = (R_ + SH - 1) / SH, PERIOD = NS * SH, LIFT = R_ * SH, RS = R_ * S_;
+  constexpr int TB = V * sizeof(T), WORDS = TB / 4;           // a vector's bytes and words
+  constexpr int LEFT = (V - PL) * sizeof(T) / 4, RIGHT = (RH * sizeof(T) + 3) / 4;
+  static_assert(V % SW == 0 && PL <= V && RH >= 0 && RH <= V && TB % 4 == 0 && TB <= 16,
+                "a window of the vector, the last PL of the left one and the first RH of the right");
+  struct alignas(TB) Words { unsigned u[WORDS]; };
+  typedef typename RawBytes<TB>::type Raw;
+  const int NV = max((W + V - 1) / V, (Q + QT - 1) / QT), SEG = 32 / NV;
+  const int lane = threadIdx.x, seg = lane / NV, g = lane - seg * NV;
+  const int k = (blockIdx.x * blockDim.y + threadIdx.y) * SEG + seg;
+  const bool on = seg < SEG && k < C;                         // a row's lane, a channel
+  const bool has_left = g > 0, has_right = (g + 1) * V < W;   // the neighbours' columns in x
+  const bool has_own = on && g * V < W;
+  Acc f[RS], b = Acc(0);
+#pragma unroll
+  for (int i = 0; i < RS; ++i) f[i] = on ? to_acc(w[(i64)k * RS + i], Acc()) : Acc(0);
+  if (on && bias) b = to_acc(bias[k], Acc());
+  const int p0 = blockIdx.y * PS, pe = min(P, p0 + PS);       // the strip's output rows
+  const int h_first = p0 * SH - pt, h_last = (pe - 1) * SH - pt + R_ - 1;
+  const int q0 = g * QT;
+  const bool y_vector = reinterpret_cast<unsigned long long>(y) % (sizeof(T) * QT) == 0 &&
+                        Q % QT == 0 && q0 + QT <= Q;
+
+  for (i64 n = blockIdx.z; n < N; n += gridDim.z) {
+    const T* xb = x + n * xn + (i64)(on ? k : 0) * xc + g * V;
+    auto load = [&](int h) {                                  // row h's vector, zeros outside
+      Words v;
+      if (has_own && h >= 0 && h < H && h <= h_last) {
+        *reinterpret_cast<Raw*>(v.u) = *reinterpret_cast<const Raw*>(xb + h * xh);
+      } else {
+#pragma unroll
+        for (int i = 0; i < WORDS; ++i) v.u[i] = 0u;
+      }
+      return v;
+    };
+    Acc acc[NS][QT];
+#pragma unroll
+    for (int o = 0; o < NS; ++o)
+#pragma unroll
+      for (int qi = 0; qi < QT; ++qi) acc[o][qi] = b;
+    Words ahead[PF > 0 ? PF : 1];                             // rows h+1 .. h+PF (PF > 0)
+#pragma unroll
+    for (int a = 0; a < PF; ++a) ahead[a] = load(h_first + a);
+    for (int hb = h_first; hb <= h_last; hb += PERIOD) {
+      const int base = (hb - h_first) / SH;                   // a multiple of NS
+#pragma unroll
+      for (int i = 0; i < PERIOD; ++i) {
+        const int h = hb + i;
+        if (h > h_last) break;
+        Words own;
+        if constexpr (PF > 0) {
+          own = ahead[0];
+#pragma unroll
+          for (int a = 0; a + 1 < PF; ++a) ahead[a] = ahead[a + 1];
+          ahead[PF - 1] = load(h + PF);
+        } else {
+          own = load(h);
+        }
+        if (h >= 0 && h < H) {                                // the same for the whole block
+          unsigned left[WORDS] = {}, right[WORDS] = {};
+#pragma unroll
+          for (int u = LEFT; u < WORDS; ++u) {
+            left[u] = __shfl_up_sync(0xffffffffu, own.u[u], 1);
+            if (!has_left) left[u] = 0u;
+          }
+#pragma unroll
+          for (int u = 0; u < RIGHT; ++u) {
+            right[u] = __shfl_down_sync(0xffffffffu, own.u[u], 1);
+            if (!has_right) right[u] = 0u;
+          }
+          Acc win[J];
+#pragma unroll
+          for (int j = 0; j < J; ++j)
+            win[j] = to_acc(j < PL     ? word_element<T>(left, V - PL + j)
+                            : j < PL + V ? word_element<T>(own.u, j - PL)
+                                         : word_element<T>(right, j - PL - V), Acc());
+#pragma unroll
+          for (int r = 0; r < R_; ++r) {                      // output row p: h = p*SH - pt + r
+            const int d = i - r + LIFT;
+            if (d % SH != 0) continue;
+            const int pr = base + d / SH - R_;                // p - p0
+            if (pr < 0 || p0 + pr >= pe) continue;
+            const int slot = ((d / SH - R_) % NS + NS) % NS;
+#pragma unroll
+            for (int s = 0; s < S_; ++s)
+#pragma unroll
+              for (int qi = 0; qi < QT; ++qi)
+                acc[slot][qi] = madd(win[qi * SW + s], f[r * S_ + s], acc[slot][qi]);
+          }
+        }
+        const int d = i - (R_ - 1) + LIFT;                    // the output row h completes
+        if (d % SH == 0) {
+          const int pr = base + d / SH - R_, slot = ((d / SH - R_) % NS + NS) % NS;
+          if (on && pr >= 0 && p0 + pr < pe && q0 < Q) {
+            T* out = y + ((n * C + k) * P + p0 + pr) * (i64)Q + q0;
+            Vec<T, QT> o;
+#pragma unroll
+            for (int qi = 0; qi < QT; ++qi) o.v[qi] = from_acc<T>(acc[slot][qi]);
+            if (y_vector) {
+              store_vec<T, QT>(out, o, true);
+            } else {
+#pragma unroll
+              for (int qi = 0; qi < QT; ++qi)
+                if (q0 + qi < Q) out[qi] = o.v[qi];
+            }
+          }
+#pragma unroll
+          for (int qi = 0; qi < QT; ++qi) acc[slot][qi] = b;
+        }
+      }
+    }
+  }
+}
+
 // depthwise_tile_nhwc: the NHWC form of groups = C = K (one filter per channel) with 16-byte
 // channel vectors, for filters of R_ x S_ at strides SH x SW (no dilation), where a block's
 // input window fits shared memory. A block owns an output tile of PT rows x QB columns x CV

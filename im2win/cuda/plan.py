@@ -946,14 +946,16 @@ def depthwise_mma_plan(prob: Problem, options: Options, x_strides) -> Plan:
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
-def depthwise_rows(prob: Problem, vec: int) -> tuple[int, int, int] | None:
+def depthwise_rows(prob: Problem, vec: int,
+                   min_rows: int | None = None) -> tuple[int, int, int] | None:
     """depthwise_rows's (QT, TV, PS) for `prob` (DEPTHWISE_ROWS, depthwise_rows_strip), or
     None where the form is not compiled, the problem is not one it takes (in NHWC: x's
     channels not in aligned 16-byte vectors), or it is a stride-1 layer of fewer than
-    DEPTHWISE_ROWS_MIN_ROWS output rows."""
+    `min_rows` output rows (DEPTHWISE_ROWS_MIN_ROWS)."""
     form = DEPTHWISE_ROWS.get((prob.S, prob.sw))
+    min_rows = DEPTHWISE_ROWS_MIN_ROWS if min_rows is None else min_rows
     if (form is None or not square_depthwise(prob, vec) or
-            (prob.sh == 1 and prob.P < DEPTHWISE_ROWS_MIN_ROWS)):
+            (prob.sh == 1 and prob.P < min_rows)):
         return None
     qt, tv = form
     return (qt, min(tv, vec) if prob.layout == "NHWC" else 1,
@@ -987,6 +989,84 @@ def depthwise_rows_prefetch(prob: Problem, tv: int, rows: int | None = None) -> 
     only, whose vectors of tv channels are 4, 8 or 16 bytes."""
     rows = DEPTHWISE_ROWS_PREFETCH if rows is None else rows
     return rows if prob.layout == "NHWC" and tv * prob.dtype.itemsize in (4, 8, 16) else 0
+
+
+# depthwise_rows_vec (NCHW: depthwise_rows on vectors of a row's columns, the halo by warp
+# shuffles): whether "auto" and "depthwise" take it where it has a form (False: never,
+# depthwise_dev's "novec" knob), the rows each thread loads ahead into registers, a block's
+# warps at most, and the stride-1 maps it takes (output rows at least). `tools/depthwise_dev.py
+# --configs float32:NCHW,float16:NCHW` on the H200 (2026-12-05, batch 32, GPU us replayed from
+# CUDA graphs; the kernel before -> this one, cuDNN; docs/data/logs/depthwise-rows-vec-dev2.log):
+#   float32: mobilenet_v2.1 47.8 -> 36.3 (126.1), .4 76.8 -> 61.1 (103.1), .7 54.5 -> 42.5
+#   (139.1), efficientnet_b0.15 49.9 -> 33.3 (68.0), .18 46.7 -> 30.0 (99.9); float16:
+#   mobilenet_v2.1 44.6 -> 27.9 (35.0), .4 64.1 -> 37.0 (101.4), .7 52.1 -> 30.4 (47.1),
+#   efficientnet_b0.15 47.9 -> 23.9 (67.5);
+#   14x14 maps, on the register windows before: float32 mobilenet_v2.21 24.8 -> 14.6 (35.1),
+#   efficientnet_b0.29 36.0 -> 20.8 (51.7), .32 51.7 -> 23.9 (70.8); float16 .21 25.9 -> 15.0
+#   (16.1), .29 37.5 -> 19.6 (33.9), .32 53.4 -> 23.2 (39.7).
+# A row ahead against two (in the same run, blocks of 8 warps): float32 mobilenet_v2.1 36.3 /
+# 43.5, .4 67.6 / 71.8, float16 .4 37.8 / 44.2, .9 15.8 / 21.5 (four, the run before: 49.4 and
+# 48.2 on float32 .1 and float16 .4). Blocks of 4 warps against 8: float32 mobilenet_v2.4 61.1
+# / 67.6, .9 26.5 / 29.8, .21 14.6 / 18.3, float16 .7 30.4 / 32.0, efficientnet_b0.15 23.9 /
+# 25.4; no layer more than 2% slower.
+DEPTHWISE_ROWS_VEC = True
+DEPTHWISE_ROWS_VEC_AHEAD = 1
+DEPTHWISE_ROWS_VEC_WARPS = 4
+DEPTHWISE_ROWS_VEC_MIN_ROWS = 0
+
+
+def depthwise_rows_vector(prob: Problem, x_strides, x_aligned: bool) -> int:
+    """Columns V of a vector of depthwise_rows_vec for an NCHW problem depthwise_rows takes
+    (16, else 8, else 4 bytes of them), or 0 where it does not take it: x's rows contiguous,
+    its start (x_aligned) and strides whole vectors, W a multiple of V, the left padding (S-1)/2,
+    V a multiple of the stride and the window's halo within the neighbours' vectors, and a row's
+    lanes (at least W/V and Q/(V/sw)) within a warp."""
+    if not (DEPTHWISE_ROWS_VEC and prob.layout == "NCHW" and x_aligned and x_strides[3] == 1 and
+            prob.pl == (prob.S - 1) // 2 and
+            depthwise_rows(prob, 1, DEPTHWISE_ROWS_VEC_MIN_ROWS) is not None):
+        return 0
+    for size in (16, 8, 4):
+        V = size // prob.dtype.itemsize
+        if (depthwise_rows_vec_form(prob.S, prob.sw, V) and prob.W % V == 0 and
+                all(t % V == 0 for t in x_strides[:3]) and
+                max(-(-prob.W // V), -(-prob.Q // (V // prob.sw))) <= 32):
+            return V
+    return 0
+
+
+def depthwise_rows_vec_form(S: int, sw: int, V: int) -> bool:
+    """Whether depthwise_rows_vec has a form for S x S filters at stride sw on vectors of V
+    columns: V a multiple of sw, and a window's (S-1)/2 columns on the left and those past
+    the vector on the right within the neighbours' vectors."""
+    if V < 1 or V % sw:
+        return False
+    left = (S - 1) // 2
+    right = (V // sw - 1) * sw + S - left - V
+    return left <= V and 0 <= right <= V
+
+
+def depthwise_rows_vec_kernel_name(T: str, Acc: str, V: int, S: int, sw: int, ahead: int) -> str:
+    return f"depthwise_rows_vec<{T}, {Acc}, {V}, {S}, {S}, {sw}, {sw}, {ahead}>"
+
+
+def depthwise_rows_vec_plan(prob: Problem, options: Options, V: int, x_strides) -> Plan:
+    """A block of warps per strip (depthwise_rows_strip) and tile of channels: each warp the
+    rows of 32 // NV channels side by side, NV lanes a row (depthwise.cu)."""
+    T, Acc = CUDA_TYPES[prob.dtype.name]
+    qt = V // prob.sw
+    lanes = max(-(-prob.W // V), -(-prob.Q // qt))          # a row's lanes
+    rows = 32 // lanes                                      # channels a warp
+    warps = min(DEPTHWISE_ROWS_VEC_WARPS, -(-prob.C // rows))
+    ps = DEPTHWISE_ROWS_STRIP or depthwise_rows_strip(prob)
+    strips = -(-prob.P // ps)
+    if strips > MAX_GRID_YZ:
+        raise ValueError(f"algorithm='depthwise' splits P = {prob.P} into more than "
+                         f"{MAX_GRID_YZ} strips")
+    args = DepthwiseTileArgs((prob.N, prob.C, prob.H, prob.W, prob.P, prob.Q, prob.pt, prob.pl,
+                              ps), tuple(x_strides), (32, warps, 1), 0,
+                             (-(-prob.C // (warps * rows)), strips))
+    name = depthwise_rows_vec_kernel_name(T, Acc, V, prob.S, prob.sw, DEPTHWISE_ROWS_VEC_AHEAD)
+    return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
 def depthwise_rows_plan(prob: Problem, options: Options, form: tuple[int, int, int],
@@ -1045,6 +1125,9 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
         return depthwise_mma_small_plan(prob, options, x_strides)
     if mma == "tile":
         return depthwise_mma_plan(prob, options, x_strides)
+    V = depthwise_rows_vector(prob, x_strides, x_aligned) if options.smem else 0
+    if V:
+        return depthwise_rows_vec_plan(prob, options, V, x_strides)
     rows = depthwise_rows(prob, vec) if options.smem else None
     if rows is not None:
         return depthwise_rows_plan(prob, options, rows, x_strides)
@@ -2295,6 +2378,12 @@ def specializations() -> list[tuple[str, str]]:
                 for prefetch in {0, 2 if depthwise_rows_prefetch(prob, tv, 2) else 0}:
                     out.add(("depthwise", depthwise_rows_kernel_name(
                         T, Acc, tv, S, sw, qt, layout == "NCHW", prefetch)))
+            if layout == "NCHW":
+                for (S, sw), size in itertools.product(DEPTHWISE_ROWS, (16, 8, 4)):
+                    V = size // prob.dtype.itemsize
+                    if depthwise_rows_vec_form(S, sw, V):
+                        out.add(("depthwise", depthwise_rows_vec_kernel_name(
+                            T, Acc, V, S, sw, DEPTHWISE_ROWS_VEC_AHEAD)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
             out.add(("layout", f"transpose_narrow<{T}>"))
