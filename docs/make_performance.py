@@ -849,6 +849,18 @@ once, so there "auto" takes cuBLAS; eagerly it keeps the kernels. In the run bef
 7.28 against 7.76 and 8.90 against 7.61 ms: eagerly the host bounds both models (8.2-8.6 ms
 of host time a pass in the table's run), and its speed moves between rounds.
 
+| 2026-12-05, e87aad3's tree (`--rounds 2`) | im2win ms | PyTorch ms | ratio |
+|---|---|---|---|
+| float16 NHWC, eager, rounds 1-2 | 7.30, 6.46 | 6.29, 6.46 | 0.86x, 1.00x |
+| float16 NHWC, replayed from a CUDA graph | 2.36 | 2.40 | **1.02x** |
+| float32 NCHW, eager, rounds 1-2 | 10.60, 11.04 | 11.22, 11.24 | 1.06x, 1.02x |
+| float32 NCHW, replayed from a CUDA graph | 9.94 | 10.72 | **1.08x** |
+
+The fourth, with no kernel of the ResNet-50 layers changed since the third: the graphs at
+1.02x and 1.08x. Eagerly both float16 models are bound by the host (im2win's 7.17 and 6.31
+ms of host time a pass in the two rounds, PyTorch's 6.06 and 6.40), and the first round's
+0.86x is the host's: the GPU's own work is the graph's.
+
 The outputs' relative error (by norm) against PyTorch's, from `examples/resnet50.py` on the
 same weights (the run before): 4.3e-04 in float16, 5.5e-07 in float32. What moved the ratios
 to these:

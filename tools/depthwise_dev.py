@@ -17,7 +17,8 @@ channels a thread and rows a strip for every form, "rtN" its block's threads at 
 compiles it for at least N blocks an SM, "rfN" has its threads copy N input rows ahead
 (DEPTHWISE_ROWS_PREFETCH; NHWC), "novec" runs NCHW on depthwise_rows, not depthwise_rows_vec,
 "vaN" / "vwN" / "vbN" / "vmN" give depthwise_rows_vec N rows loaded ahead / N warps a block at
-most / at least N blocks an SM / stride-1 maps of at least N output rows, "rall" gives the rows kernels every map size; "mma" / "nomma" give the Tensor-Core kernels
+most / at least N blocks an SM / stride-1 maps of at least N output rows, "vvN" its vectors
+of N bytes at most, "rall" gives the rows kernels every map size; "mma" / "nomma" give the Tensor-Core kernels
 (float16 and bfloat16 NHWC: depthwise_mma_small_nhwc on maps of at most
 DEPTHWISE_MMA_SMALL_ROWS rows, depthwise_mma_nhwc above) every stride-1 form or none,
 "nosmall" / "smallN" give depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN"
@@ -55,6 +56,7 @@ WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
 TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
 ROWS = dict(cuda_plan.DEPTHWISE_ROWS)
 PREFETCH = cuda_plan.DEPTHWISE_ROWS_PREFETCH
+VEC_FORMS = cuda_plan.DEPTHWISE_ROWS_VEC_FORMS
 VEC = (cuda_plan.DEPTHWISE_ROWS_VEC, cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD,
        cuda_plan.DEPTHWISE_ROWS_VEC_WARPS, cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS,
        cuda_plan.DEPTHWISE_ROWS_MIN_ROWS)
@@ -101,6 +103,7 @@ def configure(variant: str):
     (cuda_plan.DEPTHWISE_ROWS_VEC, cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD,
      cuda_plan.DEPTHWISE_ROWS_VEC_WARPS, cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS,
      cuda_plan.DEPTHWISE_ROWS_MIN_ROWS) = VEC
+    cuda_plan.DEPTHWISE_ROWS_VEC_FORMS, cuda_plan.DEPTHWISE_ROWS_VEC_BYTES = VEC_FORMS, (16, 8, 4)
     (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
      cuda_plan.DEPTHWISE_MMA_SMALL_CB, cuda_plan.DEPTHWISE_MMA_HALVES) = MMA
     options = {}
@@ -150,6 +153,8 @@ def configure(variant: str):
             cuda_plan.DEPTHWISE_ROWS_VEC_WARPS = int(knob[2:])
         elif knob.startswith("vb"):            # rows on vectors: at least N blocks an SM
             vec_blocks = int(knob[2:])
+        elif knob.startswith("vv"):            # rows on vectors: of N bytes (or fewer)
+            cuda_plan.DEPTHWISE_ROWS_VEC_BYTES = tuple(b for b in (16, 8, 4) if b <= int(knob[2:]))
         elif knob.startswith("vm"):            # rows on vectors: stride-1 maps of N rows up
             cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS = int(knob[2:])
         elif knob == "rall":                   # the rows kernels on every map size

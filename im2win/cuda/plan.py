@@ -946,16 +946,14 @@ def depthwise_mma_plan(prob: Problem, options: Options, x_strides) -> Plan:
     return Plan("depthwise", None, options, "depthwise", name, max(prob.N, 1), args, b"", 0)
 
 
-def depthwise_rows(prob: Problem, vec: int,
-                   min_rows: int | None = None) -> tuple[int, int, int] | None:
+def depthwise_rows(prob: Problem, vec: int) -> tuple[int, int, int] | None:
     """depthwise_rows's (QT, TV, PS) for `prob` (DEPTHWISE_ROWS, depthwise_rows_strip), or
     None where the form is not compiled, the problem is not one it takes (in NHWC: x's
     channels not in aligned 16-byte vectors), or it is a stride-1 layer of fewer than
-    `min_rows` output rows (DEPTHWISE_ROWS_MIN_ROWS)."""
+    DEPTHWISE_ROWS_MIN_ROWS output rows."""
     form = DEPTHWISE_ROWS.get((prob.S, prob.sw))
-    min_rows = DEPTHWISE_ROWS_MIN_ROWS if min_rows is None else min_rows
     if (form is None or not square_depthwise(prob, vec) or
-            (prob.sh == 1 and prob.P < min_rows)):
+            (prob.sh == 1 and prob.P < DEPTHWISE_ROWS_MIN_ROWS)):
         return None
     qt, tv = form
     return (qt, min(tv, vec) if prob.layout == "NHWC" else 1,
@@ -1010,22 +1008,27 @@ def depthwise_rows_prefetch(prob: Problem, tv: int, rows: int | None = None) -> 
 # / 67.6, .9 26.5 / 29.8, .21 14.6 / 18.3, float16 .7 30.4 / 32.0, efficientnet_b0.15 23.9 /
 # 25.4; no layer more than 2% slower.
 DEPTHWISE_ROWS_VEC = True
+DEPTHWISE_ROWS_VEC_FORMS = ((3, 1), (3, 2), (5, 1), (5, 2))    # (S = R, stride)
+DEPTHWISE_ROWS_VEC_BYTES = (16, 8, 4)       # a vector's bytes, the first W allows
 DEPTHWISE_ROWS_VEC_AHEAD = 1
 DEPTHWISE_ROWS_VEC_WARPS = 4
 DEPTHWISE_ROWS_VEC_MIN_ROWS = 0
 
 
 def depthwise_rows_vector(prob: Problem, x_strides, x_aligned: bool) -> int:
-    """Columns V of a vector of depthwise_rows_vec for an NCHW problem depthwise_rows takes
-    (16, else 8, else 4 bytes of them), or 0 where it does not take it: x's rows contiguous,
-    its start (x_aligned) and strides whole vectors, W a multiple of V, the left padding (S-1)/2,
-    V a multiple of the stride and the window's halo within the neighbours' vectors, and a row's
-    lanes (at least W/V and Q/(V/sw)) within a warp."""
+    """Columns V of a vector of depthwise_rows_vec for an NCHW problem of one filter a channel
+    in one of its forms (DEPTHWISE_ROWS_VEC_FORMS; stride-1 maps of at least
+    DEPTHWISE_ROWS_VEC_MIN_ROWS output rows), V of the first of DEPTHWISE_ROWS_VEC_BYTES that
+    fits, or 0 where it does not take it: x's rows contiguous, its start (x_aligned) and
+    strides whole vectors, W a multiple of V, the left padding (S-1)/2, V a multiple of the
+    stride and the window's halo within the neighbours' vectors, and a row's lanes (at least
+    W/V and Q/(V/sw)) within a warp."""
     if not (DEPTHWISE_ROWS_VEC and prob.layout == "NCHW" and x_aligned and x_strides[3] == 1 and
+            (prob.S, prob.sw) in DEPTHWISE_ROWS_VEC_FORMS and square_depthwise(prob, 1) and
             prob.pl == (prob.S - 1) // 2 and
-            depthwise_rows(prob, 1, DEPTHWISE_ROWS_VEC_MIN_ROWS) is not None):
+            (prob.sh > 1 or prob.P >= DEPTHWISE_ROWS_VEC_MIN_ROWS)):
         return 0
-    for size in (16, 8, 4):
+    for size in DEPTHWISE_ROWS_VEC_BYTES:
         V = size // prob.dtype.itemsize
         if (depthwise_rows_vec_form(prob.S, prob.sw, V) and prob.W % V == 0 and
                 all(t % V == 0 for t in x_strides[:3]) and
@@ -2379,7 +2382,7 @@ def specializations() -> list[tuple[str, str]]:
                     out.add(("depthwise", depthwise_rows_kernel_name(
                         T, Acc, tv, S, sw, qt, layout == "NCHW", prefetch)))
             if layout == "NCHW":
-                for (S, sw), size in itertools.product(DEPTHWISE_ROWS, (16, 8, 4)):
+                for (S, sw), size in itertools.product(DEPTHWISE_ROWS_VEC_FORMS, (16, 8, 4)):
                     V = size // prob.dtype.itemsize
                     if depthwise_rows_vec_form(S, sw, V):
                         out.add(("depthwise", depthwise_rows_vec_kernel_name(
