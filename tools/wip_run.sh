@@ -3,7 +3,8 @@
 # docs/wip/README.md gives), then one step a call (each fits a call's 10 minutes; logs under
 # $OUT, a short summary last):
 #   bash tools/wip_run.sh test       # their GPU tests, 8 processes
-#   bash tools/wip_run.sh time [NAMES]   # grouped (the suite profile of resnext50_32x4d's
+#   bash tools/wip_run.sh time [NAMES]   # vec7 (depthwise_dev on ConvNeXt's 7x7 layers in
+#                                    # NCHW), grouped (the suite profile of resnext50_32x4d's
 #                                    # float32 NCHW groups), against "auto" and cuDNN; those
 #                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES=""                         # docs/wip/README.md: none pending (2026-12-05)
+PATCHES="depthwise-rows-vec-7x7"   # docs/wip/README.md (2026-12-05, seventeenth session)
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -45,7 +46,7 @@ if [[ $step == test ]]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
-  only=" ${2:-grouped} "
+  only=" ${2:-vec7} "
   run() {                          # NAME, then the tool and its arguments: within 540 s a call
     local name=$1 left=$((540 - (SECONDS - start))); shift
     [[ $only == *" $name "* ]] || return 0
@@ -54,6 +55,8 @@ if [[ $step == time ]]; then
     status=$((status | $?))
     echo "== $name ($((SECONDS - start)) s)"; tail -n 25 "$OUT/wip-$name.log"
   }
+  run vec7 tools/depthwise_dev.py --configs float32:NCHW,float16:NCHW \
+    --layers convnext_tiny.1,convnext_tiny.3 --variants tile,no7,vv8
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
 fi
 if [[ $step == sanitize ]]; then
