@@ -1065,8 +1065,11 @@ the 14x14 maps were on the register windows before):
 | efficientnet_b0.32 (14x14) | 51.7 -> 23.9 (70.8) | 53.4 -> 23.2 (39.7) |
 
 The suite's float32 NCHW depthwise class went from 1.48x to 1.75x cuDNN one call at a time
-(1.55x -> 1.90x back to back), its slowest layer 0.99x -> 1.09x, and mobilenet_v2.4 moves
-3.05 TB/s there, the first layer at the issue's 70%. In float16 NHWC (the suite's 16-bit
+(1.55x -> 1.90x back to back), its slowest layer 0.99x -> 1.09x one call at a time and 0.92x ->
+0.83x back to back (mobilenet_v2.26, 3x3 on 7x7 maps, now on vectors of one column: 17.8 ->
+21.7 µs there, cuDNN 21.9 -> 18.0; in depthwise_dev's same-process A/B 12.1 -> 10.0, and
+efficientnet_b0.43, the same form, 23.2 -> 13.5 in the suite), and mobilenet_v2.4 moves 3.05
+TB/s there, the first layer at the issue's 70%. In float16 NHWC (the suite's 16-bit
 layout) the rows kernel stays short of it: ncu on mobilenet_v2.1
 (`logs/ncu-mobilenet_v2.1-NHWC-float16-depthwise_rows.txt`) finds 128 registers a thread, 2
 blocks of 224 threads an SM at most (22% occupancy, 16.5% achieved), 224 blocks for 132 SMs,

@@ -626,6 +626,10 @@ DEPTHWISE_CASES = [  # x (N, C, H, W), w (K, 1, R, S), keyword arguments; groups
     ((2, 20, 14, 32), (20, 1, 3, 3), dict(padding=1)),
     ((2, 12, 9, 56), (12, 1, 5, 5), dict(stride=2, padding=2)),
     ((1, 6, 7, 120), (6, 1, 3, 3), dict(padding=((1, 1), (1, 4)))),
+    # ... on vectors of 2 columns (14x14 maps) and, in float32 and float64, of 1 (7x7 maps)
+    ((2, 10, 14, 14), (10, 1, 3, 3), dict(padding=1)),
+    ((2, 12, 14, 14), (12, 1, 5, 5), dict(stride=2, padding=2)),
+    ((2, 12, 7, 7), (12, 1, 3, 3), dict(padding=1)),
 ]
 
 

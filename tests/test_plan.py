@@ -519,8 +519,17 @@ def test_depthwise_rows_vec_takes_nchw_rows_of_whole_vectors(monkeypatch):
     plan = plan_for(f16)
     assert plan.kernel == "depthwise_rows_vec<half_t, float, 8, 5, 5, 2, 2, 1>"
     assert plan.geometry.block == (32, 4, 1) and plan.geometry.tiles == (9, 4)
+    for dtype, shape, V in ((np.float32, (32, 576, 14, 14), 2),   # mobilenet_v2.21
+                            (np.float16, (32, 576, 14, 14), 2),
+                            (np.float32, (32, 960, 7, 7), 1),     # mobilenet_v2.26
+                            (np.float64, (32, 960, 7, 7), 1)):
+        kernel = plan_for(problem(shape, (shape[1], 1, 3, 3), dtype, groups=shape[1],
+                                  padding=1)).kernel
+        assert kernel.startswith("depthwise_rows_vec<") and kernel.split(", ")[2] == str(V)
+    f16_7x7 = problem((32, 960, 7, 7), (960, 1, 3, 3), np.float16, groups=960, padding=1)
+    assert plan_for(f16_7x7).kernel.startswith("depthwise_nchw<")     # 7 columns: no vector
     few = problem((2, 3, 30, 58), (3, 1, 3, 3), np.float32, groups=3, padding=1)
-    plan = plan_for(few)                  # 58 columns: vectors of 2, 29 lanes; one warp
+    plan = plan_for(few)                  # 58 columns: vectors of 2, 29 lanes; 3 warps
     assert plan.kernel == "depthwise_rows_vec<float, float, 2, 3, 3, 1, 1, 1>"
     assert plan.geometry.block == (32, 3, 1) and plan.geometry.tiles == (1, 2)
     with monkeypatch.context() as patch:
@@ -534,6 +543,8 @@ def test_depthwise_rows_vec_takes_nchw_rows_of_whole_vectors(monkeypatch):
         == scalar                         # no left padding
     assert make_plan(f32, x_strides=(2 * 144 * 56 * 56, 2 * 56 * 56, 2 * 56, 2),
                      w_aligned=True).kernel == scalar       # every other column of a view
+    assert make_plan(f32, x_strides=(144 * 56 * 58, 56 * 58, 58, 1),   # rows of 58: 2 columns
+                     w_aligned=True).kernel == "depthwise_rows_vec<float, float, 2, 3, 3, 1, 1, 1>"
     nhwc = problem((32, 56, 56, 144), (144, 3, 3, 1), np.float32, groups=144, layout="NHWC",
                    padding=1)
     assert plan_for(nhwc).kernel.startswith("depthwise_rows<")

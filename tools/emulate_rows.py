@@ -6,7 +6,9 @@ it checks indexing, the copies-ahead ring's slots and zero fill, not speed, and 
 hardware's memory model.
 
 ``python3 tools/emulate_rows.py [--prefetch 0,1,2,4] [--strip 3]``: every problem below in
-NHWC and NCHW (NCHW takes no copies ahead), with cp.async done both when it is issued
+NHWC (rows copied ahead by cp.async) and in NCHW on scalars (no copies ahead) and, where
+depthwise_rows_vec takes it, on vectors (--prefetch rows loaded ahead into registers; warp
+shuffles as warp-wide exchanges; VECTOR_PROBLEMS must take it), with cp.async done both when it is issued
 ("early": a slot overwritten before its row was read shows) and as late as the waits allow
 ("late": a row read before its copy was waited for shows). Needs g++ with C++20. With
 EMULATE_TSAN=1 (every emulate_* tool) built with ThreadSanitizer: shared-memory races fail it.
@@ -37,14 +39,19 @@ PROBLEMS = [
     ((2, 32, 19, 21), 5, dict(stride=2, padding=(1, 2))),
     ((2, 8, 9, 30), 3, dict(padding=1)),
     ((1, 20, 14, 9), 5, dict(padding=2)),
-    # NCHW on vectors (depthwise_rows_vec): rows of 4, 6, 5, 7, 5 and 32 lanes, idle lanes,
-    # channels past C in a warp, more outputs than W (and Q not a multiple of QT)
+]
+# NCHW on vectors (depthwise_rows_vec): rows of 4, 6, 5, 7, 5, 32, 7 and 7 lanes (vectors of
+# 4, 2 and 1 columns), idle lanes, channels past C in a warp, more outputs than W (and Q not
+# a multiple of QT)
+VECTOR_PROBLEMS = [
     ((2, 12, 16, 16), 3, dict(padding=1)),
     ((2, 6, 11, 24), 3, dict(stride=2, padding=1)),
     ((1, 10, 13, 20), 5, dict(padding=2)),
     ((2, 5, 9, 28), 5, dict(stride=2, padding=(1, 2))),
     ((1, 4, 8, 16), 3, dict(padding=((1, 1), (1, 3)))),
     ((1, 3, 6, 128), 3, dict(padding=(0, 1))),
+    ((2, 10, 14, 14), 5, dict(padding=2)),
+    ((2, 12, 7, 7), 3, dict(padding=1)),
 ]
 
 SHIM = r"""
@@ -374,7 +381,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     failures = runs = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for x_shape, R, kwargs in PROBLEMS:
+        for x_shape, R, kwargs in PROBLEMS + VECTOR_PROBLEMS:
             # NHWC (rows copied ahead by cp.async), NCHW on scalars, NCHW on vectors (rows
             # loaded ahead into registers; cp.async's "late" does not apply)
             for layout, vec in (("NHWC", False), ("NCHW", False), ("NCHW", True)):
@@ -385,6 +392,9 @@ def main(argv=None) -> int:
                         out = run(x_shape, R, kwargs, layout, prefetch, args.strip, late, vec,
                                   Path(tmp))
                         if out is None:
+                            if vec and (x_shape, R, kwargs) in VECTOR_PROBLEMS:
+                                print(f"{x_shape} {R}x{R} {kwargs}: not on vectors WRONG")
+                                failures += 1
                             continue
                         runs += 1
                         failures += report(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} "

@@ -844,11 +844,12 @@ def depthwise_tile(prob: Problem, vec: int) -> DepthwiseTile | None:
 
 
 class DepthwiseTileArgs(NamedTuple):
-    """What a depthwise_tile_nhwc, depthwise_rows, depthwise_mma_nhwc or
+    """What a depthwise_tile_nhwc, depthwise_rows, depthwise_rows_vec, depthwise_mma_nhwc or
     depthwise_mma_small_nhwc launch reads besides its four pointers and the grid: its ints (N,
-    C, H, W, P, Q, pt, pl, then tile: PT, QB, CV, column tiles; rows: PS; mma: column tiles;
-    mma_small: row and column tiles of 8), x's element strides (N, C, H, W), the block (rows:
-    NHWC channel threads by column groups, NCHW column groups by channels), its shared memory
+    C, H, W, P, Q, pt, pl, then tile: PT, QB, CV, column tiles; rows and rows_vec: PS; mma:
+    column tiles; mma_small: row and column tiles of 8), x's element strides (N, C, H, W), the
+    block (rows: NHWC channel threads by column groups, NCHW column groups by channels;
+    rows_vec: a warp's 32 lanes by warps), its shared memory
     and the tiles (channel tiles, then row x column tiles or row strips; mma_small: blocks of
     sub-tiles, at most MAX_GRID_YZ, the kernel looping past them)."""
 
@@ -995,7 +996,7 @@ def depthwise_rows_prefetch(prob: Problem, tv: int, rows: int | None = None) -> 
 # warps at most, and the stride-1 maps it takes (output rows at least). `tools/depthwise_dev.py
 # --configs float32:NCHW,float16:NCHW` on the H200 (2026-12-05, batch 32, GPU us replayed from
 # CUDA graphs; the kernel before -> this one, cuDNN; docs/data/logs/depthwise-rows-vec-dev2.log):
-#   float32: mobilenet_v2.1 47.8 -> 36.3 (126.1), .4 76.8 -> 61.1 (103.1), .7 54.5 -> 42.5
+#   float32: mobilenet_v2.1 47.8 -> 36.2 (126.1), .4 76.8 -> 61.1 (103.1), .7 54.5 -> 42.5
 #   (139.1), efficientnet_b0.15 49.9 -> 33.3 (68.0), .18 46.7 -> 30.0 (99.9); float16:
 #   mobilenet_v2.1 44.6 -> 27.9 (35.0), .4 64.1 -> 37.0 (101.4), .7 52.1 -> 30.4 (47.1),
 #   efficientnet_b0.15 47.9 -> 23.9 (67.5);
@@ -1006,7 +1007,11 @@ def depthwise_rows_prefetch(prob: Problem, tv: int, rows: int | None = None) -> 
 # 43.5, .4 67.6 / 71.8, float16 .4 37.8 / 44.2, .9 15.8 / 21.5 (four, the run before: 49.4 and
 # 48.2 on float32 .1 and float16 .4). Blocks of 4 warps against 8: float32 mobilenet_v2.4 61.1
 # / 67.6, .9 26.5 / 29.8, .21 14.6 / 18.3, float16 .7 30.4 / 32.0, efficientnet_b0.15 23.9 /
-# 25.4; no layer more than 2% slower.
+# 25.4; one layer 3.9% slower (float16 efficientnet_b0.25, 13.4 / 12.9), the rest within 2%.
+# Stride-1 maps of any size: also the 7x7 maps where a vector fits (float32 3x3 on vectors of
+# one column): mobilenet_v2.26 12.1 -> 10.0, efficientnet_b0.43 13.5 -> 11.3 against the
+# register windows (the suite's back-to-back times of those calls: 17.8 -> 21.7 and 23.2 ->
+# 13.5).
 DEPTHWISE_ROWS_VEC = True
 DEPTHWISE_ROWS_VEC_FORMS = ((3, 1), (3, 2), (5, 1), (5, 2))    # (S = R, stride)
 DEPTHWISE_ROWS_VEC_BYTES = (16, 8, 4)       # a vector's bytes, the first W allows
@@ -1059,7 +1064,7 @@ def depthwise_rows_vec_plan(prob: Problem, options: Options, V: int, x_strides) 
     qt = V // prob.sw
     lanes = max(-(-prob.W // V), -(-prob.Q // qt))          # a row's lanes
     rows = 32 // lanes                                      # channels a warp
-    warps = min(DEPTHWISE_ROWS_VEC_WARPS, -(-prob.C // rows))
+    warps = min(DEPTHWISE_ROWS_VEC_WARPS, 8, -(-prob.C // rows))   # __launch_bounds__(256)
     ps = DEPTHWISE_ROWS_STRIP or depthwise_rows_strip(prob)
     strips = -(-prob.P // ps)
     if strips > MAX_GRID_YZ:
@@ -1113,7 +1118,8 @@ def depthwise_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                    arch: int | None = None) -> Plan:
     """The depthwise kernels' plan (any stride, padding, dilation; m = K/C filters per
     channel): with Options.smem on, depthwise_mma_small_nhwc or depthwise_mma_nhwc where
-    `depthwise_mma` gives one, else depthwise_rows where `depthwise_rows` does, else
+    `depthwise_mma` gives one, else depthwise_rows_vec where `depthwise_rows_vector` gives a
+    vector (NCHW), else depthwise_rows where `depthwise_rows` gives a form, else
     depthwise_tile_nhwc where `depthwise_tile` does (DepthwiseTileArgs: a block per tile or
     strip); else depthwise_nhwc or depthwise_nchw (DepthwiseArgs: the launch layer sizes the
     grid to the device); the kernel, block, shared memory and scalar arguments."""

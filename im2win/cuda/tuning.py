@@ -149,8 +149,10 @@ class Options:
         smem: shared-memory tiling of both operands (off: straight from global memory);
             for depthwise layers, each block walking a strip of output rows with its filters
             in shared memory (depthwise_rows: 3x3 and 5x5 at stride 2, or on maps of 28 rows
-            or more) or, for small maps in NHWC, its input window in shared memory
-            (depthwise_tile_nhwc); off: each thread's register window read from x.
+            or more), in NCHW the same walk on vectors of a row's columns shared by warp
+            shuffles (depthwise_rows_vec, no shared memory; any map where a vector fits) or,
+            for small maps in NHWC, its input window in shared memory (depthwise_tile_nhwc);
+            off: each thread's register window read from x.
         micro_kernel: each thread computes a TM x TN register tile (off: the 16x16 tile, one
             output per thread).
         vector_loads: 16-byte (float4) filter loads and shared-memory reads.
