@@ -4,7 +4,9 @@
 # $OUT, a short summary last):
 #   bash tools/wip_run.sh test       # their GPU tests, 8 processes
 #   bash tools/wip_run.sh time [NAMES]   # vec7 (depthwise_dev on ConvNeXt's 7x7 layers in
-#                                    # NCHW), grouped (the suite profile of resnext50_32x4d's
+#                                    # NCHW), rv2 (float16 NHWC rows, 2 channels a thread),
+#                                    # v26 (float32 NCHW 7x7 maps on vectors of 1 column or
+#                                    # not), grouped (the suite profile of resnext50_32x4d's
 #                                    # float32 NCHW groups), against "auto" and cuDNN; those
 #                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
@@ -46,7 +48,7 @@ if [[ $step == test ]]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
-  only=" ${2:-vec7} "
+  only=" ${2:-vec7 rv2 v26} "
   run() {                          # NAME, then the tool and its arguments: within 540 s a call
     local name=$1 left=$((540 - (SECONDS - start))); shift
     [[ $only == *" $name "* ]] || return 0
@@ -57,6 +59,11 @@ if [[ $step == time ]]; then
   }
   run vec7 tools/depthwise_dev.py --configs float32:NCHW,float16:NCHW \
     --layers convnext_tiny.1,convnext_tiny.3 --variants tile,no7,vv8
+  run rv2 tools/depthwise_dev.py --configs float16:NHWC \
+    --layers mobilenet_v2.1,mobilenet_v2.4,mobilenet_v2.7,mobilenet_v2.9,efficientnet_b0.15 \
+    --variants tile,rv2,rv2+rf3,rv2+rp8
+  run v26 tools/depthwise_dev.py --configs float32:NCHW \
+    --layers mobilenet_v2.26,efficientnet_b0.43,mobilenet_v2.23 --variants tile,vm8
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
 fi
 if [[ $step == sanitize ]]; then
