@@ -517,7 +517,7 @@ class Executable:
         (an NHWC y, or Geometry.y_nchw), else into a channels-last y transposed into the NCHW
         y (layout.cu)."""
         prob = self.prob
-        if prob.layout == "NHWC" or getattr(self.plan.inner.geometry, "y_nchw", 0):
+        if prob.layout == "NHWC" or self.plan.inner.geometry.y_nchw:
             self.inner(x, w, bias, y, scratch)
             return y
         N, K, PQ = prob.N, prob.K, prob.P * prob.Q

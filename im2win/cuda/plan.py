@@ -784,6 +784,8 @@ class DepthwiseArgs(NamedTuple):
     channels: int
     columns: int
 
+    y_nchw = 0        # (not a field) y is written in x's layout, as Geometry.y_nchw = 0 says
+
     def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
         """The grid for about DEPTHWISE_WAVES blocks per SM of the device's `sms` (the
         kernels loop over the rest): NCHW (item blocks of an image, images, 1); NHWC (channel
@@ -860,6 +862,7 @@ class DepthwiseTileArgs(NamedTuple):
     tiles: tuple[int, int]
 
     per_image: bool = True
+    y_nchw = 0        # (not a field) y is written in x's layout, as Geometry.y_nchw = 0 says
 
     def grid(self, prob: Problem, sms: int) -> tuple[int, int, int]:
         """(channel tiles, row x column tiles or strips, images): a block per tile of an
@@ -1036,10 +1039,15 @@ def depthwise_rows_vector(prob: Problem, x_strides, x_aligned: bool) -> int:
     for size in DEPTHWISE_ROWS_VEC_BYTES:
         V = size // prob.dtype.itemsize
         if (depthwise_rows_vec_form(prob.S, prob.sw, V) and prob.W % V == 0 and
-                all(t % V == 0 for t in x_strides[:3]) and
-                max(-(-prob.W // V), -(-prob.Q // (V // prob.sw))) <= 32):
+                all(t % V == 0 for t in x_strides[:3]) and depthwise_rows_vec_lanes(prob, V) <= 32):
             return V
     return 0
+
+
+def depthwise_rows_vec_lanes(prob: Problem, V: int) -> int:
+    """Lanes of a row in depthwise_rows_vec (its NV): one a vector of x's row and one a
+    V // sw output columns, whichever needs more."""
+    return max(-(-prob.W // V), -(-prob.Q // (V // prob.sw)))
 
 
 def depthwise_rows_vec_form(S: int, sw: int, V: int) -> bool:
@@ -1061,9 +1069,7 @@ def depthwise_rows_vec_plan(prob: Problem, options: Options, V: int, x_strides) 
     """A block of warps per strip (depthwise_rows_strip) and tile of channels: each warp the
     rows of 32 // NV channels side by side, NV lanes a row (depthwise.cu)."""
     T, Acc = CUDA_TYPES[prob.dtype.name]
-    qt = V // prob.sw
-    lanes = max(-(-prob.W // V), -(-prob.Q // qt))          # a row's lanes
-    rows = 32 // lanes                                      # channels a warp
+    rows = 32 // depthwise_rows_vec_lanes(prob, V)          # channels a warp
     warps = min(DEPTHWISE_ROWS_VEC_WARPS, 8, -(-prob.C // rows))   # __launch_bounds__(256)
     ps = DEPTHWISE_ROWS_STRIP or depthwise_rows_strip(prob)
     strips = -(-prob.P // ps)
@@ -2388,7 +2394,8 @@ def specializations() -> list[tuple[str, str]]:
                     out.add(("depthwise", depthwise_rows_kernel_name(
                         T, Acc, tv, S, sw, qt, layout == "NCHW", prefetch)))
             if layout == "NCHW":
-                for (S, sw), size in itertools.product(DEPTHWISE_ROWS_VEC_FORMS, (16, 8, 4)):
+                for (S, sw), size in itertools.product(DEPTHWISE_ROWS_VEC_FORMS,
+                                                       DEPTHWISE_ROWS_VEC_BYTES):
                     V = size // prob.dtype.itemsize
                     if depthwise_rows_vec_form(S, sw, V):
                         out.add(("depthwise", depthwise_rows_vec_kernel_name(
