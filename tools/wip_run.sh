@@ -3,8 +3,9 @@
 # docs/wip/README.md gives), then one step a call (each fits a call's 10 minutes; logs under
 # $OUT, a short summary last):
 #   bash tools/wip_run.sh test       # their GPU tests, 8 processes
-#   bash tools/wip_run.sh time [NAMES]   # vec7 (depthwise_dev on ConvNeXt's 7x7 layers in
-#                                    # NCHW), rv2 (float16 NHWC rows, 2 channels a thread),
+#   bash tools/wip_run.sh time [NAMES]   # vec7 (depthwise_dev on ConvNeXt's 7x7 layers and
+#                                    # a 5x5 on 7x7 maps, NCHW), rv2 (float16 NHWC rows, 2
+#                                    # channels a thread),
 #                                    # v26 (float32 NCHW 7x7 maps on vectors of 1 column or
 #                                    # not), grouped (the suite profile of resnext50_32x4d's
 #                                    # float32 NCHW groups), against "auto" and cuDNN; those
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES="depthwise-rows-vec-7x7"   # docs/wip/README.md (2026-12-05, seventeenth session)
+PATCHES="depthwise-rows-vec-halo"   # docs/wip/README.md (2026-12-05, eighteenth session)
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -58,7 +59,8 @@ if [[ $step == time ]]; then
     echo "== $name ($((SECONDS - start)) s)"; tail -n 25 "$OUT/wip-$name.log"
   }
   run vec7 tools/depthwise_dev.py --configs float32:NCHW,float16:NCHW \
-    --layers convnext_tiny.1,convnext_tiny.3 --variants tile,no7,vv8
+    --layers convnext_tiny.1,convnext_tiny.3,convnext_tiny.5,convnext_tiny.7,efficientnet_b0.39 \
+    --variants tile,no7+vh1,vv8
   run rv2 tools/depthwise_dev.py --configs float16:NHWC \
     --layers mobilenet_v2.1,mobilenet_v2.4,mobilenet_v2.7,mobilenet_v2.9,efficientnet_b0.15 \
     --variants tile,rv2,rv2+rf3,rv2+rp8
