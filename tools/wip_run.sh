@@ -58,7 +58,7 @@ if [[ $step == time ]]; then
     status=$((status | $?))
     echo "== $name ($((SECONDS - start)) s)"; tail -n 25 "$OUT/wip-$name.log"
   }
-  run vec7 tools/depthwise_dev.py --configs float32:NCHW,float16:NCHW \
+  run vec7 tools/depthwise_dev.py --configs float32:NCHW,float16:NCHW,bfloat16:NCHW \
     --layers convnext_tiny.1,convnext_tiny.3,convnext_tiny.5,convnext_tiny.7,efficientnet_b0.39 \
     --variants tile,no7+vh1,vv8
   run rv2 tools/depthwise_dev.py --configs float16:NHWC \
