@@ -93,6 +93,21 @@ def test_kernel_files_ship_with_the_package():
                                                            "pointwise.cu", "layout.cu"}
 
 
+def test_a_variant_copy_compiles_as_its_family(tmp_path, monkeypatch):
+    """A dev tool's copy FILE__TAG.cu of a kernel file (timed against it in one process) gets
+    the file's headers: source() of im2win_ffma__x is the original's text but the file."""
+    from im2win.cuda import plan
+    kernel_dir = pathlib.Path(source.__globals__["KERNEL_DIR"])
+    for part in kernel_dir.glob("*.cu*"):
+        shutil.copy(part, tmp_path / part.name)
+    shutil.copy(kernel_dir / "im2win_ffma.cu", tmp_path / "im2win_ffma__x.cu")
+    monkeypatch.setitem(source.__globals__, "KERNEL_DIR", tmp_path)
+    assert plan.kernel_family("im2win_ffma__x") == "im2win_ffma"
+    assert plan.kernel_family("im2win_wgmma") == "im2win_wgmma"
+    assert source("im2win_ffma__x") == source("im2win_ffma")
+    assert "struct Geometry" in source("im2win_ffma__x")
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here")
 def test_tool_kernels_compile(tmp_path):
     """The kernels of the GPU tools (tools/*.cu: sm_90a probes) compile too."""

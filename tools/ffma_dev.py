@@ -30,7 +30,10 @@ def depth(tile: str) -> int:
 
 def ffma(tile: str, double=True, swizzle=True):
     """Tile "BMxBNxBK" of im2win_ffma.cu, or "FILE:BMxBNxBK" of a modified copy FILE.cu of it
-    in im2win/cuda (the same template: a variant timed against the original in one process)."""
+    in im2win/cuda (the same template: a variant timed against the original in one process),
+    named im2win_ffma__TAG so that it compiles with im2win_ffma's headers (plan.kernel_family);
+    e.g. the tree's kernel against main's: `git show HEAD:im2win/cuda/im2win_ffma.cu >
+    im2win/cuda/im2win_ffma__head.cu`, then --tiles 64x128x16,im2win_ffma__head:64x128x16."""
     file, _, tile = tile.rpartition(":")
     BM, BN, BK = map(int, tile.split("x"))
     name = f"im2win_ffma<{BM}, {BN}, {BK}, {str(double).lower()}, {str(swizzle).lower()}>"

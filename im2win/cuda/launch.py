@@ -29,7 +29,7 @@ import numpy as np
 from im2win import baselines
 from im2win.interop import cupy_view
 from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, ONE_LAUNCH, Geometry,
-                              Plan, columns_stage, nhwc_twin, source)
+                              Plan, columns_stage, kernel_family, nhwc_twin, source)
 from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
 from im2win.problem import Problem
 
@@ -46,7 +46,8 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 @functools.cache
 def _kernel(device: int, file: str, expression: str):
-    options = OPTIONS + ((f"-arch={FILE_ARCH[file]}",) if file in FILE_ARCH else ())
+    arch = FILE_ARCH.get(kernel_family(file))
+    options = OPTIONS + ((f"-arch={arch}",) if arch else ())
     module = cupy.RawModule(code=source(file), options=options, name_expressions=[expression])
     return module.get_function(expression)
 

@@ -2520,10 +2520,18 @@ def dtype_of(name: str):
     return name
 
 
+def kernel_family(file: str) -> str:
+    """The kernel file that `file` is, or is a copy of: "im2win_ffma__base" (a variant that
+    tools/ffma_dev.py times against the file in the tree, in one process; never shipped) is
+    im2win_ffma's, with its headers and target."""
+    return file.partition("__")[0]
+
+
 def source(file: str) -> str:
     """common.cuh (then gemm.cuh for the GEMM kernels, hopper.cuh for the sm_90a ones) followed
     by `file`.cu: the exact text NVRTC (at run time) and nvcc (in CI) compile. Concatenated
     rather than #included, since CuPy's cache key ignores includes."""
-    parts = (["common.cuh"] + (["gemm.cuh"] if file in GEMM_FILES else []) +
-             (["hopper.cuh"] if file in HOPPER_FILES else []) + [f"{file}.cu"])
+    family = kernel_family(file)
+    parts = (["common.cuh"] + (["gemm.cuh"] if family in GEMM_FILES else []) +
+             (["hopper.cuh"] if family in HOPPER_FILES else []) + [f"{file}.cu"])
     return "\n".join((KERNEL_DIR / part).read_text() for part in parts)
