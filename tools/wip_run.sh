@@ -8,17 +8,20 @@
 #                                    # channels a thread),
 #                                    # v26 (float32 NCHW 7x7 maps on vectors of 1 column or
 #                                    # not), grouped (the suite profile of resnext50_32x4d's
-#                                    # float32 NCHW groups), against "auto" and cuDNN; those
+#                                    # float32 NCHW groups), spread (im2win_ffma.cu's stores
+#                                    # spread, against main's kernel in one process), against
+#                                    # "auto" and cuDNN; those
 #                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
-#                                    # sanitize_cases.py's MODES (depthwise), within 540 s
+#                                    # sanitize_cases.py's MODES (depthwise ffma), within 540 s
 # Carry .cache (compiled kernels) as for tools/gpu_run.sh; CuPy's cache comes back in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES="depthwise-rows-vec-halo"   # docs/wip/README.md (2026-12-05, eighteenth session)
+PATCHES="depthwise-rows-vec-halo ffma-spread-stores"   # docs/wip/README.md (eighteenth and
+# nineteenth sessions)
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -45,11 +48,11 @@ fi
 
 if [[ $step == test ]]; then
   python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py \
-    -k "depthwise or groups" 2>&1 | tee "$OUT/wip-pytest.log" | tail -n 15
+    -k "depthwise or groups or ffma" 2>&1 | tee "$OUT/wip-pytest.log" | tail -n 15
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
-  only=" ${2:-vec7 rv2 v26} "
+  only=" ${2:-spread vec7 rv2 v26} "
   run() {                          # NAME, then the tool and its arguments: within 540 s a call
     local name=$1 left=$((540 - (SECONDS - start))); shift
     [[ $only == *" $name "* ]] || return 0
@@ -58,6 +61,12 @@ if [[ $step == time ]]; then
     status=$((status | $?))
     echo "== $name ($((SECONDS - start)) s)"; tail -n 25 "$OUT/wip-$name.log"
   }
+  if [[ $only == *" spread "* ]]; then   # main's im2win_ffma.cu as a variant beside the patch's
+    git show HEAD:im2win/cuda/im2win_ffma.cu > im2win/cuda/im2win_ffma__head.cu
+  fi
+  run spread tools/ffma_dev.py --layers cv4,cv8,cv9,cv12 \
+    --tiles 64x128x16,im2win_ffma__head:64x128x16,64x128x8,im2win_ffma__head:64x128x8
+  rm -f im2win/cuda/im2win_ffma__head.cu
   run vec7 tools/depthwise_dev.py --configs float32:NCHW,float16:NCHW,bfloat16:NCHW \
     --layers convnext_tiny.1,convnext_tiny.3,convnext_tiny.5,convnext_tiny.7,efficientnet_b0.39 \
     --variants tile,no7+vh1,vv8
@@ -69,7 +78,7 @@ if [[ $step == time ]]; then
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
 fi
 if [[ $step == sanitize ]]; then
-  for mode in ${2:-depthwise}; do
+  for mode in ${2:-depthwise ffma}; do
     for tool in ${TOOLS:-racecheck memcheck synccheck}; do
       left=$((540 - (SECONDS - start)))
       if ((left < 30)); then echo "$mode $tool: skipped, the call's time is spent"; continue; fi
