@@ -95,7 +95,7 @@ def test_kernel_files_ship_with_the_package():
 
 def test_a_variant_copy_compiles_as_its_family(tmp_path, monkeypatch):
     """A dev tool's copy FILE__TAG.cu of a kernel file (timed against it in one process) gets
-    the file's headers: source() of im2win_ffma__x is the original's text but the file."""
+    the file's headers: source() of a copy im2win_ffma__x.cu is gemm.cuh's and the copy's."""
     from im2win.cuda import plan
     kernel_dir = pathlib.Path(source.__globals__["KERNEL_DIR"])
     for part in kernel_dir.glob("*.cu*"):

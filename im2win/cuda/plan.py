@@ -2521,7 +2521,7 @@ def dtype_of(name: str):
 
 
 def kernel_family(file: str) -> str:
-    """The kernel file that `file` is, or is a copy of: "im2win_ffma__base" (a variant that
+    """The kernel file that `file` is, or is a copy of: "im2win_ffma__head" (a variant that
     tools/ffma_dev.py times against the file in the tree, in one process; never shipped) is
     im2win_ffma's, with its headers and target."""
     return file.partition("__")[0]
