@@ -3,9 +3,9 @@
 ``python3 tools/twin_dev.py [--layers cv8,cv10,cv12] [--dtype float16] [--batch 128]``: per
 layer, GPU time (bench.GPU.time: CUDA events, median after warm-up) of the whole NCHW call, of
 the twin's NHWC call on channels-last copies made beforehand, and of each layout copy alone
-(layout.cu's transpose_batched, and CuPy's own strided copy for scale), with the bandwidth each
-copy reaches on the bytes it must move (read once, written once); then the host time per call.
-One process, table last.
+(layout.cu's, as the call plans them, the filter's also by transpose_narrow; CuPy's own
+strided copy of x for scale), with the bandwidth each copy reaches on the bytes it must move
+(read once, written once); then the host time per call. One process, table last.
 """
 
 import argparse
@@ -49,22 +49,32 @@ def main():
         y = cupy.empty((N, K, P, Q), prob.dtype)
         full = lambda: im2win.conv2d(x, w, **kwargs)                       # noqa: E731
         inner = lambda: im2win.conv2d(x_nhwc, w_nhwc, layout="NHWC", **kwargs)  # noqa: E731
+        RS, Cg = prob.R * prob.S, prob.Cg
+        w_t = cupy.empty_like(w_nhwc)
         tx = lambda: exe._transpose(x, x_t, N, C, HW, C * HW, HW, 1)       # noqa: E731
         ty = lambda: exe._transpose(y_t, y, N, P * Q, K, P * Q * K, K, 1)  # noqa: E731
+        tw = lambda: exe._transpose(w, w_t, K, Cg, RS, Cg * RS, RS, 1)     # noqa: E731
+        stream = lambda: cupy.cuda.get_current_stream().ptr                 # noqa: E731
+        tn = lambda: exe.transpose_narrow(                                  # noqa: E731
+            (min(-(-w.size // 256), 8 * 65535), 1, 1), (256, 1, 1), stream(), w.data.ptr,
+            w_t.data.ptr, K, Cg, RS, Cg * RS, RS, 1)
         cp = lambda: cupy.ascontiguousarray(x.transpose(0, 2, 3, 1))       # noqa: E731
-        x_bytes, y_bytes = 2 * x.size * item, 2 * y.size * item
-        calls = (("full", full), ("inner", inner), ("x copy", tx), ("y copy", ty), ("cupy x", cp))
+        x_bytes, y_bytes, w_bytes = (2 * a.size * item for a in (x, y, w))
+        calls = (("full", full), ("inner", inner), ("x copy", tx), ("y copy", ty),
+                 ("w copy", tw), ("w narrow", tn), ("cupy x", cp))
         t = {name: 1e3 * device.time(fn) for name, fn in calls}      # ms
         rows.append((layer.name, plan.algorithm, t, x_bytes / t["x copy"] / 1e9,
-                     y_bytes / t["y copy"] / 1e9, x_bytes / t["cupy x"] / 1e9,
+                     y_bytes / t["y copy"] / 1e9, w_bytes / t["w copy"] / 1e9,
+                     x_bytes / t["cupy x"] / 1e9,
                      1e6 * device.host_time(full, 50), 1e6 * device.host_time(inner, 50)))
-    print(f"{args.dtype} NCHW, batch {args.batch}: GPU ms (median), copies' TB/s, host us/call")
-    print("layer  plan         full   inner  x copy  y copy  cupy x | x TB/s y TB/s cupy "
-          "| host full inner")
-    for name, algorithm, t, bx, by, bc, hf, hi in rows:
+    print(f"{args.dtype} NCHW, batch {args.batch}: GPU ms (median), copies' TB/s, host us/call "
+          "(w copy: the planned filter copy; w narrow: transpose_narrow's)")
+    print("layer  plan         full   inner  x copy  y copy  w copy w narrow cupy x | x TB/s "
+          "y TB/s w TB/s cupy | host full inner")
+    for name, algorithm, t, bx, by, bw, bc, hf, hi in rows:
         print(f"{name:5s}  {algorithm:11s} {t['full']:6.3f} {t['inner']:7.3f} {t['x copy']:7.3f}"
-              f" {t['y copy']:7.3f} {t['cupy x']:7.3f} | {bx:6.2f} {by:6.2f} {bc:4.2f} | "
-              f"{hf:6.1f} {hi:5.1f}")
+              f" {t['y copy']:7.3f} {t['w copy']:7.4f} {t['w narrow']:7.4f} {t['cupy x']:7.3f} | "
+              f"{bx:6.2f} {by:6.2f} {bw:6.2f} {bc:4.2f} | {hf:6.1f} {hi:5.1f}")
 
 
 if __name__ == "__main__":
