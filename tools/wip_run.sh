@@ -11,7 +11,8 @@
 #                                    # float32 NCHW groups), spread (im2win_ffma.cu's stores
 #                                    # spread, against main's kernel in one process), against
 #                                    # "auto" and cuDNN; twin32 (where float32 NCHW's time on
-#                                    # its NHWC twin goes: copies, kernel, host); those
+#                                    # its NHWC twin goes: copies, kernel, host; the filter's
+#                                    # copy by transpose_taps and by transpose_narrow); those
 #                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
 #                                    # sanitize_cases.py's MODES (depthwise ffma), within 540 s
@@ -21,8 +22,8 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES="depthwise-rows-vec-halo ffma-spread-stores"   # docs/wip/README.md (eighteenth and
-# nineteenth sessions)
+PATCHES="depthwise-rows-vec-halo ffma-spread-stores transpose-taps"   # docs/wip/README.md
+# (eighteenth and nineteenth sessions)
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -48,8 +49,8 @@ else
 fi
 
 if [[ $step == test ]]; then
-  python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py \
-    -k "depthwise or groups or ffma" 2>&1 | tee "$OUT/wip-pytest.log" | tail -n 15
+  python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py tests/test_gpu_launch.py \
+    -k "depthwise or groups or ffma or transposes or twin" 2>&1 | tee "$OUT/wip-pytest.log" | tail -n 15
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
