@@ -2,7 +2,7 @@
 # docs/wip's patches on the GPU machine: applied to the copy of the tree there (in the order
 # docs/wip/README.md gives), then one step a call (each fits a call's 10 minutes; logs under
 # $OUT, a short summary last):
-#   bash tools/wip_run.sh test       # their GPU tests, 8 processes
+#   bash tools/wip_run.sh test [EXPR]   # the GPU tests with them, 8 processes (-k EXPR)
 #   bash tools/wip_run.sh time [NAMES]   # vec7 (depthwise_dev on ConvNeXt's 7x7 layers and
 #                                    # a 5x5 on 7x7 maps, NCHW), rv2 (float16 NHWC rows, 2
 #                                    # channels a thread),
@@ -49,8 +49,11 @@ else
 fi
 
 if [[ $step == test ]]; then
+  # the whole GPU set, as gpu_run.sh's test step (the stores' patch changes every float32
+  # call on im2win_ffma.cu, whatever the test's name); -k EXPR narrows it
   python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_gpu.py tests/test_gpu_launch.py \
-    -k "depthwise or groups or ffma or transposes or twin" 2>&1 | tee "$OUT/wip-pytest.log" | tail -n 15
+    tests/test_interop.py tests/test_bench.py tests/test_dask.py ${2:+-k "$2"} 2>&1 |
+    tee "$OUT/wip-pytest.log" | tail -n 15
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
