@@ -8,6 +8,10 @@ host time per call (issued without waiting), and GPU time from a CUDA graph of t
 default ("auto", its plan's kernel and grid printed), im2win's cuBLAS GEMM where a layer can
 take it ("gemm"), and cuDNN through PyTorch as `bench.CUDNN` times it. `--profile NAME`: a
 cProfile of 300 host calls of im2win's default on that layer, the top entries by own time.
+`--compute32f` (float32): also the same cuBLAS GEMM with CUBLAS_COMPUTE_32F in place of the
+plan's CUBLAS_COMPUTE_32F_PEDANTIC ("gemm32f"), while the handle's math mode allows no TF32
+(checked; its largest difference from "gemm" printed), to see whether the pedantic type
+keeps cuBLAS from faster FP32 kernels.
 """
 
 import argparse
@@ -85,6 +89,31 @@ def graph_time(call, torch_graph: bool) -> float:
     return statistics.median(runs)
 
 
+def gemm_compute(prob, x, w, layout):
+    """conv2d's cuBLAS GEMM for `prob` as algorithm="gemm" plans it, but with the compute type
+    CUBLAS_COMPUTE_32F (the plan's: CUBLAS_COMPUTE_32F_PEDANTIC), into a y made here once; its
+    largest difference from the planned GEMM's result on x is printed."""
+    from cupy.cuda import cublas
+    plan = cuda._plan(prob, x, w, "gemm", None, None)
+    gemm = cuda.launch.GemmCall(prob, plan)
+    gemm.compute = cublas.CUBLAS_COMPUTE_32F
+    y = im2win.conv2d(x, w, layout=layout, algorithm="gemm", **prob_kwargs(prob))
+    ref = y.copy()
+
+    def fn(x, w, layout, **kw):
+        return gemm(x, w, None, y, cuda.launch.Scratch())
+    fn(x, w, layout)
+    scale = float(abs(ref).max()) or 1.0
+    print(f"  gemm32f: largest difference from gemm {float(abs(y - ref).max()) / scale:.2e} "
+          "of the largest output", flush=True)
+    return fn
+
+
+def prob_kwargs(prob) -> dict:
+    """conv2d's keyword arguments for a 1x1 problem: its stride (no padding, one group)."""
+    return {"stride": (prob.sh, prob.sw)}
+
+
 def measure(device, call, torch_graph=False) -> tuple:
     single = device.time(call, min_runs=10, max_runs=40, min_seconds=0.05)
     b2b = device.back_to_back(call)
@@ -104,7 +133,17 @@ def main():
     ap.add_argument("kind", nargs="?", default="1x1")
     ap.add_argument("--profile")
     ap.add_argument("--network", help="one network's layers only")
+    ap.add_argument("--compute32f", action="store_true",
+                    help="float32: time cuBLAS's GEMM with CUBLAS_COMPUTE_32F too")
     args = ap.parse_args()
+    if args.compute32f:
+        from cupy.cuda import cublas
+        mode = cublas.getMathMode(cupy.cuda.device.get_cublas_handle())
+        print(f"cuBLAS math mode of CuPy's handle: {mode}")
+        # CUBLAS_DEFAULT_MATH (0) or CUBLAS_PEDANTIC_MATH (2), flags aside; not
+        # CUBLAS_TF32_TENSOR_OP_MATH (3, CuPy's under CUPY_TF32=1), which CuPy does not export
+        if args.dtype != "float32" or mode & 0xF not in (cublas.CUBLAS_DEFAULT_MATH, 2):
+            raise SystemExit("--compute32f: float32 only, under FP32 math (not CUPY_TF32)")
     device = GPU()
     have_torch = bench.torch_cuda_available()
     convs = {c.name: c for key, net in NETWORKS.items() for c in net
@@ -141,6 +180,8 @@ def main():
         impls = {"auto": im2win.conv2d}
         if gemm_refusal(prob, cuda.launch.element_strides(x, args.layout)) is None:
             impls["gemm"] = lambda x, w, **kw: im2win.conv2d(x, w, algorithm="gemm", **kw)
+        if args.compute32f and "gemm" in impls:
+            impls["gemm32f"] = gemm_compute(prob, x, w, args.layout)
         if have_torch:
             impls["cudnn"] = bench.CUDNN
         got = {}
@@ -155,7 +196,7 @@ def main():
         cupy.get_default_memory_pool().free_all_blocks()
     if have_torch:
         print("\nsummary (geometric means of cuDNN / impl):")
-        for impl in ("auto", "gemm"):
+        for impl in ("auto", "gemm", "gemm32f"):
             rows = [g for _, g in table if impl in g]
             if not rows:
                 continue

@@ -12,7 +12,9 @@
 #                                    # spread, against main's kernel in one process), against
 #                                    # "auto" and cuDNN; twin32 (where float32 NCHW's time on
 #                                    # its NHWC twin goes: copies, kernel, host; the filter's
-#                                    # copy by transpose_taps and by transpose_narrow); those
+#                                    # copy by transpose_taps and by transpose_narrow), gemm32
+#                                    # (resnet50's float32 1x1 layers on cuBLAS with
+#                                    # CUBLAS_COMPUTE_32F against the planned pedantic type); those
 #                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
 #                                    # sanitize_cases.py's MODES (depthwise ffma), within 540 s
@@ -57,7 +59,7 @@ if [[ $step == test ]]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
-  only=" ${2:-spread vec7 rv2 v26 twin32} "
+  only=" ${2:-spread vec7 rv2 v26 twin32 gemm32} "
   run() {                          # NAME, then the tool and its arguments: within 540 s a call
     local name=$1 left=$((540 - (SECONDS - start))); shift
     [[ $only == *" $name "* ]] || return 0
@@ -82,6 +84,7 @@ if [[ $step == time ]]; then
     --layers mobilenet_v2.26,efficientnet_b0.43,mobilenet_v2.23 --variants tile,vm8
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
   run twin32 tools/twin_dev.py --dtype float32 --layers cv4,cv5,cv6,cv8,cv9,cv10,cv11,cv12
+  run gemm32 tools/suite_profile.py float32 NCHW 1x1 --network resnet50 --compute32f
 fi
 if [[ $step == sanitize ]]; then
   for mode in ${2:-depthwise ffma}; do
