@@ -3,18 +3,18 @@
 # docs/wip/README.md gives), then one step a call (each fits a call's 10 minutes; logs under
 # $OUT, a short summary last):
 #   bash tools/wip_run.sh test [EXPR]   # the GPU tests with them, 8 processes (-k EXPR)
-#   bash tools/wip_run.sh time [NAMES]   # vec7 (depthwise_dev on ConvNeXt's 7x7 layers and
-#                                    # a 5x5 on 7x7 maps, NCHW), rv2 (float16 NHWC rows, 2
-#                                    # channels a thread),
-#                                    # v26 (float32 NCHW 7x7 maps on vectors of 1 column or
-#                                    # not), grouped (the suite profile of resnext50_32x4d's
-#                                    # float32 NCHW groups), spread (im2win_ffma.cu's stores
-#                                    # spread, against main's kernel in one process), against
-#                                    # "auto" and cuDNN; twin32 (where float32 NCHW's time on
-#                                    # its NHWC twin goes: copies, kernel, host; the filter's
-#                                    # copy by transpose_taps and by transpose_narrow), gemm32
-#                                    # (resnet50's float32 1x1 layers on cuBLAS with
-#                                    # CUBLAS_COMPUTE_32F against the planned pedantic type); those
+#   bash tools/wip_run.sh time [NAMES]   # spread (im2win_ffma.cu's stores spread, against
+#                                    # main's kernel in one process), vec7 (depthwise_dev on
+#                                    # ConvNeXt's 7x7 layers and a 5x5 on 7x7 maps, NCHW), rv2
+#                                    # (float16 NHWC rows, 2 channels a thread), v26 (float32
+#                                    # NCHW 7x7 maps on vectors of 1 column or not), grouped
+#                                    # (the suite profile of resnext50_32x4d's float32 NCHW
+#                                    # groups): each against "auto" and cuDNN; twin32 (where
+#                                    # float32 NCHW's time on its NHWC twin goes: copies,
+#                                    # kernel, host; the filter's copy by transpose_taps and by
+#                                    # transpose_narrow), gemm32 (resnet50's float32 1x1 layers
+#                                    # on cuBLAS with CUBLAS_COMPUTE_32F beside the planned
+#                                    # pedantic type); those
 #                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
 #                                    # sanitize_cases.py's MODES (depthwise ffma), within 540 s
