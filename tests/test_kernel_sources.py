@@ -195,13 +195,26 @@ def test_depthwise_tensor_core_logic_in_a_cpu_emulation(capsys):
 
 
 @GXX
+def test_layout_transposes_in_a_cpu_emulation(capsys):
+    """layout.cu's transposes (64 x 64 tiles, 16-byte words for 2-byte elements, one element a
+    thread for narrow matrices) compiled with g++ against tools/emulate_layout.py's emulation,
+    each launched as Executable._transpose picks and sizes it and again on one block along the
+    dimension its blocks loop over: every element moved, bit for bit, nothing else written.
+    (A column index off by one, an image skipped by the blocks' loop or a column stride
+    ignored fails it.)"""
+    emulation("emulate_layout", [], capsys)
+
+
+@GXX
 @pytest.mark.parametrize("tool, args", [("emulate_rows", ["--prefetch", "0,2"]),
                                         ("emulate_pointwise", []),
-                                        ("emulate_depthwise_mma", [])])
+                                        ("emulate_depthwise_mma", []),
+                                        ("emulate_layout", [])])
 def test_emulated_kernels_have_no_shared_memory_races(tool, args, tsan, monkeypatch, capsys):
     """The emulations again, built with ThreadSanitizer (EMULATE_TSAN): a block's threads are
     OS threads and its barriers std::barrier, so a shared-memory access of one thread that no
     barrier orders against another thread's write (racecheck's hazards on a GPU) fails the run.
-    A barrier removed from depthwise_rows or pointwise_nhwc made it fail."""
+    A barrier removed from depthwise_rows or pointwise_nhwc (or transpose_batched's last)
+    made it fail."""
     monkeypatch.setenv("EMULATE_TSAN", "1")
     emulation(tool, args, capsys)
