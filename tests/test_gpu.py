@@ -630,6 +630,16 @@ DEPTHWISE_CASES = [  # x (N, C, H, W), w (K, 1, R, S), keyword arguments; groups
     ((2, 10, 14, 14), (10, 1, 3, 3), dict(padding=1)),
     ((2, 12, 14, 14), (12, 1, 5, 5), dict(stride=2, padding=2)),
     ((2, 12, 7, 7), (12, 1, 3, 3), dict(padding=1)),
+    # ... with halos past the next lane's vector: 7x7 on 14x14 and 7x7 maps (vectors of 2 and
+    # 1 columns: 2 and 3 lanes a side), on rows of 3 lanes, 5x5 on vectors of 1 column
+    ((2, 12, 14, 14), (12, 1, 7, 7), dict(padding=3)),
+    ((2, 10, 7, 7), (10, 1, 7, 7), dict(padding=3)),
+    ((1, 6, 8, 6), (6, 1, 7, 7), dict(padding=3)),
+    ((2, 9, 7, 7), (9, 1, 5, 5), dict(padding=2)),
+    # ... and more output columns than input columns; 7x7 on vectors of 4 (16-bit types)
+    ((1, 6, 8, 6), (6, 1, 7, 7), dict(padding=((3, 3), (3, 6)))),
+    ((1, 5, 7, 7), (5, 1, 5, 5), dict(padding=((2, 2), (2, 5)))),
+    ((2, 8, 9, 28), (8, 1, 7, 7), dict(padding=3)),
 ]
 
 

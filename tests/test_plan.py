@@ -528,6 +528,23 @@ def test_depthwise_rows_vec_takes_nchw_rows_of_whole_vectors(monkeypatch):
         assert kernel.startswith("depthwise_rows_vec<") and kernel.split(", ")[2] == str(V)
     f16_7x7 = problem((32, 960, 7, 7), (960, 1, 3, 3), np.float16, groups=960, padding=1)
     assert plan_for(f16_7x7).kernel.startswith("depthwise_nchw<")     # 7 columns: no vector
+    # the window's halo from up to DEPTHWISE_ROWS_VEC_HALO lanes a side: 7x7 on vectors of 2
+    # and 1 columns (convnext_tiny.5 and .7), 5x5 on vectors of 1 (efficientnet_b0.39); not
+    # past the halo's lanes; float64 one lane a side and no 7x7
+    for dtype, (C, size, R), V in ((np.float32, (384, 14, 7), 2), (np.float16, (384, 14, 7), 2),
+                                   (np.float32, (768, 7, 7), 1), (np.float32, (1152, 7, 5), 1),
+                                   (np.float16, (192, 28, 7), 4), (np.float64, (672, 14, 5), 2)):
+        kernel = plan_for(problem((32, C, size, size), (C, 1, R, R), dtype, groups=C,
+                                  padding=R // 2)).kernel
+        assert kernel.startswith("depthwise_rows_vec<") and kernel.split(", ")[2:4] == \
+            [str(V), str(R)]
+    for C, size, R in ((768, 7, 7), (384, 14, 7), (1152, 7, 5)):
+        f64 = problem((32, C, size, size), (C, 1, R, R), np.float64, groups=C, padding=R // 2)
+        assert plan_for(f64).kernel.startswith("depthwise_nchw<")
+    with monkeypatch.context() as patch:
+        patch.setattr(cuda_plan, "DEPTHWISE_ROWS_VEC_HALO", 2)
+        assert plan_for(problem((32, 768, 7, 7), (768, 1, 7, 7), np.float32, groups=768,
+                                padding=3)).kernel.startswith("depthwise_nchw<")
     few = problem((2, 3, 30, 58), (3, 1, 3, 3), np.float32, groups=3, padding=1)
     plan = plan_for(few)                  # 58 columns: vectors of 2, 29 lanes; 3 warps
     assert plan.kernel == "depthwise_rows_vec<float, float, 2, 3, 3, 1, 1, 1>"

@@ -18,7 +18,8 @@ compiles it for at least N blocks an SM, "rfN" has its threads copy N input rows
 (DEPTHWISE_ROWS_PREFETCH; NHWC), "novec" runs NCHW on depthwise_rows, not depthwise_rows_vec,
 "vaN" / "vwN" / "vbN" / "vmN" give depthwise_rows_vec N rows loaded ahead / N warps a block at
 most / at least N blocks an SM / stride-1 maps of at least N output rows, "vvN" its vectors
-of N bytes at most, "rall" gives the rows kernels every map size; "mma" / "nomma" give the Tensor-Core kernels
+of N bytes at most, "no7" no 7x7 form on it, "vhN" its window's halo from N lanes a side at
+most, "rall" gives the rows kernels every map size; "mma" / "nomma" give the Tensor-Core kernels
 (float16 and bfloat16 NHWC: depthwise_mma_small_nhwc on maps of at most
 DEPTHWISE_MMA_SMALL_ROWS rows, depthwise_mma_nhwc above) every stride-1 form or none,
 "nosmall" / "smallN" give depthwise_mma_small_nhwc maps of no rows / at most N rows, "cbN"
@@ -56,7 +57,7 @@ WINDOWS = dict(cuda_plan.DEPTHWISE_WINDOWS)
 TILE_QT = dict(cuda_plan.DEPTHWISE_TILE_QT)
 ROWS = dict(cuda_plan.DEPTHWISE_ROWS)
 PREFETCH = cuda_plan.DEPTHWISE_ROWS_PREFETCH
-VEC_FORMS = cuda_plan.DEPTHWISE_ROWS_VEC_FORMS
+VEC_FORMS, VEC_HALO = cuda_plan.DEPTHWISE_ROWS_VEC_FORMS, cuda_plan.DEPTHWISE_ROWS_VEC_HALO
 VEC = (cuda_plan.DEPTHWISE_ROWS_VEC, cuda_plan.DEPTHWISE_ROWS_VEC_BYTES,
        cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD,
        cuda_plan.DEPTHWISE_ROWS_VEC_WARPS, cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS,
@@ -105,6 +106,7 @@ def configure(variant: str):
      cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD, cuda_plan.DEPTHWISE_ROWS_VEC_WARPS,
      cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_MIN_ROWS) = VEC
     cuda_plan.DEPTHWISE_ROWS_VEC_FORMS = VEC_FORMS
+    cuda_plan.DEPTHWISE_ROWS_VEC_HALO = VEC_HALO
     (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
      cuda_plan.DEPTHWISE_MMA_SMALL_CB, cuda_plan.DEPTHWISE_MMA_HALVES) = MMA
     options = {}
@@ -156,6 +158,10 @@ def configure(variant: str):
             vec_blocks = int(knob[2:])
         elif knob.startswith("vv"):            # rows on vectors: of N bytes (or fewer)
             cuda_plan.DEPTHWISE_ROWS_VEC_BYTES = tuple(b for b in (16, 8, 4) if b <= int(knob[2:]))
+        elif knob == "no7":                    # rows on vectors: no 7x7 form
+            cuda_plan.DEPTHWISE_ROWS_VEC_FORMS = tuple(f for f in VEC_FORMS if f[0] != 7)
+        elif knob.startswith("vh"):            # rows on vectors: halos of N lanes a side
+            cuda_plan.DEPTHWISE_ROWS_VEC_HALO = int(knob[2:])
         elif knob.startswith("vm"):            # rows on vectors: stride-1 maps of N rows up
             cuda_plan.DEPTHWISE_ROWS_VEC_MIN_ROWS = int(knob[2:])
         elif knob == "rall":                   # the rows kernels on every map size

@@ -1,9 +1,10 @@
 """depthwise_rows run on the CPU: its CUDA C++ compiled with g++ against a small emulation of
 the CUDA model (every thread of a block an OS thread, __syncthreads a barrier, shared memory a
-block's own buffer, cp.async a per-thread queue of copies), on float32 problems, each result
-checked against the float64 reference. For kernel logic written or changed without a GPU:
-it checks indexing, the copies-ahead ring's slots and zero fill, not speed, and not the
-hardware's memory model.
+block's own buffer, cp.async a per-thread queue of copies), on float32 problems (and, for
+depthwise_rows_vec's words of 16-bit and 64-bit elements, DTYPE_PROBLEMS on small integers,
+exact in every dtype), each result checked against the float64 reference. For kernel logic
+written or changed without a GPU: it checks indexing, the copies-ahead ring's slots and zero
+fill, not speed, and not the hardware's memory model.
 
 ``python3 tools/emulate_rows.py [--prefetch 0,1,2,4] [--strip 3]``: every problem below in
 NHWC (rows copied ahead by cp.async) and in NCHW on scalars (no copies ahead) and, where
@@ -24,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from im2win import reference
@@ -52,6 +54,29 @@ VECTOR_PROBLEMS = [
     ((1, 3, 6, 128), 3, dict(padding=(0, 1))),
     ((2, 10, 14, 14), 5, dict(padding=2)),
     ((2, 12, 7, 7), 3, dict(padding=1)),
+    ((2, 5, 12, 24), 7, dict(padding=3)),                  # 7x7
+    # halos past the next lane's vector: 7x7 on vectors of 2 and 1 columns (2 and 3 lanes a
+    # side), rows of 3 lanes (the halo past both ends), 5x5 on vectors of one column with
+    # more outputs than columns
+    ((2, 6, 14, 14), 7, dict(padding=3)),
+    ((2, 9, 7, 7), 7, dict(padding=3)),
+    ((1, 4, 8, 6), 7, dict(padding=3)),
+    ((1, 6, 9, 7), 5, dict(padding=2)),
+    ((1, 3, 6, 9), 5, dict(padding=((2, 2), (2, 4)))),
+]
+# ... in the other dtypes, whose 32-bit words hold two columns (16-bit) or half of one
+# (float64): exact on small integers (NCHW on vectors): 7x7 on 2 columns (2 lanes a side; 2
+# and 3 lanes a row, Q > W), on 4 (the left columns from the word of element 1), 5x5 at
+# stride 2 on 8 (a word on the right), 3x3 on 8 (the left one the high half of the last
+# word), float64's word pairs
+DTYPE_PROBLEMS = [
+    (np.float16, (2, 5, 8, 14), 7, dict(padding=3)),
+    (ml_dtypes.bfloat16, (1, 6, 8, 6), 7, dict(padding=((3, 3), (3, 6)))),
+    (np.float16, (2, 8, 9, 28), 7, dict(padding=3)),
+    (ml_dtypes.bfloat16, (1, 4, 9, 24), 5, dict(stride=2, padding=2)),
+    (np.float16, (2, 6, 8, 16), 3, dict(padding=1)),
+    (np.float64, (2, 5, 8, 14), 5, dict(padding=2)),
+    (np.float64, (1, 4, 7, 9), 3, dict(padding=((1, 1), (1, 3)))),
 ]
 
 SHIM = r"""
@@ -236,6 +261,9 @@ template <typename T> inline void mma_m16n8k8(float (&d)[4], unsigned a0, unsign
 """
 
 MAIN = r"""
+#ifndef ELEM
+#define ELEM float
+#endif
 int main(int argc, char** argv) {
   // argv: late N C H W P Q pt pl PS xn xc xh xw bx by bz gx gy gz, then files x w b y
   int a = 1;
@@ -247,14 +275,17 @@ int main(int argc, char** argv) {
   blockDim.x = atoi(argv[a++]); blockDim.y = atoi(argv[a++]); blockDim.z = atoi(argv[a++]);
   gridDim.x = atoi(argv[a++]); gridDim.y = atoi(argv[a++]); gridDim.z = atoi(argv[a++]);
   auto load = [](const char* path, size_t n) {
-    std::vector<float> v(n);
-    FILE* f = fopen(path, "rb"); if (fread(v.data(), 4, n, f) != n) abort(); fclose(f);
+    std::vector<ELEM> v(n);
+    FILE* f = fopen(path, "rb");
+    if (fread(v.data(), sizeof(ELEM), n, f) != n) abort();
+    fclose(f);
     return v;
   };
   size_t xs = (size_t)N * C * H * W;
   auto x = load(argv[a++], xs), w = load(argv[a++], (size_t)C * R_ * R_);
   auto b = load(argv[a++], C);
-  std::vector<float> y((size_t)N * C * P * Q, NAN);
+  std::vector<ELEM> y((size_t)N * C * P * Q);
+  std::memset(y.data(), 0xff, y.size() * sizeof(ELEM));         // NaN in every float type
   const char* out = argv[a++];
   for (unsigned bz = 0; bz < gridDim.z; ++bz)
     for (unsigned by = 0; by < gridDim.y; ++by)
@@ -263,8 +294,23 @@ int main(int argc, char** argv) {
           KERNEL(x.data(), w.data(), b.data(), y.data(), N, C, H, W, P, Q, pt, pl, PS, xn, xc,
                  xh, xw);
         });
-  FILE* f = fopen(out, "wb"); fwrite(y.data(), 4, y.size(), f); fclose(f);
+  FILE* f = fopen(out, "wb"); fwrite(y.data(), sizeof(ELEM), y.size(), f); fclose(f);
   return 0;
+}
+"""
+
+# bfloat16 and float64 for the rows kernels (with MMA_SHIM's 16-bit types): DTYPE_PROBLEMS.
+DTYPE_SHIM = r"""
+inline double to_acc(double v, double) { return v; }
+inline double madd(double a, double b, double c) { return std::fma(a, b, c); }
+template <typename T> T from_acc(double v);
+template <> double from_acc<double>(double v) { return v; }
+inline float to_acc(bf16_t v, float) {
+  const unsigned u = (unsigned)v.bits << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+template <> bf16_t from_acc<bf16_t>(float v) {                  // round to nearest even
+  unsigned u; std::memcpy(&u, &v, 4); u += 0x7fff + ((u >> 16) & 1);
+  bf16_t r; r.bits = (unsigned short)(u >> 16); return r;
 }
 """
 
@@ -334,20 +380,25 @@ def kernel_source(whole: bool = False) -> str:
     return text
 
 
-def run(x_shape, R, kwargs, layout, prefetch, strip, late, vec, workdir: Path):
+def run(x_shape, R, kwargs, layout, prefetch, strip, late, vec, workdir: Path,
+        dtype=np.float32):
     """(error, kernel) of the rows kernel on one problem (NCHW: on vectors where `vec` and
-    depthwise_rows_vec takes it), or None where neither form takes it."""
+    depthwise_rows_vec takes it), or None where neither form takes it. float32: uniform
+    values; other dtypes: small integers, whose results every dtype holds exactly."""
     rng = np.random.default_rng(0)
     N, C, H, W = x_shape
-    x = rng.uniform(-1, 1, x_shape).astype(np.float32)            # NCHW values
-    w = rng.uniform(-1, 1, (C, 1, R, R)).astype(np.float32)
-    b = rng.uniform(-1, 1, C).astype(np.float32)
+    if dtype == np.float32:
+        x, w, b = (rng.uniform(-1, 1, shape).astype(dtype)               # NCHW values
+                   for shape in (x_shape, (C, 1, R, R), C))
+    else:
+        x, w, b = (rng.integers(-2, 3, shape).astype(dtype)
+                   for shape in (x_shape, (C, 1, R, R), C))
     xl = x if layout == "NCHW" else x.transpose(0, 2, 3, 1).copy()
     wl = w if layout == "NCHW" else w.transpose(0, 2, 3, 1).copy()
     prob = make_problem(xl, wl, b, layout=layout, groups=C, **kwargs)
-    strides = tuple(s // 4 for s in (xl.strides if layout == "NCHW" else
-                                     (xl.strides[0], xl.strides[3], xl.strides[1],
-                                      xl.strides[2])))
+    strides = tuple(s // xl.itemsize for s in (xl.strides if layout == "NCHW" else
+                                               (xl.strides[0], xl.strides[3], xl.strides[1],
+                                                xl.strides[2])))
     saved = (cuda_plan.DEPTHWISE_ROWS_MIN_ROWS, cuda_plan.DEPTHWISE_ROWS_STRIP,
              cuda_plan.DEPTHWISE_ROWS_PREFETCH, cuda_plan.DEPTHWISE_ROWS_VEC,
              cuda_plan.DEPTHWISE_ROWS_VEC_AHEAD)
@@ -369,9 +420,11 @@ def run(x_shape, R, kwargs, layout, prefetch, strip, late, vec, workdir: Path):
     ref = reference.conv2d(xl.astype(np.float64), wl.astype(np.float64), b.astype(np.float64),
                            layout=layout, groups=C, **kwargs)
     args = [int(late), *geo.ints, *geo.x_strides, *geo.block, *geo.grid(prob, 132)]
-    return emulate(workdir, "rows_" + name, lambda: SHIM + kernel_source() +
-                   f"\n#define R_ {R}\n#define KERNEL {name}\n" + MAIN,
-                   args, (xl, wl, b), prob.y_shape, np.float32, ref), name
+    shim = SHIM if dtype == np.float32 else SHIM + MMA_SHIM + DTYPE_SHIM
+    elem = name[name.index("<") + 1:name.index(",")]
+    return emulate(workdir, "rows_" + name, lambda: shim + kernel_source() +
+                   f"\n#define R_ {R}\n#define ELEM {elem}\n#define KERNEL {name}\n" + MAIN,
+                   args, (xl, wl, b), prob.y_shape, dtype, ref), name
 
 
 def main(argv=None) -> int:
@@ -400,6 +453,18 @@ def main(argv=None) -> int:
                         failures += report(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} "
                                            f"{layout}{' vec' if vec else ''} PF={prefetch} "
                                            f"{'late ' if late else 'early'}", *out[:1], 1e-5)
+        for dtype, x_shape, R, kwargs in DTYPE_PROBLEMS:
+            for prefetch in map(int, args.prefetch.split(",")):
+                out = run(x_shape, R, kwargs, "NCHW", prefetch, args.strip, False, True,
+                          Path(tmp), dtype)
+                if out is None:
+                    print(f"{np.dtype(dtype).name} {x_shape} {R}x{R} {kwargs}: not on vectors "
+                          f"WRONG")
+                    failures += 1
+                    continue
+                runs += 1
+                failures += report(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} NCHW vec "
+                                   f"PF={prefetch} {np.dtype(dtype).name}", *out[:1], 0.0)
     print(f"all {runs} correct" if not failures else f"{failures} of {runs} WRONG")
     return 1 if failures else 0
 

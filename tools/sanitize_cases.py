@@ -59,7 +59,16 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    # depthwise_rows_vec (NCHW; the first case too): 5x5 at stride 2, more
                    # output columns than vectors
                    ((2, 12, 9, 56), (12, 1, 5, 5), dict(stride=2, padding=2)),
-                   ((1, 6, 7, 120), (6, 1, 3, 3), dict(padding=((1, 1), (1, 4))))]
+                   ((1, 6, 7, 120), (6, 1, 3, 3), dict(padding=((1, 1), (1, 4)))),
+                   ((1, 8, 9, 32), (8, 1, 7, 7), dict(padding=3)),
+                   # ... halos of 2 lanes a side (7x7 on vectors of 2 columns; 5x5 on 1 in
+                   # float32) and 3 (7x7 on 1: float32), rows of 3 lanes, 7x7 on vectors of
+                   # 4 (16-bit types)
+                   ((2, 12, 14, 14), (12, 1, 7, 7), dict(padding=3)),
+                   ((1, 10, 7, 7), (10, 1, 7, 7), dict(padding=3)),
+                   ((1, 6, 8, 6), (6, 1, 7, 7), dict(padding=3)),
+                   ((1, 6, 7, 7), (6, 1, 5, 5), dict(padding=2)),
+                   ((2, 8, 9, 28), (8, 1, 7, 7), dict(padding=3))]
 MODES = ("float16", "wgmma", "tma", "tf32", "depthwise", "narrow", "pointwise", "ffma")
 ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
 if ONLY is not None and ONLY not in MODES:

@@ -465,13 +465,15 @@ __device__ __forceinline__ T word_element(const unsigned* u, int e) {
 // past C take part in the exchanges, reading and storing nothing). Lane g of a row reads the
 // row's vector of columns g*V .. g*V+V-1 (one load) and computes the QT = V/SW output columns
 // q = g*QT .. over it: its window, columns g*V - PL .. g*V + V + RH - 1 (J = (QT-1)*SW + S_
-// of them), is the last PL columns of lane g-1's vector, its own and the first RH of lane
-// g+1's, exchanged by warp shuffles of 32-bit words (zeros for columns outside [0, W): lane 0's
-// left, the last lane's right). The rows are walked as in depthwise_rows (each input row once,
-// added to every output row of the strip over it, products in window order, a row stored when
-// its last filter row is added); the filter's R_*S_ taps in registers; each thread loads its
-// vector PF rows ahead of the row it adds, into registers. Stores of QT columns as one vector
-// where y's rows allow it.
+// of them), is the last PL columns of the vectors of the DL lanes before it, its own and the
+// first RH of the DR lanes after it (DL = ceil(PL/V), DR = ceil(RH/V); more than 1 only where
+// the halo is wider than a vector: 5x5 on vectors of 1 column, 7x7 on 1 or 2), exchanged by
+// warp shuffles of the 32-bit words that hold them (zeros for columns outside [0, W): the left
+// of the row's first lanes, the right of its last). The rows are walked as in depthwise_rows
+// (each input row once, added to every output row of the strip over it, products in window
+// order, a row stored when its last filter row is added); the filter's R_*S_ taps in
+// registers; each thread loads its vector PF rows ahead of the row it adds, into registers.
+// Stores of QT columns as one vector where y's rows allow it.
 template <typename T, typename Acc, int V, int R_, int S_, int SH, int SW, int PF>
 __global__ void __launch_bounds__(256)
     depthwise_rows_vec(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
@@ -480,16 +482,15 @@ __global__ void __launch_bounds__(256)
   constexpr int QT = V / SW, PL = (S_ - 1) / 2, J = (QT - 1) * SW + S_, RH = J - PL - V;
   constexpr int NS = (R_ + SH - 1) / SH, PERIOD = NS * SH, LIFT = R_ * SH, RS = R_ * S_;
   constexpr int TB = V * sizeof(T), WORDS = TB / 4;           // a vector's bytes and words
-  constexpr int LEFT = (V - PL) * sizeof(T) / 4, RIGHT = (RH * sizeof(T) + 3) / 4;
-  static_assert(V % SW == 0 && PL <= V && RH >= 0 && RH <= V && TB % 4 == 0 && TB <= 16,
-                "a window of the vector, the last PL of the left one and the first RH of the right");
+  constexpr int DL = (PL + V - 1) / V, DR = (RH + V - 1) / V;  // lanes the halo spans a side
+  static_assert(V % SW == 0 && RH >= 0 && TB % 4 == 0 && TB <= 16,
+                "the window: the vector, PL columns on its left and RH on its right");
   struct alignas(TB) Words { unsigned u[WORDS]; };
   typedef typename RawBytes<TB>::type Raw;
   const int NV = max((W + V - 1) / V, (Q + QT - 1) / QT), SEG = 32 / NV;
   const int lane = threadIdx.x, seg = lane / NV, g = lane - seg * NV;
   const int k = (blockIdx.x * blockDim.y + threadIdx.y) * SEG + seg;
   const bool on = seg < SEG && k < C;                         // a row's lane, a channel
-  const bool has_left = g > 0, has_right = (g + 1) * V < W;   // the neighbours' columns in x
   const bool has_own = on && g * V < W;
   Acc f[RS], b = Acc(0);
 #pragma unroll
@@ -537,23 +538,30 @@ __global__ void __launch_bounds__(256)
           own = load(h);
         }
         if (h >= 0 && h < H) {                                // the same for the whole block
-          unsigned left[WORDS] = {}, right[WORDS] = {};
+          // lane g + d's vector at row[DL + d] (d = -DL .. DR; zeros where it is not this
+          // row's, or lies past W), the words of it that the window takes
+          unsigned row[DL + 1 + DR][WORDS] = {};
 #pragma unroll
-          for (int u = LEFT; u < WORDS; ++u) {
-            left[u] = __shfl_up_sync(0xffffffffu, own.u[u], 1);
-            if (!has_left) left[u] = 0u;
-          }
+          for (int u = 0; u < WORDS; ++u) row[DL][u] = own.u[u];
 #pragma unroll
-          for (int u = 0; u < RIGHT; ++u) {
-            right[u] = __shfl_down_sync(0xffffffffu, own.u[u], 1);
-            if (!has_right) right[u] = 0u;
-          }
+          for (int d = 1; d <= DL; ++d)                       // its elements d*V - PL .. V - 1
+#pragma unroll
+            for (int u = max(d * V - PL, 0) * (int)sizeof(T) / 4; u < WORDS; ++u) {
+              row[DL - d][u] = __shfl_up_sync(0xffffffffu, own.u[u], d);
+              if (g < d) row[DL - d][u] = 0u;
+            }
+#pragma unroll
+          for (int d = 1; d <= DR; ++d)               // its elements 0 .. min(RH - (d-1)*V, V) - 1
+#pragma unroll
+            for (int u = 0; u < (min(RH - (d - 1) * V, V) * (int)sizeof(T) + 3) / 4; ++u) {
+              row[DL + d][u] = __shfl_down_sync(0xffffffffu, own.u[u], d);
+              if ((g + d) * V >= W) row[DL + d][u] = 0u;
+            }
           Acc win[J];
 #pragma unroll
-          for (int j = 0; j < J; ++j)
-            win[j] = to_acc(j < PL     ? word_element<T>(left, V - PL + j)
-                            : j < PL + V ? word_element<T>(own.u, j - PL)
-                                         : word_element<T>(right, j - PL - V), Acc());
+          for (int j = 0; j < J; ++j)                         // column g*V - PL + j
+            win[j] = to_acc(word_element<T>(row[(j + DL * V - PL) / V], (j + DL * V - PL) % V),
+                            Acc());
 #pragma unroll
           for (int r = 0; r < R_; ++r) {                      // output row p: h = p*SH - pt + r
             const int d = i - r + LIFT;

@@ -1016,8 +1016,21 @@ def depthwise_rows_prefetch(prob: Problem, tv: int, rows: int | None = None) -> 
 # register windows (the suite's back-to-back times of those calls: 17.8 -> 21.7 and 23.2 ->
 # 13.5).
 DEPTHWISE_ROWS_VEC = True
-DEPTHWISE_ROWS_VEC_FORMS = ((3, 1), (3, 2), (5, 1), (5, 2))    # (S = R, stride)
+DEPTHWISE_ROWS_VEC_FORMS = ((3, 1), (3, 2), (5, 1), (5, 2), (7, 1))    # (S = R, stride)
 DEPTHWISE_ROWS_VEC_BYTES = (16, 8, 4)       # a vector's bytes, the first W allows
+# The window's columns from the vectors of up to DEPTHWISE_ROWS_VEC_HALO lanes a side: 3 takes
+# 7x7 on vectors of 2 and 1 columns (convnext_tiny.5 and .7 in float32: 14x14 and 7x7 maps;
+# .5 in float16 and bfloat16) and 5x5 on vectors of 1 (efficientnet_b0.39 in float32), 1
+# only the next lane's (depthwise_dev's "vhN"; float64 keeps one lane and no 7x7, untimed:
+# depthwise_rows_vec_form). `tools/depthwise_dev.py --variants tile,no7+vh1,vv8` (batch 32,
+# GPU us replayed from CUDA graphs, on an H100: the H200 was not lent; no7+vh1 is the choice
+# before, the register windows), this form against it (cuDNN): float32 NCHW convnext_tiny.1
+# 61.8 / 142.7 (316.6), .3 35.9 / 72.6 (166.1), .5 22.8 / 40.5 (84.4), .7 17.8 / 20.4
+# (45.9), efficientnet_b0.39 14.8 / 23.5 (31.9); float16 NCHW .1 50.0 / 120.0 (338.3), .3
+# 34.9 / 71.3, .5 22.5 / 41.2, .7 and efficientnet_b0.39 the same (20.2, 24.4-24.6);
+# bfloat16 alike (.1 54.2 / 121.9). 16-byte vectors for the 16-bit types ("vv8") lost on .1
+# (58.7 in float16).
+DEPTHWISE_ROWS_VEC_HALO = 3
 DEPTHWISE_ROWS_VEC_AHEAD = 1
 DEPTHWISE_ROWS_VEC_WARPS = 4
 DEPTHWISE_ROWS_VEC_MIN_ROWS = 0
@@ -1029,8 +1042,9 @@ def depthwise_rows_vector(prob: Problem, x_strides, x_aligned: bool) -> int:
     DEPTHWISE_ROWS_VEC_MIN_ROWS output rows), V of the first of DEPTHWISE_ROWS_VEC_BYTES that
     fits, or 0 where it does not take it: x's rows contiguous, its start (x_aligned) and
     strides whole vectors, W a multiple of V, the left padding (S-1)/2, V a multiple of the
-    stride and the window's halo within the neighbours' vectors, and a row's lanes (at least
-    W/V and Q/(V/sw)) within a warp."""
+    stride and the window's halo within DEPTHWISE_ROWS_VEC_HALO lanes a side
+    (`depthwise_rows_vec_form`), and a row's lanes (at least W/V and Q/(V/sw)) within a
+    warp."""
     if not (DEPTHWISE_ROWS_VEC and prob.layout == "NCHW" and x_aligned and x_strides[3] == 1 and
             (prob.S, prob.sw) in DEPTHWISE_ROWS_VEC_FORMS and square_depthwise(prob, 1) and
             prob.pl == (prob.S - 1) // 2 and
@@ -1038,8 +1052,9 @@ def depthwise_rows_vector(prob: Problem, x_strides, x_aligned: bool) -> int:
         return 0
     for size in DEPTHWISE_ROWS_VEC_BYTES:
         V = size // prob.dtype.itemsize
-        if (depthwise_rows_vec_form(prob.S, prob.sw, V) and prob.W % V == 0 and
-                all(t % V == 0 for t in x_strides[:3]) and depthwise_rows_vec_lanes(prob, V) <= 32):
+        if (depthwise_rows_vec_form(prob.S, prob.sw, V, prob.dtype.itemsize) and
+                prob.W % V == 0 and all(t % V == 0 for t in x_strides[:3]) and
+                depthwise_rows_vec_lanes(prob, V) <= 32):
             return V
     return 0
 
@@ -1050,15 +1065,19 @@ def depthwise_rows_vec_lanes(prob: Problem, V: int) -> int:
     return max(-(-prob.W // V), -(-prob.Q // (V // prob.sw)))
 
 
-def depthwise_rows_vec_form(S: int, sw: int, V: int) -> bool:
+def depthwise_rows_vec_form(S: int, sw: int, V: int, itemsize: int) -> bool:
     """Whether depthwise_rows_vec has a form for S x S filters at stride sw on vectors of V
-    columns: V a multiple of sw, and a window's (S-1)/2 columns on the left and those past
-    the vector on the right within the neighbours' vectors."""
-    if V < 1 or V % sw:
+    columns of `itemsize`-byte elements: V a multiple of sw, and a window's (S-1)/2 columns
+    on the left and those past the vector on the right within the vectors of
+    DEPTHWISE_ROWS_VEC_HALO lanes a side. float64 keeps one lane a side and no 7x7 until
+    those are timed (its 7x7 takes 192 registers a thread on vectors of 2 columns; on 1,
+    nvcc leaves the walk over a period's 7 rows rolled, the accumulators in local memory)."""
+    if V < 1 or V % sw or (itemsize == 8 and S == 7):
         return False
+    halo = (1 if itemsize == 8 else DEPTHWISE_ROWS_VEC_HALO) * V
     left = (S - 1) // 2
     right = (V // sw - 1) * sw + S - left - V
-    return left <= V and 0 <= right <= V
+    return left <= halo and 0 <= right <= halo
 
 
 def depthwise_rows_vec_kernel_name(T: str, Acc: str, V: int, S: int, sw: int, ahead: int) -> str:
@@ -2397,7 +2416,7 @@ def specializations() -> list[tuple[str, str]]:
                 for (S, sw), size in itertools.product(DEPTHWISE_ROWS_VEC_FORMS,
                                                        DEPTHWISE_ROWS_VEC_BYTES):
                     V = size // prob.dtype.itemsize
-                    if depthwise_rows_vec_form(S, sw, V):
+                    if depthwise_rows_vec_form(S, sw, V, prob.dtype.itemsize):
                         out.add(("depthwise", depthwise_rows_vec_kernel_name(
                             T, Acc, V, S, sw, DEPTHWISE_ROWS_VEC_AHEAD)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
