@@ -1078,6 +1078,26 @@ rows ahead (22.9), blocks of 128 threads (27.7), two columns a thread (27.2) and
 bounded for 3 or 4 blocks an SM (spills: 58.5 and 83.7) each gained nothing
 (`logs/depthwise-rows-nhwc-sweep.log`).
 
+**Wider halos and 7x7 on the NCHW vectors** (2026-12-05, nineteenth session; written in the
+eighteenth without a GPU, `DEPTHWISE_ROWS_VEC_HALO`, docs/design.md): lane g takes its
+window's columns from up to 3 lanes a side, and 7x7 at stride 1 joins the forms, which puts
+ConvNeXt's 7x7 layers and efficientnet_b0.39 in NCHW on the vectors instead of the register
+windows. `tools/depthwise_dev.py --variants tile,no7+vh1,vv8` on an **H100** (the H200 was not
+lent that session; batch 32, GPU µs replayed from CUDA graphs, the register windows before
+-> the vectors; TB/s at the new time; cuDNN in brackets, same run):
+
+| layer | float32 NCHW | float16 NCHW | bfloat16 NCHW |
+|---|---|---|---|
+| convnext_tiny.1 (56x56) | 142.7 -> **61.8**, 1.25 TB/s (316.6) | 120.0 -> **50.0** (338.3) | 121.9 -> **54.2** (334.1) |
+| convnext_tiny.3 (28x28) | 72.6 -> **35.9** (166.1) | 71.3 -> **34.9** (176.8) | 72.6 -> **34.4** (174.3) |
+| convnext_tiny.5 (14x14, nine in the network) | 40.5 -> **22.8** (84.4) | 41.2 -> **22.5** (89.8) | 42.2 -> **22.9** (89.3) |
+| convnext_tiny.7 (7x7) | 20.4 -> **17.8** (45.9) | 20.2 -> 20.2 (48.8) | 21.1 -> 20.9 (49.6) |
+| efficientnet_b0.39 (5x5 on 7x7) | 23.5 -> **14.8** (31.9) | 24.4 -> 24.6 (23.8) | 23.9 -> 24.1 (33.5) |
+
+ConvNeXt-T's eighteen 7x7 calls a pass (three each of .1, .3 and .7, nine of .5) in float32 NCHW
+at these times: 1072 µs on the register windows, 552 on the vectors (cuDNN 2345). 16-byte vectors for the 16-bit types (`vv8`) lost on
+convnext_tiny.1 (58.7 and 62.5). The suite tables above predate it.
+
 **The copy's own rate.** `python3 tools/copy_bandwidth.py` (`logs/copy-bandwidth.log`; H200,
 replayed from CUDA graphs, sources cycled out of the L2 cache) moved (read plus written)
 
