@@ -256,11 +256,21 @@ def test_captured_copies_around_a_kernel_replay_the_eager_results_bit_for_bit(rn
     (2, 40, 200, 8, 0),          # src rows padded (sr = cols + 8), tiles' tails
     (2, 40, 200, 8, 1),          # src one element off a 16-byte boundary: element by element
     (2, 36, 49, 0, 0),           # rows and columns not whole words (cv12's x: 49 pixels)
-    (1, 8, 8, 0, 0)])
+    (1, 8, 8, 0, 0),
+    (5, 512, 9, 0, 0),           # a filter's taps under TRANSPOSE_TAPS_MIN_ELEMENTS:
+    (3, 1000, 25, 0, 1),         # one element a thread
+    (4, 3, 1, 0, 0),
+    (60, 512, 9, 0, 0),          # past it, rows contiguous: transpose_taps, 2 passes of 455
+    #                              rows an item in float32
+    (11, 1000, 25, 0, 1),        # 5 x 5 taps off a 16-byte boundary, 7 passes in float32
+    (600000, 1, 3, 0, 0),        # more passes than the grid's 8 * 65535 blocks: its loop
+    (2, 40, 9, 3, 0)])           # taps of padded rows (sr = cols + 3): transpose_narrow
 def test_layout_transposes_move_every_element(rng, dtype, batch, rows, cols, pad, offset):
-    """Executable._transpose (layout.cu's transpose_words where both sides' rows are whole
-    16-byte words, else transpose_batched): dst[b, c, r] = src[b, r, c], nothing else
-    written. Compared bit for bit through unsigned views (bfloat16 has no CuPy ufuncs)."""
+    """Executable._transpose (layout.cu's transpose_taps for fewer than 32 columns where rows
+    are contiguous and TRANSPOSE_TAPS_MIN_ELEMENTS move, transpose_narrow for fewer otherwise, transpose_words where both sides'
+    rows are whole 16-byte words, else transpose_batched): dst[b, c, r] = src[b, r, c],
+    nothing else written. Compared bit for bit through unsigned views (bfloat16 has no CuPy
+    ufuncs)."""
     from im2win.cuda import launch
     x, w = cupy.zeros((2, 16, 8, 8), dtype), cupy.zeros((16, 16, 3, 3), dtype)
     prob = make_problem(x, w, padding=1)

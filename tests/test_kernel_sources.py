@@ -138,6 +138,12 @@ def test_python_constants_match_the_kernel_files():
     launch = (pathlib.Path(wgrad.__file__).parent / "launch.py").read_text()
     tile = re.findall(r"^TRANSPOSE_TILE = (\d+)", launch, re.M)
     assert tile == [str(constexpr("layout", "TRANSPOSE_TILE"))]
+    taps = re.findall(r"^TRANSPOSE_TAPS_BYTES = (\d+)", launch, re.M)
+    assert taps == [str(constexpr("layout", "TRANSPOSE_TAPS_BYTES"))]
+    emulation = (ROOT_DIR / "tools" / "emulate_layout.py").read_text()
+    assert re.findall(r"^TAPS_BYTES = (\d+)", emulation, re.M) == taps
+    least = re.findall(r"^TRANSPOSE_TAPS_MIN_ELEMENTS = (.+)$", launch, re.M)
+    assert least == re.findall(r"^TAPS_MIN = (\S+ << \d+|\d+)", emulation, re.M)
 
 
 def emulation(tool: str, args: list[str], capsys) -> None:
@@ -196,8 +202,8 @@ def test_depthwise_tensor_core_logic_in_a_cpu_emulation(capsys):
 
 @GXX
 def test_layout_transposes_in_a_cpu_emulation(capsys):
-    """layout.cu's transposes (64 x 64 tiles, 16-byte words for 2-byte elements, one element a
-    thread for narrow matrices) compiled with g++ against tools/emulate_layout.py's emulation,
+    """layout.cu's transposes (64 x 64 tiles, 16-byte words for 2-byte elements, narrow
+    matrices a pass of contiguous rows a block or one element a thread) compiled with g++ against tools/emulate_layout.py's emulation,
     each launched as Executable._transpose picks and sizes it and again on one block along the
     dimension its blocks loop over: every element moved, bit for bit, nothing else written.
     (A column index off by one, an image skipped by the blocks' loop or a column stride

@@ -37,7 +37,11 @@ CASES = [
     (8, 2, 33, 65, 0, 1, 0),        # 8-byte elements
     (4, 2, 40, 9, 3, 1, 0),         # a filter's taps, rows padded: one element a thread
     (4, 3, 20, 5, 0, 2, 0),         # columns 2 apart (an x of one column: sc = xh)
-    (2, 5, 7, 3, 0, 1, 0),          # narrow and tiny
+    (2, 5, 7, 3, 0, 1, 0),          # narrow and tiny, rows contiguous: still one a thread
+    (4, 60, 600, 9, 0, 1, 0),       # a 3 x 3 filter's taps (transpose_taps), 2 passes an item
+    (2, 11, 1000, 25, 0, 1, 1),     # 5 x 5 taps, off a 16-byte boundary, 4 passes an item
+    (8, 30, 300, 31, 0, 1, 0),      # 8-byte elements, 31 columns (pitch 31), 5 passes
+    (4, 100, 2700, 1, 0, 1, 0),     # 1 x 1 taps of 2700 channels, one pass an item
 ]
 
 MAIN = r"""
@@ -83,9 +87,11 @@ int main(int argc, char** argv) {
 """
 
 GUARD = 8                                   # dst elements kept on each side
-KERNELS = {"batched": 0, "narrow": 1, "words": 2}
+KERNELS = {"batched": 0, "narrow": 1, "words": 2, "taps": 3}
 TILED = ("batched", "words")                # a block a tile: gridDim.x is the tile count
-EXTRA = ""                                  # further kernels' launches in MAIN
+EXTRA = "if (kernel == 3) transpose_taps<T>(s, d, batch, rows, cols, sb);"
+TAPS_BYTES = 16384                          # layout.cu's TRANSPOSE_TAPS_BYTES
+TAPS_MIN = 1 << 18                          # launch.py's TRANSPOSE_TAPS_MIN_ELEMENTS
 
 
 def kernel_source() -> str:
@@ -110,6 +116,9 @@ def launch(item: int, batch: int, rows: int, cols: int, sb: int, sr: int, sc: in
     """(kernel, grid, block) as launch.py's Executable._transpose picks them (dst 16-byte
     aligned, as CuPy's allocations are)."""
     tiles = -(-rows // TILE) * -(-cols // TILE)
+    if cols < TILE // 2 and sc == 1 and sr == cols and batch * rows * cols >= TAPS_MIN:
+        chunk = TAPS_BYTES // item // (cols | 1)
+        return "taps", (min(batch * -(-rows // chunk), 8 * 65535), 1), (256, 1)
     if cols < TILE // 2:
         return "narrow", (min(-(-batch * rows * cols // 256), 8 * 65535), 1), (256, 1)
     if item == 2 and sc == 1 and rows % 8 == 0 and cols % 8 == 0 and sr % 8 == 0 and \

@@ -127,6 +127,13 @@ P64, I64, I32 = np.uint64, np.int64, np.int32
 TRANSPOSE_PARAMS = [("src", P64), ("dst", P64)] + [(n, I64) for n in ("batch", "rows", "cols",
                                                                       "sb", "sr", "sc")]
 TRANSPOSE_WORDS_PARAMS = TRANSPOSE_PARAMS[:-1]
+TRANSPOSE_TAPS_PARAMS = TRANSPOSE_PARAMS[:-2]
+TRANSPOSE_TAPS_BYTES = 16384        # layout.cu's: a transpose_taps pass's shared memory
+# transpose_taps from this many elements: on the H100 (tools/twin_dev.py, float32, us, taps /
+# transpose_narrow) the filters of 0.59-2.4 M elements went 14.4 -> 13.2 (cv5), 17.4 -> 14.3
+# (cv6), 14.8 -> 13.0 (cv11), 25.7 -> 20.8 (cv12), those of 0.07-0.15 M 10.0 -> 11.7 (cv9),
+# 11.0 -> 11.5 (cv4), 11.0 -> 11.3 (cv8), 11.9 both (cv10): few blocks, one an item.
+TRANSPOSE_TAPS_MIN_ELEMENTS = 1 << 18
 SPLIT_REDUCE_PARAMS = [("partial", P64), ("bias", P64), ("y", P64), ("total", I64),
                        ("K", I32), ("splits", I32)]
 TF32_SPLIT_PARAMS = [("w", P64), ("split", P64), ("n", I64)]
@@ -446,6 +453,7 @@ class Executable:
                 tma.encode_im2col(x, args.x, True),
                 tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box)))
         self.inner = self.transpose = self.transpose_words = self.transpose_narrow = None
+        self.transpose_taps = None
         self.columns = None
         T = CUDA_TYPES[prob.dtype.name][0]
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
@@ -460,6 +468,7 @@ class Executable:
                 self.transpose = packed("layout", f"transpose_batched<{T}>", TRANSPOSE_PARAMS)
         if self.transpose is not None:
             self.transpose_narrow = packed("layout", f"transpose_narrow<{T}>", TRANSPOSE_PARAMS)
+            self.transpose_taps = packed("layout", f"transpose_taps<{T}>", TRANSPOSE_TAPS_PARAMS)
         if self.transpose is not None and prob.dtype.itemsize == 2:
             self.transpose_words = packed("layout", f"transpose_words<{T}>",
                                           TRANSPOSE_WORDS_PARAMS)
@@ -529,13 +538,23 @@ class Executable:
 
     def _transpose(self, src, dst, batch, rows, cols, sb, sr, sc):
         """dst (contiguous (batch, cols, rows)) = each of src's batch (rows x cols) matrices,
-        elements at b*sb + r*sr + c*sc, transposed (layout.cu): one element a thread where
-        cols is under half a tile (transpose_narrow: a filter's taps), in 16-byte words where
-        both sides' rows are whole words (transpose_words), else through 64 x 64 tiles."""
+        elements at b*sb + r*sr + c*sc, transposed (layout.cu). Where cols is under half a
+        tile (a filter's taps): passes of an item's rows through shared memory where its rows
+        are contiguous and it moves TRANSPOSE_TAPS_MIN_ELEMENTS or more (transpose_taps),
+        else one element a thread (transpose_narrow); in 16-byte
+        words where both sides' rows are whole words (transpose_words); else through 64 x 64
+        tiles."""
         tiles = -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
         grid, stream = (tiles, min(batch, 65535), 1), cupy.cuda.get_current_stream().ptr
         a, b = src.data.ptr, dst.data.ptr
-        if cols < TRANSPOSE_TILE // 2:          # a filter's taps: one element a thread
+        if cols < TRANSPOSE_TILE // 2 and sc == 1 and sr == cols and \
+                batch * rows * cols >= TRANSPOSE_TAPS_MIN_ELEMENTS:
+            chunk = TRANSPOSE_TAPS_BYTES // src.dtype.itemsize // (cols | 1)   # rows a pass
+            passes = batch * -(-rows // chunk)
+            self.transpose_taps((min(passes, 8 * 65535), 1, 1), (256, 1, 1), stream, a, b, batch,
+                                rows, cols, sb)
+            return
+        if cols < TRANSPOSE_TILE // 2:          # rows apart: one element a thread
             total = batch * rows * cols
             self.transpose_narrow((min(-(-total // 256), 8 * 65535), 1, 1), (256, 1, 1), stream,
                                   a, b, batch, rows, cols, sb, sr, sc)

@@ -72,6 +72,69 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The same transpose for narrow items of contiguous rows (cols < TRANSPOSE_TILE / 2, sr =
+// cols, sc = 1: a filter's R*S taps of C/G channels, the twin's w copy; an image of fewer than
+// 32 pixels): transpose_narrow reads such an item cols elements apart across a warp (the H200
+// moved resnet50.16's 256 x 256 x 3 x 3 filter in 6.7 us, 0.7 TB/s, and cv12's 512 x 512 x 3
+// x 3 copy is four times that). Here a block takes a pass at a time: as many consecutive rows
+// of one item as TRANSPOSE_TAPS_BYTES hold at an odd pitch (launch.py: TRANSPOSE_TAPS_BYTES,
+// the grid), read along src (one contiguous run), stored into shared memory, then written
+// along dst, the pass's part of each dst row a run of consecutive elements (consecutive
+// threads read shared memory a pitch apart: distinct banks for 4-byte elements); each thread
+// has 8 loads in flight before it stores them. Quotients and remainders advance by addition;
+// 64-bit offsets.
+constexpr int TRANSPOSE_TAPS_BYTES = 16384;
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    transpose_taps(const T* __restrict__ src, T* __restrict__ dst, i64 batch, i64 rows,
+                   i64 cols, i64 sb) {
+  constexpr int CELLS = TRANSPOSE_TAPS_BYTES / sizeof(T), AHEAD = 8;
+  __shared__ T tile[CELLS];
+  const int S = (int)cols, pitch = S | 1, chunk = CELLS / pitch;   // cols < 32: chunk >= 1
+  const int t = threadIdx.x, nt = blockDim.x;
+  const i64 passes = (rows + chunk - 1) / chunk;
+  for (i64 u = blockIdx.x; u < batch * passes; u += gridDim.x) {
+    const i64 b = u / passes, r0 = (u - b * passes) * chunk;    // item b, rows r0 ..
+    const int m = (int)min((i64)chunk, rows - r0), n = m * S;   // the pass's rows, elements
+    const T* run = src + b * sb + r0 * S;
+    T* d = dst + b * rows * cols + r0;
+    int r = t / S, c = t - r * S;                  // element i = r*S + c of the run
+    const int dr = nt / S, dc = nt - dr * S;
+    auto put = [&](T v) {                          // element r*S + c, then the next one's
+      tile[r * pitch + c] = v;
+      r += dr;
+      c += dc;
+      if (c >= S) {
+        c -= S;
+        ++r;
+      }
+    };
+    int i = t;
+    for (; i + (AHEAD - 1) * nt < n; i += AHEAD * nt) {
+      T v[AHEAD];                                  // AHEAD loads in flight, then stored
+#pragma unroll
+      for (int k = 0; k < AHEAD; ++k) v[k] = run[i + k * nt];
+#pragma unroll
+      for (int k = 0; k < AHEAD; ++k) put(v[k]);
+    }
+    for (; i < n; i += nt) put(run[i]);
+    __syncthreads();
+    int q = t / m, e = t - q * m;                  // element j = q*m + e: dst row q, row r0 + e
+    const int dq = nt / m, de = nt - dq * m;
+    for (int j = t; j < n; j += nt) {
+      d[q * rows + e] = tile[e * pitch + q];
+      q += dq;
+      e += de;
+      if (e >= m) {
+        e -= m;
+        ++q;
+      }
+    }
+    __syncthreads();                               // the tile is reused by the next pass
+  }
+}
+
 // The same transpose in 16-byte words, for 2-byte elements whose src rows and dst rows are
 // whole words: sc = 1, and sr, sb, rows and cols multiples of 8, both pointers 16-byte aligned
 // (launch.py's Executable._transpose checks; the kernel above does the rest). A block of 256

@@ -2422,6 +2422,7 @@ def specializations() -> list[tuple[str, str]]:
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
             out.add(("layout", f"transpose_batched<{T}>"))
             out.add(("layout", f"transpose_narrow<{T}>"))
+            out.add(("layout", f"transpose_taps<{T}>"))
             if prob.dtype.itemsize == 2:
                 out.add(("layout", f"transpose_words<{T}>"))
             out.add(("layout", f"gather5<{T}>"))
