@@ -132,7 +132,8 @@ TRANSPOSE_TAPS_BYTES = 16384        # layout.cu's: a transpose_taps pass's share
 # transpose_taps from this many elements: on the H100 (tools/twin_dev.py, float32, us, taps /
 # transpose_narrow) the filters of 0.59-2.4 M elements went 14.4 -> 13.2 (cv5), 17.4 -> 14.3
 # (cv6), 14.8 -> 13.0 (cv11), 25.7 -> 20.8 (cv12), those of 0.07-0.15 M 10.0 -> 11.7 (cv9),
-# 11.0 -> 11.5 (cv4), 11.0 -> 11.3 (cv8), 11.9 both (cv10): few blocks, one an item.
+# 11.0 -> 11.5 (cv4), 11.0 -> 11.3 (cv8), 11.9 both (cv10): few blocks, one an item (and a
+# microsecond is the spread: cv9 on transpose_narrow twice measured 11.9 and 11.0).
 TRANSPOSE_TAPS_MIN_ELEMENTS = 1 << 18
 SPLIT_REDUCE_PARAMS = [("partial", P64), ("bias", P64), ("y", P64), ("total", I64),
                        ("K", I32), ("splits", I32)]
