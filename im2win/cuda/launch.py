@@ -542,9 +542,8 @@ class Executable:
         elements at b*sb + r*sr + c*sc, transposed (layout.cu). Where cols is under half a
         tile (a filter's taps): passes of an item's rows through shared memory where its rows
         are contiguous and it moves TRANSPOSE_TAPS_MIN_ELEMENTS or more (transpose_taps),
-        else one element a thread (transpose_narrow); in 16-byte
-        words where both sides' rows are whole words (transpose_words); else through 64 x 64
-        tiles."""
+        else one element a thread (transpose_narrow); in 16-byte words where both sides' rows
+        are whole words (transpose_words); else through 64 x 64 tiles."""
         tiles = -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
         grid, stream = (tiles, min(batch, 65535), 1), cupy.cuda.get_current_stream().ptr
         a, b = src.data.ptr, dst.data.ptr
