@@ -203,9 +203,10 @@ def test_depthwise_tensor_core_logic_in_a_cpu_emulation(capsys):
 @GXX
 def test_layout_transposes_in_a_cpu_emulation(capsys):
     """layout.cu's transposes (64 x 64 tiles, 16-byte words for 2-byte elements, narrow
-    matrices a pass of contiguous rows a block or one element a thread) compiled with g++ against tools/emulate_layout.py's emulation,
-    each launched as Executable._transpose picks and sizes it and again on one block along the
-    dimension its blocks loop over: every element moved, bit for bit, nothing else written.
+    matrices a pass of contiguous rows a block or one element a thread) compiled with g++
+    against tools/emulate_layout.py's emulation, each launched as Executable._transpose picks
+    and sizes it and again on one block along the dimension its blocks loop over: every
+    element moved, bit for bit, nothing else written.
     (A column index off by one, an image skipped by the blocks' loop or a column stride
     ignored fails it.)"""
     emulation("emulate_layout", [], capsys)

@@ -550,8 +550,8 @@ class Executable:
         if cols < TRANSPOSE_TILE // 2 and sc == 1 and sr == cols and \
                 batch * rows * cols >= TRANSPOSE_TAPS_MIN_ELEMENTS:
             chunk = TRANSPOSE_TAPS_BYTES // src.dtype.itemsize // (cols | 1)   # rows a pass
-            passes = batch * -(-rows // chunk)
-            self.transpose_taps((min(passes, 8 * 65535), 1, 1), (256, 1, 1), stream, a, b, batch,
+            units = batch * -(-rows // chunk)                                  # passes, all items
+            self.transpose_taps((min(units, 8 * 65535), 1, 1), (256, 1, 1), stream, a, b, batch,
                                 rows, cols, sb)
             return
         if cols < TRANSPOSE_TILE // 2:          # rows apart: one element a thread

@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(256)
 // the grid), read along src (one contiguous run), stored into shared memory, then written
 // along dst, the pass's part of each dst row a run of consecutive elements (consecutive
 // threads read shared memory a pitch apart: distinct banks for 4-byte elements); each thread
-// has 8 loads in flight before it stores them. Quotients and remainders advance by addition;
-// 64-bit offsets.
+// issues AHEAD = 8 loads before their stores (nvcc 13.0's sm_90 code keeps 4 in flight at a
+// time). Quotients and remainders advance by addition; 64-bit offsets.
 constexpr int TRANSPOSE_TAPS_BYTES = 16384;
 
 template <typename T>
