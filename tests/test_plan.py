@@ -1191,6 +1191,25 @@ def test_float32_nhwc_fused_windows_of_8_channels_run_on_the_ffma_kernel():
         plan_for(problem((2, 32, 9, 9), (64, 32, 3, 3)), tile="f64x128k8")
 
 
+def test_transpose_launch_picks_the_layout_kernel_and_its_grid():
+    """layout.cu's transposes as Executable._transpose launches them (the CPU emulation,
+    tools/emulate_layout.py, runs each kernel on this choice): filter taps by passes from
+    TRANSPOSE_TAPS_MIN_ELEMENTS where rows are contiguous, else one element a thread; 16-byte
+    words for aligned 2-byte rows of whole words; else 64 x 64 tiles; grids capped."""
+    from im2win.cuda.plan import TRANSPOSE_TAPS_MIN_ELEMENTS, transpose_launch
+    taps = transpose_launch(4, 60, 512, 9, 512 * 9, 9, 1, True)
+    assert taps == ("transpose_taps", (60 * 2, 1, 1), (256, 1, 1))     # 455 rows a pass
+    assert 60 * 512 * 9 >= TRANSPOSE_TAPS_MIN_ELEMENTS > 5 * 512 * 9
+    assert transpose_launch(4, 5, 512, 9, 512 * 9, 9, 1, True)[0] == "transpose_narrow"
+    assert transpose_launch(4, 60, 512, 9, 512 * 12, 12, 1, True)[0] == "transpose_narrow"
+    assert transpose_launch(4, 600000, 1, 3, 3, 3, 1, True)[1] == (8 * 65535, 1, 1)
+    assert transpose_launch(2, 3, 64, 136, 64 * 136, 136, 1, True) == \
+        ("transpose_words", (3, 3, 1), (256, 1, 1))
+    assert transpose_launch(2, 3, 64, 136, 64 * 136, 136, 1, False)[0] == "transpose_batched"
+    assert transpose_launch(4, 70000, 70, 100, 7000, 100, 1, True) == \
+        ("transpose_batched", (4, 65535, 1), (32, 8, 1))
+
+
 def test_graph_plan_takes_cublas_for_16_bit_nhwc_1x1_layers_inside_a_capture():
     """Inside a CUDA graph capture "auto" runs float16 and bfloat16 NHWC 1x1 layers at stride
     1 that it gives pointwise.cu or the Tensor-Core kernels as cuBLAS's GEMM (graph_plan);

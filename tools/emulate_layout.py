@@ -1,11 +1,11 @@
-"""layout.cu's transposes run on the CPU: their CUDA C++ compiled with g++ against the emulation
-of tools/emulate_rows.py (a block's threads as OS threads, __syncthreads a barrier; a kernel's
-`__shared__` arrays static, so the threads of the block running share them), each launched
-as Executable._transpose launches it (the kernel its conditions pick, the grid it computes:
-mirrored here in `launch`) and again on a grid of one block along the dimension its blocks
-loop over (images for the tiled kernels, elements for the others), so that the loops run
-too. dst[b, c, r] = src[b*sb + r*sr + c*sc], compared bit for bit, with guards on
-both sides of dst: nothing else written. Checks indexing and barriers, not speed.
+"""layout.cu's transposes run on the CPU: their CUDA C++ compiled with g++ against the emulation of
+tools/emulate_rows.py (a block's threads as OS threads, __syncthreads a barrier; a kernel's
+`__shared__` arrays static, so the threads of the block running share them), each launched as
+Executable._transpose launches it (the kernel and grid im2win.cuda.plan.transpose_launch picks)
+and again on a grid of one block along the dimension its blocks loop over (images for the tiled
+kernels, elements for the others), so that the loops run too. dst[b, c, r] = src[b*sb + r*sr +
+c*sc], compared bit for bit, with guards on both sides of dst: nothing else written. Checks
+indexing and barriers, not speed.
 
 ``python3 tools/emulate_layout.py``. Needs g++ with C++20. EMULATE_TSAN=1: with
 ThreadSanitizer (shared-memory races fail it).
@@ -14,7 +14,6 @@ ThreadSanitizer (shared-memory races fail it).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -24,8 +23,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from emulate_rows import SHIM, build, execute  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from im2win.cuda.plan import transpose_launch  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-TILE = 64                                   # layout.cu's TRANSPOSE_TILE
 
 # (element bytes, batch, rows, cols, row padding, column step, offset in elements); src rows
 # sr = (cols - 1) * step + 1 + padding apart, items rows * sr apart
@@ -90,8 +91,6 @@ GUARD = 8                                   # dst elements kept on each side
 KERNELS = {"batched": 0, "narrow": 1, "words": 2, "taps": 3}
 TILED = ("batched", "words")                # a block a tile: gridDim.x is the tile count
 EXTRA = "if (kernel == 3) transpose_taps<T>(s, d, batch, rows, cols, sb);"
-TAPS_BYTES = 16384                          # layout.cu's TRANSPOSE_TAPS_BYTES
-TAPS_MIN = 1 << 18                          # launch.py's TRANSPOSE_TAPS_MIN_ELEMENTS
 
 
 def kernel_source() -> str:
@@ -113,18 +112,10 @@ def source() -> str:
 
 def launch(item: int, batch: int, rows: int, cols: int, sb: int, sr: int, sc: int,
            src_aligned: bool) -> tuple[str, tuple[int, int], tuple[int, int]]:
-    """(kernel, grid, block) as launch.py's Executable._transpose picks them (dst 16-byte
-    aligned, as CuPy's allocations are)."""
-    tiles = -(-rows // TILE) * -(-cols // TILE)
-    if cols < TILE // 2 and sc == 1 and sr == cols and batch * rows * cols >= TAPS_MIN:
-        chunk = TAPS_BYTES // item // (cols | 1)
-        return "taps", (min(batch * -(-rows // chunk), 8 * 65535), 1), (256, 1)
-    if cols < TILE // 2:
-        return "narrow", (min(-(-batch * rows * cols // 256), 8 * 65535), 1), (256, 1)
-    if item == 2 and sc == 1 and rows % 8 == 0 and cols % 8 == 0 and sr % 8 == 0 and \
-            sb % 8 == 0 and src_aligned:
-        return "words", (tiles, min(batch, 65535)), (256, 1)
-    return "batched", (tiles, min(batch, 65535)), (32, 8)
+    """(kernel, grid, block) as Executable._transpose launches them: plan.transpose_launch's
+    choice (dst 16-byte aligned, as CuPy's allocations are), two dimensions of each."""
+    kernel, grid, block = transpose_launch(item, batch, rows, cols, sb, sr, sc, src_aligned)
+    return kernel.removeprefix("transpose_"), grid[:2], block[:2]
 
 
 def check(case, small_grid: bool, workdir: Path) -> tuple[str, bool]:

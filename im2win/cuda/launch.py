@@ -29,7 +29,8 @@ import numpy as np
 from im2win import baselines
 from im2win.interop import cupy_view
 from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, ONE_LAUNCH, Geometry,
-                              Plan, columns_stage, kernel_family, nhwc_twin, source)
+                              Plan, columns_stage, kernel_family, nhwc_twin, source,
+                              transpose_launch)
 from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
 from im2win.problem import Problem
 
@@ -39,7 +40,6 @@ OPTIONS = ("-std=c++17",)
 GEOMETRY = np.dtype([(name, np.int64 if i < GEOMETRY_64BIT else np.int32)
                      for i, name in enumerate(Geometry._fields)], align=True)
 NULL = np.uint64(0)
-TRANSPOSE_TILE = 64           # layout.cu's tile: 64 x 64 elements a block of 32 x 8 threads
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
@@ -128,13 +128,6 @@ TRANSPOSE_PARAMS = [("src", P64), ("dst", P64)] + [(n, I64) for n in ("batch", "
                                                                       "sb", "sr", "sc")]
 TRANSPOSE_WORDS_PARAMS = TRANSPOSE_PARAMS[:-1]
 TRANSPOSE_TAPS_PARAMS = TRANSPOSE_PARAMS[:-2]
-TRANSPOSE_TAPS_BYTES = 16384        # layout.cu's: a transpose_taps pass's shared memory
-# transpose_taps from this many elements: on the H100 (tools/twin_dev.py, float32, us, taps /
-# transpose_narrow) the filters of 0.59-2.4 M elements went 14.4 -> 13.2 (cv5), 17.4 -> 14.3
-# (cv6), 14.8 -> 13.0 (cv11), 25.7 -> 20.8 (cv12), those of 0.07-0.15 M 10.0 -> 11.7 (cv9),
-# 11.0 -> 11.5 (cv4), 11.0 -> 11.3 (cv8), 11.9 both (cv10): few blocks, one an item (and a
-# microsecond is the spread: cv9 on transpose_narrow twice measured 11.9 and 11.0).
-TRANSPOSE_TAPS_MIN_ELEMENTS = 1 << 18
 SPLIT_REDUCE_PARAMS = [("partial", P64), ("bias", P64), ("y", P64), ("total", I64),
                        ("K", I32), ("splits", I32)]
 TF32_SPLIT_PARAMS = [("w", P64), ("split", P64), ("n", I64)]
@@ -539,31 +532,19 @@ class Executable:
 
     def _transpose(self, src, dst, batch, rows, cols, sb, sr, sc):
         """dst (contiguous (batch, cols, rows)) = each of src's batch (rows x cols) matrices,
-        elements at b*sb + r*sr + c*sc, transposed (layout.cu). Where cols is under half a
-        tile (a filter's taps): passes of an item's rows through shared memory where its rows
-        are contiguous and it moves TRANSPOSE_TAPS_MIN_ELEMENTS or more (transpose_taps),
-        else one element a thread (transpose_narrow); in 16-byte words where both sides' rows
-        are whole words (transpose_words); else through 64 x 64 tiles."""
-        tiles = -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
-        grid, stream = (tiles, min(batch, 65535), 1), cupy.cuda.get_current_stream().ptr
+        elements at b*sb + r*sr + c*sc, transposed by the layout.cu kernel that
+        plan.transpose_launch picks, on its grid."""
         a, b = src.data.ptr, dst.data.ptr
-        if cols < TRANSPOSE_TILE // 2 and sc == 1 and sr == cols and \
-                batch * rows * cols >= TRANSPOSE_TAPS_MIN_ELEMENTS:
-            chunk = TRANSPOSE_TAPS_BYTES // src.dtype.itemsize // (cols | 1)   # rows a pass
-            units = batch * -(-rows // chunk)                                  # passes, all items
-            self.transpose_taps((min(units, 8 * 65535), 1, 1), (256, 1, 1), stream, a, b, batch,
-                                rows, cols, sb)
-            return
-        if cols < TRANSPOSE_TILE // 2:          # rows apart: one element a thread
-            total = batch * rows * cols
-            self.transpose_narrow((min(-(-total // 256), 8 * 65535), 1, 1), (256, 1, 1), stream,
-                                  a, b, batch, rows, cols, sb, sr, sc)
-            return
-        if self.transpose_words is not None and sc == 1 and rows % 8 == 0 and \
-                cols % 8 == 0 and sr % 8 == 0 and sb % 8 == 0 and a % 16 == 0 and b % 16 == 0:
-            self.transpose_words(grid, (256, 1, 1), stream, a, b, batch, rows, cols, sb, sr)
-            return
-        self.transpose(grid, (32, 8, 1), stream, a, b, batch, rows, cols, sb, sr, sc)
+        kernel, grid, block = transpose_launch(src.dtype.itemsize, batch, rows, cols, sb, sr,
+                                               sc, a % 16 == 0 and b % 16 == 0)
+        stream = cupy.cuda.get_current_stream().ptr
+        if kernel == "transpose_taps":
+            self.transpose_taps(grid, block, stream, a, b, batch, rows, cols, sb)
+        elif kernel == "transpose_words":
+            self.transpose_words(grid, block, stream, a, b, batch, rows, cols, sb, sr)
+        else:
+            (self.transpose_narrow if kernel == "transpose_narrow" else self.transpose)(
+                grid, block, stream, a, b, batch, rows, cols, sb, sr, sc)
 
     def _argument_buffers(self):
         """This thread's (pointers, kernel-parameter arrays): four pointer slots, and per

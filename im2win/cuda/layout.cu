@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(256)
 // 32 pixels): transpose_narrow reads such an item cols elements apart across a warp (the H200
 // moved resnet50.16's 256 x 256 x 3 x 3 filter in 6.7 us, 0.7 TB/s, and cv12's 512 x 512 x 3
 // x 3 copy is four times that). Here a block takes a pass at a time: as many consecutive rows
-// of one item as TRANSPOSE_TAPS_BYTES hold at an odd pitch (launch.py: TRANSPOSE_TAPS_BYTES,
-// the grid), read along src (one contiguous run), stored into shared memory, then written
+// of one item as TRANSPOSE_TAPS_BYTES hold at an odd pitch (plan.py: TRANSPOSE_TAPS_BYTES,
+// transpose_launch), read along src (one contiguous run), stored into shared memory, then written
 // along dst, the pass's part of each dst row a run of consecutive elements (consecutive
 // threads read shared memory a pitch apart: distinct banks for 4-byte elements); each thread
 // issues AHEAD = 8 loads before their stores (nvcc 13.0's sm_90 code keeps 4 in flight at a

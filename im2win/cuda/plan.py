@@ -1765,6 +1765,41 @@ def gemm_plan(prob: Problem, options: Options, x_strides,
                 b"", gather)
 
 
+TRANSPOSE_TILE = 64           # layout.cu's tile: 64 x 64 elements a block of 32 x 8 threads
+TRANSPOSE_TAPS_BYTES = 16384  # layout.cu's: a transpose_taps pass's shared memory
+# transpose_taps from this many elements: on the H100 (tools/twin_dev.py, float32, us, taps /
+# transpose_narrow) the filters of 0.59-2.4 M elements went 14.4 -> 13.2 (cv5), 17.4 -> 14.3
+# (cv6), 14.8 -> 13.0 (cv11), 25.7 -> 20.8 (cv12), those of 0.07-0.15 M 10.0 -> 11.7 (cv9),
+# 11.0 -> 11.5 (cv4), 11.0 -> 11.3 (cv8), 11.9 both (cv10): few blocks, one an item (and a
+# microsecond is the spread: cv9 on transpose_narrow twice measured 11.9 and 11.0).
+TRANSPOSE_TAPS_MIN_ELEMENTS = 1 << 18
+
+
+def transpose_launch(itemsize: int, batch: int, rows: int, cols: int, sb: int, sr: int,
+                     sc: int, aligned: bool) -> tuple[str, tuple, tuple]:
+    """(kernel, grid, block) of layout.cu's transpose of `batch` (rows x cols) matrices of
+    `itemsize`-byte elements at b*sb + r*sr + c*sc into a contiguous (batch, cols, rows);
+    `aligned`: both sides start on a 16-byte boundary. Where cols is under half a tile (a
+    filter's taps): transpose_taps, passes of an item's rows through shared memory, where its
+    rows are contiguous and it moves TRANSPOSE_TAPS_MIN_ELEMENTS or more, else
+    transpose_narrow, one element a thread; transpose_words, 16-byte words, for 2-byte
+    elements where both sides' rows are whole words; else transpose_batched, 64 x 64 tiles.
+    Executable._transpose launches what this says, tools/emulate_layout.py emulates it."""
+    if cols < TRANSPOSE_TILE // 2 and sc == 1 and sr == cols and \
+            batch * rows * cols >= TRANSPOSE_TAPS_MIN_ELEMENTS:
+        chunk = TRANSPOSE_TAPS_BYTES // itemsize // (cols | 1)           # rows a pass
+        units = batch * -(-rows // chunk)                                # passes, all items
+        return "transpose_taps", (min(units, 8 * 65535), 1, 1), (256, 1, 1)
+    if cols < TRANSPOSE_TILE // 2:
+        return "transpose_narrow", (min(-(-batch * rows * cols // 256), 8 * 65535), 1, 1), \
+            (256, 1, 1)
+    tiles = -(-rows // TRANSPOSE_TILE) * -(-cols // TRANSPOSE_TILE)
+    if itemsize == 2 and sc == 1 and rows % 8 == 0 and cols % 8 == 0 and sr % 8 == 0 and \
+            sb % 8 == 0 and aligned:
+        return "transpose_words", (tiles, min(batch, 65535), 1), (256, 1, 1)
+    return "transpose_batched", (tiles, min(batch, 65535), 1), (32, 8, 1)
+
+
 def nhwc_twin(prob: Problem) -> tuple[Problem, tuple[int, int, int, int]]:
     """The NHWC problem of the same convolution, and the element strides (NCHW-lettered) of
     its contiguous x."""
