@@ -96,6 +96,7 @@ FFMA_CASES = [  # im2win_ffma.cu's problems: C/G a multiple of 8, awkward otherw
     ((2, 32, 9, 9), (48, 16, 3, 3), dict(groups=2, padding=1)),
     ((1, 24, 33, 30), (20, 24, 7, 7), dict(stride=3, padding=((3, 1), (0, 3)))),
     ((5, 64, 7, 5), (9, 64, 7, 5), dict()),                             # P = Q = 1
+    ((2, 16, 11, 10), (192, 16, 3, 3), dict(padding=1)),                # two tiles of 96
 ]
 
 
@@ -168,7 +169,7 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
             run(x, w, bias, "NCHW", kwargs, algorithm="im2win_nhwc", options=options)
     x, w, b = (cupy.asarray(a.astype(np.float32)) for a in random_arrays(rng, *vector[:2], 68))
     plan = cuda._plan(make_problem(x, w, padding=1), x, w, "im2win_nhwc", None, None)
-    assert plan.inner.kernel == "im2win_ffma_to_nchw<64, 128, 16, true, true, false>"
+    assert plan.inner.kernel == "im2win_ffma_to_nchw<96, 128, 16, true, true, false>"
     assert plan.inner.geometry.y_nchw == 1
     y_shape = make_problem(x, w, padding=1).y_shape
     size = int(np.prod(y_shape))
@@ -1133,6 +1134,7 @@ COLUMN_CASES = [  # stems: one group of 1 to 6 channels, S*C at most 64 (x NCHW-
     ((1, 2, 9, 40), (70, 2, 2, 11), dict(stride=(1, 3), padding=(0, 5))),   # S*C = 22
     ((2, 3, 20, 21), (17, 3, 7, 7), dict(stride=2, padding=3)),             # window edges
     ((3, 6, 8, 9), (10, 6, 3, 3), dict(padding="same")),                    # C = 6
+    ((2, 3, 29, 30), (96, 3, 11, 11), dict(stride=4, padding=1)),           # cv1's: K = 96
 ]
 
 

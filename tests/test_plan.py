@@ -932,9 +932,12 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
             plan_for(prob, arch=90, algorithm="im2win_columns", workspace_limit=limit)
     # float32 stems: the R x 1 problem on im2win_ffma.cu, on any GPU, where the copies are at
     # most TWIN_BYTES_PER_FLOP bytes a FLOP; in NCHW only where its epilogue writes the NCHW y
-    # and the reduction is short (cv7's 27 and cv3's 147, not cv1's 363: im2win_conv.cu
-    # measured faster there).
-    from im2win.cuda.plan import COLUMNS_NCHW_REDUCTION, FFMA_STAGED_NCHW, TWIN_BYTES_PER_FLOP
+    # and the reduction is short (cv7's 27 and cv3's 147) or the R x 1 problem takes tiles of
+    # 96 filters (cv1's 363: on tiles of 64 im2win_conv.cu measured as fast).
+    from im2win.cuda import tuning
+    from im2win.cuda.plan import (COLUMNS_NCHW_REDUCTION, COLUMNS_NHWC_BYTES_PER_FLOP,
+                                  FFMA_STAGED_NCHW, TWIN_BYTES_PER_FLOP)
+    from im2win.networks import NETWORKS
     singles = {}
     for name in ("cv1", "cv3", "cv7"):
         x_shape, w_shape = LAYERS[name].shapes(128, layout)
@@ -946,7 +949,8 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
         assert short == (name != "cv1")
         for arch in (None, 80, 90):
             plan = plan_for(prob, arch=arch)
-            assert (plan.algorithm == "im2win_columns") == (layout == "NHWC" or short)
+            assert plan.algorithm == "im2win_columns"
+            assert plan.inner.tile.BM == (96 if name == "cv1" else 64)
             if plan.algorithm == "im2win_columns":
                 assert plan.inner.file == "im2win_ffma" and plan.inner.geometry.y_nchw == nchw
                 staged = nchw and FFMA_STAGED_NCHW and prob.P * prob.Q % 4 != 0   # cv3
@@ -958,6 +962,15 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
     if nchw:                                     # through a channels-last y: not taken
         assert plan_for(singles["cv7"], options=Options(nchw_epilogue=False)).algorithm == \
             "im2win_fused"
+    monkeypatch.setattr(tuning, "FFMA_96_ROWS", False)    # cv1 on tiles of 64: NHWC only
+    assert (plan_for(singles["cv1"]).algorithm == "im2win_columns") == (not nchw)
+    monkeypatch.setattr(tuning, "FFMA_96_ROWS", True)
+    # convnext_tiny.0 (4x4 at 4, 0.028 bytes a FLOP): its columns in NHWC only
+    conv = next(c for c in NETWORKS["convnext_tiny"] if c.name == "convnext_tiny.0")
+    patchify = problem(*conv.shapes(32, layout), np.float32, layout=layout, **conv.kwargs)
+    assert TWIN_BYTES_PER_FLOP < columns_workspace(patchify, y=False) / patchify.flops < \
+        COLUMNS_NHWC_BYTES_PER_FLOP
+    assert (plan_for(patchify).algorithm == "im2win_columns") == (not nchw)
     for switch in ("window_columns", "ffma"):
         assert plan_for(singles["cv7"], options=Options(**{switch: False})).algorithm == \
             "im2win_fused"
@@ -1189,6 +1202,20 @@ def test_float32_nhwc_fused_windows_of_8_channels_run_on_the_ffma_kernel():
         plan_for(problem((2, 9, 9, 24), (64, 3, 3, 24), layout="NHWC"), tile="f64x128")
     with pytest.raises(ValueError, match="float32 NHWC problems with fused windows only"):
         plan_for(problem((2, 32, 9, 9), (64, 32, 3, 3)), tile="f64x128k8")
+
+
+def test_ffma_tiles_of_96_filters_where_they_cover_k_with_fewer_rows():
+    """96, 288 and 480 filters take tiles of 96 (no row idle, where 64 leaves a quarter, a
+    tenth, a sixteenth); 64, 192, 131 (192 rows either way) and 32 keep 64. The slice depth
+    follows C/G as before, and the stems' R x 1 problems (cv1: 96 filters) follow K."""
+    for K, rows in ((96, 96), (288, 96), (480, 96), (64, 64), (192, 64), (131, 64), (32, 64)):
+        for C, depth in ((32, 16), (24, 8)):
+            plan = plan_for(problem((2, 9, 9, C), (K, 3, 3, C), layout="NHWC", padding=1))
+            assert plan.file == "im2win_ffma" and (plan.tile.BM, plan.tile.BK) == (rows, depth)
+            assert plan.kernel.startswith(f"im2win_ffma<{rows}, 128, {depth},")
+    cv1 = problem((2, 227, 227, 3), (96, 11, 11, 3), layout="NHWC", stride=4)
+    assert plan_for(cv1).algorithm == "im2win_columns"
+    assert plan_for(cv1).inner.kernel == "im2win_ffma<96, 128, 8, true, true>"
 
 
 def test_transpose_launch_picks_the_layout_kernel_and_its_grid():

@@ -17,14 +17,15 @@
 // window semantics stay im2win's fused mode: the B tile in shared memory is the window tile
 // built straight from x, and each output's sum runs over t in order.
 //
-// Tiles: BM filters x BN pixels, BM*BN/64 threads, each an 8 x 8 register micro-tile made of two
-// 4-wide halves in each direction (filters ty*4 + i and BM/2 + ty*4 + i, pixels tx*4 + j and
-// BN/2 + tx*4 + j, tx < BN/8, ty < BM/8), read from shared memory as float4. The tiles are stored transposed (Xs[t][pixel],
-// Ws[t][filter]); with kSwizzle the column of row t is XORed with (t/4 % (BK/4)) * (32/(BK/4)),
-// which keeps float4 groups whole and makes both the transposing stores and the fragment reads
-// free of bank conflicts. kDouble: two shared buffers, the next slice's loads in flight in
-// registers while this one is computed, one barrier per slice, and the shared fragments
-// double-buffered in registers across it (off: load, barrier, compute, barrier).
+// Tiles: BM filters x BN pixels (BM a multiple of 32, BN of 64), BM*BN/64 threads, each an 8 x 8
+// register micro-tile made of two 4-wide halves in each direction (filters ty*4 + i and BM/2 + ty*4
+// + i, pixels tx*4 + j and BN/2 + tx*4 + j, tx < BN/8, ty < BM/8), read from shared memory as
+// float4. The tiles are stored transposed (Xs[t][pixel], Ws[t][filter]); with kSwizzle the column
+// of row t is XORed with (t/4 % (BK/4)) * (32/(BK/4)), which keeps float4 groups whole and makes
+// both the transposing stores and the fragment reads free of bank conflicts. kDouble: two shared
+// buffers, the next slice's loads in flight in registers while this one is computed, one barrier
+// per slice, and the shared fragments double-buffered in registers across it (off: load, barrier,
+// compute, barrier).
 //
 // Split-K (im2win_ffma_split, SPLITS of 2, 4 or 8, one group): grid z holds SPLITS
 // consecutive ranges of each tile's slices; each block writes its range's FP32 sums to
@@ -60,11 +61,13 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   constexpr int NT = BM * BN / 64;         // threads
   constexpr int Q4 = BK / 4;               // float4 per pixel (or filter) and slice
   constexpr int ROWS = NT / Q4;            // pixels (or filters) the block loads in one pass
-  constexpr int XL = BN / ROWS, WL = BM / ROWS;   // float4 loads per thread and slice
+  // float4 loads per thread and slice; where ROWS does not divide the tile (96 filters: 192
+  // threads), the last pass loads only rows row + i*ROWS < BN (or BM).
+  constexpr int XL = (BN + ROWS - 1) / ROWS, WL = (BM + ROWS - 1) / ROWS;
   constexpr int NBUF = kDouble ? 2 : 1;
-  static_assert(BK % 4 == 0 && NT % Q4 == 0 && BN % ROWS == 0 && BM % ROWS == 0,
-                "tile must divide into float4 loads");
-  static_assert(BM % 64 == 0 && BN % 64 == 0, "two 4-wide halves per thread, 32-word swizzle");
+  static_assert(BK % 4 == 0 && NT % Q4 == 0, "tile must divide into float4 loads");
+  static_assert(BM % 32 == 0 && BN % 64 == 0,
+                "warp tiles of 64 pixels x 32 filters, 4-wide halves, 32-word swizzle");
   __shared__ __align__(16) float Xs[NBUF][BK][BN];
   __shared__ __align__(16) float Ws[NBUF][BK][BM];
 
@@ -73,6 +76,9 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int tx = (warp % (BN / 64)) * 8 + lane % 8, ty = (warp / (BN / 64)) * 4 + lane / 8;
   const int quad = tid % Q4, row = tid / Q4;     // this thread's float4 of its loaded rows
+  // Whether load i's row is in the tile (known at compile time but for a partial last pass).
+  auto x_loads = [&](int i) { return BN % ROWS == 0 || i + 1 < XL || row + i * ROWS < BN; };
+  auto w_loads = [&](int i) { return BM % ROWS == 0 || i + 1 < WL || row + i * ROWS < BM; };
   const int g = g0 + blockIdx.z / SPLITS, split = blockIdx.z % SPLITS;
   const int m0 = blockIdx.y * BM;
   const i64 j0 = (i64)blockIdx.x * BN;
@@ -126,11 +132,12 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     for (int i = 0; i < XL; ++i) {
       const bool in = (unsigned)(h0[i] + dr) < (unsigned)geo.H &&
                       (unsigned)(w0[i] + ds) < (unsigned)geo.W;
-      xv[i] = in ? load4(x + xbase[i] + toff) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (x_loads(i))
+        xv[i] = in ? load4(x + xbase[i] + toff) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int i = 0; i < WL; ++i)
-      wv[i] = wok[i] ? load4(wrow[i] + t0) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (w_loads(i)) wv[i] = wok[i] ? load4(wrow[i] + t0) : make_float4(0.f, 0.f, 0.f, 0.f);
   };
   auto advance = [&]() {
     t0 += BK;
@@ -160,9 +167,11 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   };
   auto store = [&](int buf) {
 #pragma unroll
-    for (int i = 0; i < XL; ++i) put(&Xs[buf][0][0], BN, row + i * ROWS, xv[i]);
+    for (int i = 0; i < XL; ++i)
+      if (x_loads(i)) put(&Xs[buf][0][0], BN, row + i * ROWS, xv[i]);
 #pragma unroll
-    for (int i = 0; i < WL; ++i) put(&Ws[buf][0][0], BM, row + i * ROWS, wv[i]);
+    for (int i = 0; i < WL; ++i)
+      if (w_loads(i)) put(&Ws[buf][0][0], BM, row + i * ROWS, wv[i]);
   };
   auto compute = [&](int buf) {
 #pragma unroll

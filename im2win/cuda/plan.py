@@ -534,7 +534,7 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
     """The plan of im2win_ffma.cu for a problem `ffma_refusal` accepts: one launch over the
     whole batch (grid z the groups, or split-K's ranges: ffma_split_count), no table, no
     workspace but split-K's partial sums."""
-    chosen = FFMA_TILES[tile or choose_ffma_tile(prob.Cg)]
+    chosen = FFMA_TILES[tile or choose_ffma_tile(prob.Cg, prob.Kg)]
     check_grid(prob, chosen)
     chunk = max(prob.N, 1)
     geo = geometry(prob, True, chunk, x_strides)
@@ -2020,7 +2020,14 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
 # 23.4 -> 24.7 (P*Q = 12321: the epilogue's pass through shared memory; 22.2 with scalar
 # stores), cv1 (363) 20.2 -> 19.8, cv2 (363) 20.4 -> 20.3: im2win_conv.cu is weak on short
 # reductions. resnet50.0 (7x7x3 at stride 2, as cv3) follows cv3, not timed in NCHW itself.
+# Longer reductions too where the R x 1 problem takes tiles of 96 filters (tuning.FFMA_96_ROWS):
+# tools/columns_dev.py on the H100 (2026-12-05, batch 128, TFLOPS, im2win_conv.cu / columns
+# on tiles of 64 / of 96, cuDNN): cv1 20.1 / 19.9 / 23.9 (25.5), cv2 20.4 / 20.5 / 24.7 (26.2).
 COLUMNS_NCHW_REDUCTION = 160
+# float32 NHWC stems take the columns up to this many bytes of them a FLOP (NCHW: up to
+# TWIN_BYTES_PER_FLOP): convnext_tiny.0 (4x4 at stride 4, 96 filters, 0.028) went from 6.4
+# (im2win_conv.cu) to 9.7 TFLOPS on them, where in NCHW they lost, 10.0 -> 7.0 (same run).
+COLUMNS_NHWC_BYTES_PER_FLOP = 0.03
 
 
 def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
@@ -2030,23 +2037,25 @@ def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | No
     mma.sync's C = 3 path ran cv3 at 45 TFLOPS on the H200, im2win_conv.cu's float32 at 18-20
     on cv1 to cv3), where the copies fit the workspace limit and the R x 1 problem runs the
     wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32, any GPU, where the
-    copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP, the NHWC twin's estimate). float32
-    NHWC gained on all four stems (H200, batch 128, GPU ms: cv1 1.42 -> 1.24, cv3 1.50 ->
-    1.07, cv7 2.45 -> 1.56); float32 NCHW only where its kernel writes the NCHW y
-    (Options.nchw_epilogue; through a channels-last y transposed after it, cv1 went from 1.32
-    to 1.46 ms) and the reduction is short (COLUMNS_NCHW_REDUCTION)."""
+    copies are at most TWIN_BYTES_PER_FLOP bytes a FLOP in NCHW, the NHWC twin's estimate,
+    COLUMNS_NHWC_BYTES_PER_FLOP in NHWC). float32 NHWC gained on all four stems (H200, batch
+    128, GPU ms: cv1 1.42 -> 1.24, cv3 1.50 -> 1.07, cv7 2.45 -> 1.56); float32 NCHW only
+    where its kernel writes the NCHW y (Options.nchw_epilogue; through a channels-last y
+    transposed after it, cv1 went from 1.32 to 1.46 ms) and the reduction is short
+    (COLUMNS_NCHW_REDUCTION) or the R x 1 problem runs on tiles of 96 filters."""
     if not options.window_columns or prob.C % 8 == 0 or \
             columns_refusal(prob, workspace_limit) is not None:
         return None
     if prob.dtype.name == "float32":
         nchw = prob.layout == "NCHW"
-        if not options.ffma or (nchw and not (options.nchw_epilogue and
-                                              prob.reduction <= COLUMNS_NCHW_REDUCTION)) or \
-                columns_workspace(prob, y=False) > TWIN_BYTES_PER_FLOP * prob.flops:
+        bound = TWIN_BYTES_PER_FLOP if nchw else COLUMNS_NHWC_BYTES_PER_FLOP
+        if not options.ffma or (nchw and not options.nchw_epilogue) or \
+                columns_workspace(prob, y=False) > bound * prob.flops:
             return None
         plan = columns_plan(prob, options, workspace_limit, None, arch, sms=sms)
+        short = prob.reduction <= COLUMNS_NCHW_REDUCTION or plan.inner.tile.BM == 96
         return plan if plan.inner.file == "im2win_ffma" and \
-            (not nchw or plan.inner.geometry.y_nchw) else None
+            (not nchw or (plan.inner.geometry.y_nchw and short)) else None
     if arch != HOPPER or not options.hopper:
         return None
     plan = columns_plan(prob, options, workspace_limit, None, arch)

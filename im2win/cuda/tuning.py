@@ -57,6 +57,8 @@ FFMA_TILES = {tile.name: tile for tile in (
     Tile("f128x64k8", 128, 64, 8, 8, 8),
     Tile("f64x128k8", 64, 128, 8, 8, 8),
     Tile("f64x64k8", 64, 64, 8, 8, 8),
+    Tile("f96x128", 96, 128, 16, 8, 8),
+    Tile("f96x128k8", 96, 128, 8, 8, 8),
 )}
 
 
@@ -292,10 +294,11 @@ def choose_tile(Kg: int, pixels: int, reduction: int, layout: str, dtype_name: s
     return "128x64k16" if k16 else "128x64"
 
 
-def choose_ffma_tile(Cg: int) -> str:
-    """Pick im2win_ffma.cu's tile for C/G channels a group (a multiple of 8): 64 filters x 128
-    pixels, 16-deep slices where C/G is a multiple of 16; split-K (plan.ffma_split_count) fills
-    small grids.
+def choose_ffma_tile(Cg: int, Kg: int = 64) -> str:
+    """Pick im2win_ffma.cu's tile for C/G channels (a multiple of 8) and K/G filters a group:
+    64 filters x 128 pixels, 16-deep slices where C/G is a multiple of 16; split-K
+    (plan.ffma_split_count) fills small grids. 96 filters where tiles of 96 cover K/G with
+    fewer rows than tiles of 64 (96, 288, 480, ...: FFMA_96_ROWS).
 
     Read off tools/ffma_dev.py and tools/ffma_split_dev.py on the H200 (float32, batch 128
     for cv*, 32 for network layers, 2026-12-04, the loop with fragments double-buffered across
@@ -308,7 +311,18 @@ def choose_ffma_tile(Cg: int) -> str:
     split) 75.9 against 82.8. (With the earlier loop 64x64 won where the grid was small.)
     16-deep slices beat 8-deep ones on every layer (cv8 44.2 against 41.0).
     """
-    return "f64x128" if Cg % 16 == 0 else "f64x128k8"
+    rows = "96" if FFMA_96_ROWS and -(-Kg // 96) * 96 < -(-Kg // 64) * 64 else "64"
+    return f"f{rows}x128" + ("" if Cg % 16 == 0 else "k8")
+
+
+# Tiles of 96 filters where they waste fewer rows than 64 (choose_ffma_tile): 192 threads, the
+# last of a thread's pixel loads in part of them. tools/columns_dev.py on the H100 (2026-12-05,
+# float32 NHWC, batch 128, the stems' R x 1 problems of 96 filters, TFLOPS, tiles of 64 -> 96,
+# cuDNN): cv1 21.7 -> 26.9 (20.7), cv2 21.9 -> 27.4 (20.9); in NCHW over the same columns cv1
+# 19.9 -> 23.9 (25.5), cv2 20.5 -> 24.7 (26.2) (plan.COLUMNS_NCHW_REDUCTION). Other filter
+# counts it takes (65-96, 257-288, ...; none among the suites' float32 im2win_ffma layers)
+# follow the same count of idle rows, untimed.
+FFMA_96_ROWS = True
 
 
 def choose_mma_tile(Kg: int, reduction: int, layout: str) -> str:
