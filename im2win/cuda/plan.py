@@ -2053,9 +2053,9 @@ def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | No
                 columns_workspace(prob, y=False) > bound * prob.flops:
             return None
         plan = columns_plan(prob, options, workspace_limit, None, arch, sms=sms)
-        short = prob.reduction <= COLUMNS_NCHW_REDUCTION or plan.inner.tile.BM == 96
+        nchw_pays = prob.reduction <= COLUMNS_NCHW_REDUCTION or plan.inner.tile.BM == 96
         return plan if plan.inner.file == "im2win_ffma" and \
-            (not nchw or (plan.inner.geometry.y_nchw and short)) else None
+            (not nchw or (plan.inner.geometry.y_nchw and nchw_pays)) else None
     if arch != HOPPER or not options.hopper:
         return None
     plan = columns_plan(prob, options, workspace_limit, None, arch)

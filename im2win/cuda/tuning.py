@@ -294,7 +294,7 @@ def choose_tile(Kg: int, pixels: int, reduction: int, layout: str, dtype_name: s
     return "128x64k16" if k16 else "128x64"
 
 
-def choose_ffma_tile(Cg: int, Kg: int = 64) -> str:
+def choose_ffma_tile(Cg: int, Kg: int) -> str:
     """Pick im2win_ffma.cu's tile for C/G channels (a multiple of 8) and K/G filters a group:
     64 filters x 128 pixels, 16-deep slices where C/G is a multiple of 16; split-K
     (plan.ffma_split_count) fills small grids. 96 filters where tiles of 96 cover K/G with
@@ -319,9 +319,9 @@ def choose_ffma_tile(Cg: int, Kg: int = 64) -> str:
 # last of a thread's pixel loads in part of them. tools/columns_dev.py on the H100 (2026-12-05,
 # float32 NHWC, batch 128, the stems' R x 1 problems of 96 filters, TFLOPS, tiles of 64 -> 96,
 # cuDNN): cv1 21.7 -> 26.9 (20.7), cv2 21.9 -> 27.4 (20.9); in NCHW over the same columns cv1
-# 19.9 -> 23.9 (25.5), cv2 20.5 -> 24.7 (26.2) (plan.COLUMNS_NCHW_REDUCTION). Other filter
-# counts it takes (65-96, 257-288, ...; none among the suites' float32 im2win_ffma layers)
-# follow the same count of idle rows, untimed.
+# 19.9 -> 23.9 (25.5), cv2 20.5 -> 24.7 (26.2) (plan.COLUMNS_NCHW_REDUCTION). The other
+# filter counts it takes (65-96, 257-288, 449-480, ...; none among the suites' float32
+# im2win_ffma layers) follow the same count of idle rows, untimed.
 FFMA_96_ROWS = True
 
 
