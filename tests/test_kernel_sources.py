@@ -205,10 +205,22 @@ def test_layout_transposes_in_a_cpu_emulation(capsys):
 
 
 @GXX
+def test_ffma_tiles_in_a_cpu_emulation(capsys):
+    """im2win_ffma.cu (float32 NHWC on CUDA cores: every tile, the 96-filter tiles also with
+    each switch off and writing an NCHW y both ways; tails of pixels and filters, padding,
+    stride, groups) compiled with g++ against tools/emulate_ffma.py's emulation, on the grids
+    the planner's launches take: every result matches the float64 reference. (The 96-filter
+    tiles' partial last pass of loads taken as full, or the pipelined loop's barrier dropped,
+    fails it.)"""
+    emulation("emulate_ffma", [], capsys)
+
+
+@GXX
 @pytest.mark.parametrize("tool, args", [("emulate_rows", ["--prefetch", "0,2"]),
                                         ("emulate_pointwise", []),
                                         ("emulate_depthwise_mma", []),
-                                        ("emulate_layout", [])])
+                                        ("emulate_layout", []),
+                                        ("emulate_ffma", [])])
 def test_emulated_kernels_have_no_shared_memory_races(tool, args, tsan, monkeypatch, capsys):
     """The emulations again, built with ThreadSanitizer (EMULATE_TSAN): a block's threads are
     OS threads and its barriers std::barrier, so a shared-memory access of one thread that no

@@ -1,0 +1,157 @@
+"""im2win_ffma.cu run on the CPU: its CUDA C++ compiled with g++ against the emulation of
+tools/emulate_rows.py (a block's threads as OS threads, __syncthreads a barrier, `__shared__`
+arrays static, so the threads of the block running share them), every tile of
+tuning.FFMA_TILES (the 96-filter ones also with each switch off alone, and writing an NCHW
+y in both forms) on float32 NHWC problems with tails of pixels and filters, padding, stride
+and groups, each launched on the grid tools/ffma_dev.py gives it (blocks one after another).
+Each result is checked against the float64 reference with y poisoned (NaN) first: an output
+not written, or one written from the wrong window, fails. Checks indexing (the partial last
+pass of the 96-filter tiles' loads, the swizzle, the tails) and barriers, not speed.
+
+``python3 tools/emulate_ffma.py``. Needs g++ with C++20. EMULATE_TSAN=1: with
+ThreadSanitizer (shared-memory races fail it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from im2win import reference
+from im2win.cuda.plan import GEOMETRY_64BIT, Geometry, geometry
+from im2win.cuda.tuning import FFMA_TILES
+from im2win.problem import make_problem
+from im2win.testing import allowed_error
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from emulate_rows import SHIM, emulate, report  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+GEOMETRY = np.dtype([(name, np.int64 if i < GEOMETRY_64BIT else np.int32)
+                     for i, name in enumerate(Geometry._fields)], align=True)
+
+# x (N, H, W, C), w (K, R, S, C/G), keyword arguments: C/G a multiple of 16 or of 8
+PROBLEMS = [
+    ((2, 9, 7, 16), (100, 3, 2, 16), dict(padding=1)),          # 2 filter tiles of 96, tails
+    ((1, 13, 12, 8), (70, 3, 3, 8), dict(padding=1)),           # 156 pixels: 2 pixel tiles
+    ((2, 11, 10, 32), (40, 3, 3, 16), dict(groups=2, stride=2, padding=((2, 0), (1, 3)))),
+    ((3, 12, 12, 16), (68, 3, 3, 16), dict(padding=1)),         # P*Q = 144: float4 NCHW y
+]
+
+# Kernels: (tile, double_buffer, conflict_free, NCHW y form: 0 none, 1 float4, 2 staged)
+FORMS = [(name, True, True, 0) for name in FFMA_TILES] + [
+    ("f96x128", False, True, 0), ("f96x128", True, False, 0), ("f96x128k8", False, False, 0),
+    ("f96x128", True, True, 1), ("f96x128k8", True, True, 2)]
+
+EXTRA = r"""
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+template <typename T> inline T __ldg(const T* p) { return *p; }
+inline float add(float a, float b) { return std::fma(a, 1.f, b); }
+#undef __shared__
+#define __shared__ static
+"""
+
+MAIN = r"""
+int main(int argc, char** argv) {
+  // argv: form gx gy gz threads, then files geometry x w bias y
+  int a = 1;
+  const int form = atoi(argv[a++]);
+  gridDim.x = atoi(argv[a++]); gridDim.y = atoi(argv[a++]); gridDim.z = atoi(argv[a++]);
+  blockDim.x = atoi(argv[a++]);
+  auto load = [](const char* path) {
+    FILE* f = fopen(path, "rb"); fseek(f, 0, SEEK_END); const long n = ftell(f);
+    std::vector<unsigned char> v(n); fseek(f, 0, SEEK_SET);
+    if (fread(v.data(), 1, n, f) != (size_t)n) abort(); fclose(f); return v;
+  };
+  Geometry geo; { auto g = load(argv[a++]); std::memcpy(&geo, g.data(), sizeof geo); }
+  auto xb = load(argv[a++]), wb = load(argv[a++]), bb = load(argv[a++]), yb = load(argv[a++]);
+  const char* out = argv[a++];
+  const float *x = (const float*)xb.data(), *w = (const float*)wb.data(),
+              *bias = (const float*)bb.data();
+  float* y = (float*)yb.data();
+  static unsigned char unused[16];
+  for (unsigned bz = 0; bz < gridDim.z; ++bz)
+    for (unsigned by = 0; by < gridDim.y; ++by)
+      for (unsigned bx = 0; bx < gridDim.x; ++bx)
+        run_block(bx, by, bz, unused, sizeof unused, [&] {
+          switch (form) {
+DISPATCH
+          }
+        });
+  FILE* f = fopen(out, "wb"); fwrite(y, 1, yb.size(), f); fclose(f);
+  return 0;
+}
+"""
+
+
+def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int) -> str:
+    t = FFMA_TILES[tile]
+    flags = f"{t.BM}, {t.BN}, {t.BK}, {str(double).lower()}, {str(swizzle).lower()}"
+    if nchw_y:
+        return f"im2win_ffma_to_nchw<{flags}, {str(nchw_y == 2).lower()}>"
+    return f"im2win_ffma<{flags}>"
+
+
+def source() -> str:
+    """The emulation's C++: the shim, what the kernel takes from common.cuh and gemm.cuh
+    (outer_8x8, the Geometry struct), im2win_ffma.cu, and a main that runs FORMS[form]."""
+    common = (ROOT / "im2win" / "cuda" / "common.cuh").read_text()
+    gemm = (ROOT / "im2win" / "cuda" / "gemm.cuh").read_text()
+    ffma = (ROOT / "im2win" / "cuda" / "im2win_ffma.cu").read_text()
+    outer = common[common.index("template <bool kBlocks = false>"):]
+    struct = gemm[gemm.index("struct Geometry {"):gemm.index("struct Pixel {")]
+    for text in (outer, struct, ffma):
+        assert "asm" not in text, "an asm statement the emulation does not know"
+    dispatch = "\n".join(f"            case {i}: {kernel_name(*form)}(x, w, bias, y, nullptr, "
+                         f"geo, 0); break;" for i, form in enumerate(FORMS))
+    return SHIM + EXTRA + struct + outer + ffma + MAIN.replace("DISPATCH", dispatch)
+
+
+def run(case: int, form: int, workdir: Path, rng) -> int:
+    x_shape, w_shape, kwargs = PROBLEMS[case]
+    tile, double, swizzle, nchw_y = FORMS[form]
+    t = FFMA_TILES[tile]
+    if w_shape[3] % t.BK:
+        return 0
+    x = rng.uniform(-1, 1, x_shape).astype(np.float32)
+    w = rng.uniform(-1, 1, w_shape).astype(np.float32)
+    b = rng.uniform(-1, 1, w_shape[0]).astype(np.float32)
+    prob = make_problem(x, w, layout="NHWC", **kwargs)
+    if nchw_y and prob.G != 1:
+        return 0                     # the NCHW y forms take one group (an NCHW twin's)
+    n, h, wd, c = (s // 4 for s in x.strides)
+    geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                           layout="NHWC", **kwargs)
+    if nchw_y:
+        ref = ref.transpose(0, 3, 1, 2)
+    grid = (-(-geo.npix // t.BN), -(-prob.Kg // t.BM), prob.G)
+    args = [form, *grid, t.BM * t.BN // 64]
+    err = emulate(workdir, "ffma", source, args,
+                  [np.array([tuple(geo)], GEOMETRY), x, w, b,
+                   np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
+    label = (f"{kernel_name(tile, double, swizzle, nchw_y)} x {x_shape} w {w_shape} "
+             f"{kwargs} grid {grid}")
+    return report(label, err, allowed_error(np.float32, prob.reduction))
+
+
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    rng = np.random.default_rng(0)
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for form in range(len(FORMS)):
+            for case in range(len(PROBLEMS)):
+                failures += run(case, form, Path(tmp), rng)
+    print("all correct" if not failures else f"{failures} WRONG")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
