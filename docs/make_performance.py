@@ -374,7 +374,13 @@ and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on both), cv6, cv11 and cv12 34
 32.5 -> 39.6, 40.5, 37.9; in NCHW cv8 38.9 -> 43.0, cv7 10.4 -> 12.5-13.1 and cv3 23.2 ->
 25.0 (x's channels-last copy is still in the NCHW times). Between those runs a 16 KB
 shared-memory stage of the epilogue had cost NCHW 7-11% on the layers that never used it
-(step 19). cuDNN's Winograd on cv5, cv10 and cv11 sets the geometric mean.
+(step 19). cuDNN's Winograd on cv5, cv10 and cv11 sets the geometric mean. Since those
+tables (2026-12-05, twentieth session, timed on an **H100**: the H200 was not lent), the
+96-filter stems cv1 and cv2 run on tiles of 96 filters (`f96x128k8`: tiles of 64 left a
+quarter of their rows idle), over their window columns in NCHW too; `tools/columns_dev.py`,
+batch 128, TFLOPS before -> after (cuDNN, same run): NHWC cv1 21.7 -> 26.9 (20.7), cv2 21.9
+-> 27.4 (20.9); NCHW cv1 20.1 -> 23.9 (25.5), cv2 20.4 -> 24.7 (26.2). The benchmark tables
+above predate it.
 """
 
 
