@@ -19,11 +19,11 @@ import numpy as np
 
 import im2win
 from im2win import bench
-from im2win.bench import GPU, bind, prepare
+from im2win.bench import GPU, bind
 from im2win.cuda import tuning
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from ffma_split_dev import error_of, layer_of  # noqa: E402
+from ffma_split_dev import error_of, layer_inputs  # noqa: E402
 
 VARIANTS = {"auto": ("auto", False), "auto 96": ("auto", True),
             "columns 64": ("im2win_columns", False), "columns 96": ("im2win_columns", True)}
@@ -47,35 +47,31 @@ def main():
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
         raise SystemExit("needs PyTorch on the GPU (cuDNN)")
     rows = []
-    for name in args.layers.split(","):
-        conv, batch = layer_of(name)
-        for layout in args.layouts.split(","):
-            prob, _, _, x, w = prepare(conv, batch, "float32", layout, device)
-            kw = dict(conv.kwargs)
-            cells = {}
-            for label, (algorithm, rows96) in VARIANTS.items():
-                tuning.FFMA_96_ROWS = rows96
-                im2win.cuda._calls.clear()
-                try:
-                    plan = plan_of(x, w, layout, kw, algorithm)
-                except ValueError as e:
-                    cells[label] = (None, None, str(e)[:40])
-                    continue
-                y = cupy.full(prob.y_shape, np.nan, np.float32)
-                im2win.conv2d(x, w, out=y, layout=layout, algorithm=algorithm, **kw)
-                err = error_of(x, w, kw, layout, y)
-                call, _ = bind(functools.partial(im2win.conv2d, algorithm=algorithm), [x], w,
-                               layout, kw)
-                cells[label] = (prob.flops / device.time(call) / 1e12, err, plan)
-                del y
-            tuning.FFMA_96_ROWS = True
+    for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
+        cells = {}
+        for label, (algorithm, rows96) in VARIANTS.items():
+            tuning.FFMA_96_ROWS = rows96
             im2win.cuda._calls.clear()
-            call, _ = bind(bench.CUDNN, [x], w, layout, kw)
-            cells["cuDNN"] = (prob.flops / device.time(call) / 1e12, 0.0, "")
-            rows.append((name, layout, cells))
-            print(rows[-1], flush=True)
-            del x, w
-            cupy.get_default_memory_pool().free_all_blocks()
+            try:
+                plan = plan_of(x, w, layout, kw, algorithm)
+            except ValueError as e:
+                cells[label] = (None, None, str(e)[:40])
+                continue
+            y = cupy.full(prob.y_shape, np.nan, np.float32)
+            im2win.conv2d(x, w, out=y, layout=layout, algorithm=algorithm, **kw)
+            err = error_of(x, w, kw, layout, y)
+            call, _ = bind(functools.partial(im2win.conv2d, algorithm=algorithm), [x], w,
+                           layout, kw)
+            cells[label] = (prob.flops / device.time(call) / 1e12, err, plan)
+            del y
+        tuning.FFMA_96_ROWS = True
+        im2win.cuda._calls.clear()
+        call, _ = bind(bench.CUDNN, [x], w, layout, kw)
+        cells["cuDNN"] = (prob.flops / device.time(call) / 1e12, 0.0, "")
+        rows.append((name, layout, cells))
+        print(rows[-1], flush=True)
+        del x, w
+        cupy.get_default_memory_pool().free_all_blocks()
     print("\nfloat32, TFLOPS (max error against float64; inner kernel:tile)")
     for name, layout, cells in rows:
         print(f"{name} {layout}: " + "  ".join(

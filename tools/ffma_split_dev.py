@@ -42,6 +42,16 @@ def layer_of(name: str):
     raise SystemExit(f"unknown layer {name}")
 
 
+def layer_inputs(layers: str, layouts: str, device):
+    """(name, layout, problem, x, w, kwargs) of each of the comma-separated layers in each
+    layout: random float32 inputs on `device` (network layers at batch 32, cv* at 128)."""
+    for name in layers.split(","):
+        conv, batch = layer_of(name)
+        for layout in layouts.split(","):
+            prob, _, _, x, w = prepare(conv, batch, "float32", layout, device)
+            yield name, layout, prob, x, w, dict(conv.kwargs)
+
+
 def error_of(x, w, kwargs, layout, y) -> float:
     """max |y - ref| / max |ref| against float64 (PyTorch on the GPU) on the first 2 images."""
     import torch
@@ -75,41 +85,37 @@ def main():
     tiles = args.tiles.split(",") if args.tiles else [None]
     variants = ["auto"] + [(tile, n) for tile in tiles for n in forced]
     rows = []
-    for name in args.layers.split(","):
-        conv, batch = layer_of(name)
-        for layout in args.layouts.split(","):
-            prob, _, _, x, w = prepare(conv, batch, "float32", layout, device)
-            kw = dict(conv.kwargs)
-            cells, chosen, worst = [], None, 0.0
-            for variant in variants:
-                tile, n = (None, None) if variant == "auto" else variant
-                if tile and prob.Cg % 16 and not tile.endswith("k8"):
-                    tile += "k8"
-                cuda_plan.choose_ffma_tile = choose if tile is None else (
-                    lambda *args, t=tile: t)
-                cuda_plan.ffma_split_count = count if n is None else (
-                    lambda *args, n=n, **kw: n)
-                im2win.cuda._calls.clear()
-                launch._executables.clear()
-                y = cupy.full(prob.y_shape, np.nan, np.float32)
-                im2win.conv2d(x, w, out=y, layout=layout, **kw)
-                worst = max(worst, error_of(x, w, kw, layout, y))
-                if variant == "auto":
-                    xs = x if layout == "NHWC" else cupy.ascontiguousarray(x.transpose(0, 2, 3, 1))
-                    ws = w if layout == "NHWC" else cupy.ascontiguousarray(w.transpose(0, 2, 3, 1))
-                    p = im2win.cuda._plan(bench.make_problem(xs, ws, layout="NHWC", **kw), xs, ws,
-                                          "auto", None, None)
-                    chosen = f"{p.file}:{p.tile.name if p.tile else '-'}/{p.splits}"
-                call, _ = bind(im2win.conv2d, [x], w, layout, kw)
-                cells.append(graph_time(call, False) * 1e6)
-            cuda_plan.ffma_split_count, cuda_plan.choose_ffma_tile = count, choose
+    for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
+        cells, chosen, worst = [], None, 0.0
+        for variant in variants:
+            tile, n = (None, None) if variant == "auto" else variant
+            if tile and prob.Cg % 16 and not tile.endswith("k8"):
+                tile += "k8"
+            cuda_plan.choose_ffma_tile = choose if tile is None else (
+                lambda *args, t=tile: t)
+            cuda_plan.ffma_split_count = count if n is None else (
+                lambda *args, n=n, **kw: n)
             im2win.cuda._calls.clear()
-            call, _ = bind(bench.CUDNN, [x], w, layout, kw)
-            cudnn = graph_time(call, True) * 1e6
-            rows.append((name, layout, chosen, worst, cells, cudnn))
-            print(rows[-1], flush=True)
-            del x, w, y
-            cupy.get_default_memory_pool().free_all_blocks()
+            launch._executables.clear()
+            y = cupy.full(prob.y_shape, np.nan, np.float32)
+            im2win.conv2d(x, w, out=y, layout=layout, **kw)
+            worst = max(worst, error_of(x, w, kw, layout, y))
+            if variant == "auto":
+                xs = x if layout == "NHWC" else cupy.ascontiguousarray(x.transpose(0, 2, 3, 1))
+                ws = w if layout == "NHWC" else cupy.ascontiguousarray(w.transpose(0, 2, 3, 1))
+                p = im2win.cuda._plan(bench.make_problem(xs, ws, layout="NHWC", **kw), xs, ws,
+                                      "auto", None, None)
+                chosen = f"{p.file}:{p.tile.name if p.tile else '-'}/{p.splits}"
+            call, _ = bind(im2win.conv2d, [x], w, layout, kw)
+            cells.append(graph_time(call, False) * 1e6)
+        cuda_plan.ffma_split_count, cuda_plan.choose_ffma_tile = count, choose
+        im2win.cuda._calls.clear()
+        call, _ = bind(bench.CUDNN, [x], w, layout, kw)
+        cudnn = graph_time(call, True) * 1e6
+        rows.append((name, layout, chosen, worst, cells, cudnn))
+        print(rows[-1], flush=True)
+        del x, w, y
+        cupy.get_default_memory_pool().free_all_blocks()
     print("\nlayer | layout | auto plan | max error | auto us | "
           + " | ".join(f"{t + ' ' if t else ''}{n} ranges us" for t, n in variants[1:])
           + " | cuDNN us | auto/cuDNN")
