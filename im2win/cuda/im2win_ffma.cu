@@ -20,12 +20,12 @@
 // Tiles: BM filters x BN pixels (BM a multiple of 32, BN of 64), BM*BN/64 threads, each an 8 x 8
 // register micro-tile made of two 4-wide halves in each direction (filters ty*4 + i and
 // BM/2 + ty*4 + i, pixels tx*4 + j and BN/2 + tx*4 + j, tx < BN/8, ty < BM/8), read from shared
-// memory as float4. The tiles are stored transposed (Xs[t][pixel], Ws[t][filter]); with kSwizzle the column
-// of row t is XORed with (t/4 % (BK/4)) * (32/(BK/4)), which keeps float4 groups whole and makes
-// both the transposing stores and the fragment reads free of bank conflicts. kDouble: two shared
-// buffers, the next slice's loads in flight in registers while this one is computed, one barrier
-// per slice, and the shared fragments double-buffered in registers across it (off: load, barrier,
-// compute, barrier).
+// memory as float4. The tiles are stored transposed (Xs[t][pixel], Ws[t][filter]); with kSwizzle
+// the column of row t is XORed with (t/4 % (BK/4)) * (32/(BK/4)), which keeps float4 groups whole
+// and makes both the transposing stores and the fragment reads free of bank conflicts. kDouble: two
+// shared buffers, the next slice's loads in flight in registers while this one is computed, one
+// barrier per slice, and the shared fragments double-buffered in registers across it (off: load,
+// barrier, compute, barrier).
 //
 // Split-K (im2win_ffma_split, SPLITS of 2, 4 or 8, one group): grid z holds SPLITS
 // consecutive ranges of each tile's slices; each block writes its range's FP32 sums to
