@@ -266,11 +266,11 @@ def test_captured_copies_around_a_kernel_replay_the_eager_results_bit_for_bit(rn
     (600000, 1, 3, 0, 0),        # more passes than the grid's 8 * 65535 blocks: its loop
     (2, 40, 9, 3, 0)])           # taps of padded rows (sr = cols + 3): transpose_narrow
 def test_layout_transposes_move_every_element(rng, dtype, batch, rows, cols, pad, offset):
-    """Executable._transpose (layout.cu's transpose_taps for fewer than 32 columns where rows
-    are contiguous and TRANSPOSE_TAPS_MIN_ELEMENTS move, transpose_narrow for fewer otherwise, transpose_words where both sides'
-    rows are whole 16-byte words, else transpose_batched): dst[b, c, r] = src[b, r, c],
-    nothing else written. Compared bit for bit through unsigned views (bfloat16 has no CuPy
-    ufuncs)."""
+    """Executable._transpose (the layout.cu kernel plan.transpose_launch picks: transpose_taps
+    for fewer than 32 columns where rows are contiguous and TRANSPOSE_TAPS_MIN_ELEMENTS move,
+    transpose_narrow for fewer otherwise, transpose_words where both sides' rows are whole
+    16-byte words, else transpose_batched): dst[b, c, r] = src[b, r, c], nothing else
+    written. Compared bit for bit through unsigned views (bfloat16 has no CuPy ufuncs)."""
     from im2win.cuda import launch
     x, w = cupy.zeros((2, 16, 8, 8), dtype), cupy.zeros((16, 16, 3, 3), dtype)
     prob = make_problem(x, w, padding=1)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from im2win import reference
-from im2win.cuda.plan import GEOMETRY_64BIT, Geometry, geometry
+from im2win.cuda.plan import GEOMETRY, geometry
 from im2win.cuda.tuning import FFMA_TILES
 from im2win.problem import make_problem
 from im2win.testing import allowed_error
@@ -31,8 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from emulate_rows import SHIM, emulate, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-GEOMETRY = np.dtype([(name, np.int64 if i < GEOMETRY_64BIT else np.int32)
-                     for i, name in enumerate(Geometry._fields)], align=True)
 
 # x (N, H, W, C), w (K, R, S, C/G), keyword arguments: C/G a multiple of 16 or of 8
 PROBLEMS = [

@@ -28,7 +28,7 @@ import numpy as np
 
 from im2win import baselines
 from im2win.interop import cupy_view
-from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY_64BIT, ONE_LAUNCH, Geometry,
+from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY, ONE_LAUNCH, Geometry,
                               Plan, columns_stage, kernel_family, nhwc_twin, source,
                               transpose_launch)
 from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
@@ -36,9 +36,6 @@ from im2win.problem import Problem
 
 OPTIONS = ("-std=c++17",)
 
-# numpy twin of `struct Geometry` in gemm.cuh (64-bit fields first, no inner padding).
-GEOMETRY = np.dtype([(name, np.int64 if i < GEOMETRY_64BIT else np.int32)
-                     for i, name in enumerate(Geometry._fields)], align=True)
 NULL = np.uint64(0)
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8

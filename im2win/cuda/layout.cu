@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(256)
 
 // The same transpose in 16-byte words, for 2-byte elements whose src rows and dst rows are
 // whole words: sc = 1, and sr, sb, rows and cols multiples of 8, both pointers 16-byte aligned
-// (launch.py's Executable._transpose checks; the kernel above does the rest). A block of 256
+// (plan.transpose_launch checks; the kernel above does the rest). A block of 256
 // threads moves a 64 x 64 tile: each thread loads two words of src rows (8 neighbouring
 // columns; 8 threads read a row's 128 bytes), stores them into shared memory with word j of
 // tile row r at j ^ (r / 8) % 8, then gathers 8 neighbouring rows of one column (the 8 threads

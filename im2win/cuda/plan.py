@@ -71,6 +71,9 @@ class Geometry(NamedTuple):
 
 
 GEOMETRY_64BIT = 9      # the first 9 fields are 64-bit (i64), the rest 32-bit (int)
+# Its NumPy twin (64-bit fields first, no inner padding): a kernel argument's bytes.
+GEOMETRY = np.dtype([(name, np.int64 if i < GEOMETRY_64BIT else np.int32)
+                     for i, name in enumerate(Geometry._fields)], align=True)
 
 
 @dataclasses.dataclass(frozen=True)
