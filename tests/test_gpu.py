@@ -548,7 +548,7 @@ def test_autotune_times_candidates_and_remembers_the_winner(rng):
     # Bad candidates and arguments are refused before anything is timed or forgotten: the
     # winner above stays.
     for kwargs, error in ((dict(tiles=["no-such-tile"]), ValueError),
-                          (dict(algorithms=("narrow",)), TypeError),      # float32
+                          (dict(algorithms=("pointwise",)), TypeError),   # float32
                           (dict(repeat=1.5), TypeError), (dict(repeat=True), TypeError),
                           (dict(repeat=0), ValueError)):
         with pytest.raises(error):
@@ -888,6 +888,52 @@ def test_narrow_views_and_misaligned_out(rng):
         assert (np.isfinite(y) == np.isfinite(ref)).all()
         assert_close(np.where(np.isfinite(ref), y, 0), np.where(np.isfinite(ref), ref, 0),
                      np.float16, 27)
+
+
+NARROW_FFMA_CASES = [  # float32 stems (narrow_ffma.cu): x (N, C, H, W), w (K, C, R, S)
+    ((2, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),          # MobileNet's stem
+    ((2, 3, 29, 31), (64, 3, 7, 7), dict(stride=2, padding=3)),          # ResNet's
+    ((1, 3, 47, 45), (96, 3, 11, 11), dict(stride=4)),                   # cv1's, K = 96
+    ((2, 3, 17, 19), (96, 3, 4, 4), dict(stride=4)),                     # ConvNeXt's
+    ((1, 1, 9, 40), (8, 1, 3, 2), dict(dilation=(2, 3), padding=((2, 0), (1, 3)))),  # C = 1
+    ((3, 4, 7, 6), (200, 4, 5, 5), dict(stride=(2, 1), padding=2)),      # C = 4, 7 blocks
+    ((5, 2, 11, 9), (70, 2, 5, 5), dict(stride=(1, 3), padding=(2, 1))),  # tails of K, Q
+    ((2, 3, 9, 300), (64, 3, 3, 3), dict(padding=1)),                    # several tiles a row
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", NARROW_FFMA_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_narrow_ffma_matches_reference(rng, layout, x_shape, w_shape, kwargs, bias):
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], bias=bias)
+    run(x, w, b, layout, kwargs, algorithm="narrow")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_narrow_ffma_views_misaligned_out_and_infinities(rng, layout):
+    """x a strided view with its rows reversed, out one element off 16 bytes, and an infinity
+    in x that reaches only the outputs whose windows hold it."""
+    from im2win import cuda
+    x, w, b = random_arrays(rng, (2, 3, 14, 17), (64, 3, 3, 3), 64, np.float32)
+    x[1, 2, 5, 6] = np.inf
+    xs, ws = to_layout(layout, x, w)
+    kwargs = dict(layout=layout, stride=2, padding=1)
+    prob = make_problem(xs, ws, b, **kwargs)
+    wide = cupy.zeros(xs.shape[:3] + (2 * xs.shape[3],), cupy.float32)
+    wide[..., ::2] = cupy.asarray(xs)
+    view = wide[..., ::2][:, :, ::-1] if layout == "NCHW" else wide[..., ::2][:, ::-1]
+    flipped = cupy.asnumpy(view).astype(np.float64)
+    ref = reference.conv2d(flipped, ws.astype(np.float64), b.astype(np.float64), **kwargs)
+    base = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, cupy.float32)
+    out = base[1:].reshape(prob.y_shape)
+    im2win.conv2d(view, cupy.asarray(ws), cupy.asarray(b), out=out, algorithm="narrow",
+                  **kwargs)
+    assert cuda._plan(prob, view, cupy.asarray(ws), "narrow", None, None).file == "narrow_ffma"
+    y = cupy.asnumpy(out)
+    assert (np.isfinite(y) == np.isfinite(ref)).all() and not np.isfinite(ref).all()
+    assert_close(np.where(np.isfinite(ref), y, 0), np.where(np.isfinite(ref), ref, 0),
+                 np.float32, prob.reduction)
 
 
 POINTWISE_CASES = [  # x (N, C, H, W), w (K, C, 1, 1): pointwise.cu's 1x1 forms

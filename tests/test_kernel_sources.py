@@ -216,11 +216,24 @@ def test_ffma_tiles_in_a_cpu_emulation(capsys):
 
 
 @GXX
+def test_narrow_ffma_stems_in_a_cpu_emulation(capsys):
+    """narrow_ffma.cu (float32 stems of 1 to 4 channels, NCHW and NHWC: filter tails and
+    several filter blocks, padding, strides and dilations by axis, x a view, no bias; the
+    planner's tile and tiles of 3 x 5 on fewer blocks than tiles) compiled with g++ against
+    tools/emulate_narrow_ffma.py's emulation, its copies done when issued and as late as the
+    waits allow: every result matches the float64 reference. (The filter-row barrier dropped,
+    the next row copied into the buffer being read, or the barrier between tiles dropped
+    fails it.)"""
+    emulation("emulate_narrow_ffma", [], capsys)
+
+
+@GXX
 @pytest.mark.parametrize("tool, args", [("emulate_rows", ["--prefetch", "0,2"]),
                                         ("emulate_pointwise", []),
                                         ("emulate_depthwise_mma", []),
                                         ("emulate_layout", []),
-                                        ("emulate_ffma", [])])
+                                        ("emulate_ffma", []),
+                                        ("emulate_narrow_ffma", [])])
 def test_emulated_kernels_have_no_shared_memory_races(tool, args, tsan, monkeypatch, capsys):
     """The emulations again, built with ThreadSanitizer (EMULATE_TSAN): a block's threads are
     OS threads and its barriers std::barrier, so a shared-memory access of one thread that no

@@ -355,9 +355,10 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
         "narrow_nhwc<bf16_t, 32, 64, 4, 1, false, true>"
     assert plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")).algorithm != \
         "narrow"                                                          # float32
-    with pytest.raises(TypeError, match="algorithm='narrow' takes float16, bfloat16 on the "
-                                        "GPU, not float32"):
-        plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC"), algorithm="narrow")
+    with pytest.raises(TypeError, match="algorithm='narrow' takes float16, bfloat16, float32 "
+                                        "on the GPU, not float64"):
+        plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), np.float64, layout="NHWC"),
+                 algorithm="narrow")
     for refused in (problem((2, 3, 9, 9), (8, 3, 3, 3), np.float16),       # NCHW
                     problem((2, 9, 9, 64), (64, 3, 3, 4), np.float16, groups=16, layout="NHWC"),
                     problem((2, 9, 9, 3), (12, 3, 3, 3), np.float16, layout="NHWC")):   # K
@@ -367,6 +368,35 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     assert {plan_for(stem).kernel, plan_for(cv1, algorithm="narrow").kernel, plan.kernel,
             plan_for(grouped).kernel, plan_for(small, algorithm="narrow").kernel,
             plan_for(cv3, arch=90).kernel} <= compiled
+
+
+def test_float32_stems_get_narrow_ffma_when_forced():
+    from im2win.cuda.plan import NARROW_FFMA_FORMS, narrow_ffma_smem, smem_limits
+    compiled = {expr for _, expr in specializations()}
+    for prob, kernel in (
+            (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4), "narrow_ffma<3, 96, 2, true>"),
+            (problem((32, 224, 224, 3), (64, 7, 7, 3), layout="NHWC", stride=2, padding=3),
+             "narrow_ffma<3, 64, 4, false>"),
+            (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)), "narrow_ffma<1, 32, 8, true>"),
+            (problem((3, 4, 7, 6), (128, 4, 5, 5), stride=(2, 1), padding=2),
+             "narrow_ffma<4, 128, 2, true>")):
+        plan = plan_for(prob, algorithm="narrow", arch=90)
+        args = plan.geometry
+        assert (plan.algorithm, plan.file, plan.kernel) == ("narrow", "narrow_ffma", kernel)
+        assert plan.kernel in compiled
+        kb = int(kernel.split(", ")[1])
+        tp, tq = args.ints[-2:]
+        # the block's threads cover KB filters of its WP*64 pixels; the tile fits them
+        assert args.block == (kb * NARROW_FFMA_FORMS[kb], 1, 1) and tp * tq <= 64 * NARROW_FFMA_FORMS[kb]
+        assert args.tiles == prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
+        assert args.channel_blocks == -(-prob.K // kb)
+        assert args.smem == narrow_ffma_smem(prob, kb, tp, tq) <= smem_limits(90)[0]
+    # a problem whose window cannot fit refuses; so do other channel counts and groups
+    for refused in (problem((1, 3, 400, 400), (32, 3, 64, 64), dilation=5),
+                    problem((2, 5, 9, 9), (8, 5, 3, 3)),
+                    problem((2, 4, 9, 9), (8, 2, 3, 3), groups=2)):
+        with pytest.raises(ValueError, match="algorithm='narrow'"):
+            plan_for(refused, algorithm="narrow", arch=90)
 
 
 def test_depthwise_problems_get_their_own_kernel():

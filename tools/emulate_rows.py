@@ -367,6 +367,14 @@ def kernel_source(whole: bool = False) -> str:
     text = (ROOT / "im2win" / "cuda" / "depthwise.cu").read_text()
     if not whole:
         text = text[:text.index("\n}\n", text.index("    depthwise_rows_vec(")) + 3]
+    text = cp_async_emulated(text)
+    assert whole or "asm" not in text, "an asm statement the emulation does not know"
+    return text
+
+
+def cp_async_emulated(text: str) -> str:
+    """A kernel file's cp.async statements (a copy helper's `to`, `src`, `TB` and `valid`,
+    commits and waits) as the emulation's calls."""
     text = text.replace("const unsigned to = (unsigned)__cvta_generic_to_shared(dst);",
                         "void* to = dst;")
     text = re.sub(r'asm volatile\("cp\.async\.(?:ca|cg)\.shared\.global.*?\);',
@@ -376,7 +384,6 @@ def kernel_source(whole: bool = False) -> str:
                   r"emu_wait(\1);", text)
     text = re.sub(r'asm volatile\("cp\.async\.wait_group (\d+);\\n" ::\);', r"emu_wait(\1);",
                   text)
-    assert whole or "asm" not in text, "an asm statement the emulation does not know"
     return text
 
 

@@ -6,7 +6,7 @@
 #                                               kernel's; tma: its TMA copies only; depthwise: the
 #                                               depthwise kernel's; narrow: narrow.cu's;
 #                                               pointwise: pointwise.cu's; ffma: the float32
-#                                               NHWC CUDA-core kernels)
+#                                               NHWC CUDA-core kernels; stems: narrow_ffma.cu's)
 #   DTYPES=float16 bash tools/gpu_run.sh bench  (default: float32 float16)
 #   bash tools/gpu_run.sh asv [tools/asv_gpu.sh arguments: --bench REGEX --old REV]
 #   SUITES='float32:NCHW float16:NHWC' bash tools/gpu_run.sh suite   (the five networks)

@@ -2,7 +2,7 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|pointwise|ffma]``: with ``float16``, every tile
+``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|pointwise|ffma|stems]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
@@ -21,7 +21,9 @@ float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
 the float32 CUDA-core kernels (im2win_ffma.cu's every tile and switch, in NHWC and through
 the NCHW twin writing the NCHW y, wgrad_ffma.cu's
 every tile, both x loads and split counts, backward data's window gradients of many
-channels, and a float32 stem over its window columns). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
+channels, and a float32 stem over its window columns); with ``stems``, narrow_ffma.cu's float32
+stems (1 to 4 channels, both layouts, filter tails and several filter blocks, padding,
+stride and dilation, x a view, blocks looping over tiles). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
 
 import itertools
@@ -69,7 +71,7 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    ((1, 6, 8, 6), (6, 1, 7, 7), dict(padding=3)),
                    ((1, 6, 7, 7), (6, 1, 5, 5), dict(padding=2)),
                    ((2, 8, 9, 28), (8, 1, 7, 7), dict(padding=3))]
-MODES = ("float16", "wgmma", "tma", "tf32", "depthwise", "narrow", "pointwise", "ffma")
+MODES = ("float16", "wgmma", "tma", "tf32", "depthwise", "narrow", "pointwise", "ffma", "stems")
 ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
 if ONLY is not None and ONLY not in MODES:
     sys.exit(f"sanitize_cases.py takes one of {', '.join(MODES)} or nothing, got {ONLY!r}")
@@ -177,6 +179,31 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
     x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
     im2win.conv2d(x, w, cupy.asarray(b), layout="NHWC", algorithm="narrow", **kwargs)
 cuda_plan.narrow_wgmma_pays = pays
+cuda._calls.clear()
+# narrow_ffma.cu (float32 stems), both layouts, with the device's grid and with one sized for a
+# device of one SM (each block loops over tiles): x, w (NCHW-lettered), kwargs.
+STEM_CASES = [((2, 3, 23, 21), (40, 3, 3, 3), dict(stride=2, padding=1)),
+              ((1, 3, 31, 29), (96, 3, 11, 11), dict(stride=4, padding=2)),
+              ((2, 1, 12, 14), (30, 1, 3, 5), dict(stride=(2, 1), padding=((2, 0), (1, 3)),
+                                                   dilation=(1, 2))),
+              ((2, 4, 9, 12), (200, 4, 2, 3), dict(padding=((0, 1), (2, 0))))]
+for (x_shape, w_shape, kwargs), layout, one_sm in itertools.product(
+        STEM_CASES, ("NCHW", "NHWC"), (False, True)):
+    if not runs("stems"):
+        break
+    launch.sm_count = (lambda device: 1) if one_sm else sms
+    launch._executables.clear()
+    cuda._calls.clear()
+    x, w, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in
+               (x_shape, w_shape, w_shape[0]))
+    if layout == "NHWC":
+        x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
+    x, w = cupy.asarray(x), cupy.asarray(w)
+    im2win.conv2d(x, w, cupy.asarray(b), layout=layout, algorithm="narrow", **kwargs)
+    im2win.conv2d(x[:, ::-1] if layout == "NHWC" else x[:, :, ::-1], w, layout=layout,
+                  algorithm="narrow", **kwargs)                 # a view: rows in reverse
+launch.sm_count = sms
+launch._executables.clear()
 cuda._calls.clear()
 ROWS_MIN = cuda_plan.DEPTHWISE_ROWS_MIN_ROWS
 MMA_PLANNED = (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,

@@ -341,10 +341,11 @@ def table_bytes(prob: Problem, geo: Geometry, window_order: bool, wanted: bool) 
 
 def algorithm_dtypes(algorithm: str) -> tuple[str, ...]:
     """The dtypes `algorithm` takes on the GPU (a forced one refuses the others with a
-    TypeError): the Tensor-Core kernels' (narrow.cu, pointwise.cu), the NHWC twin's and the
+    TypeError): the Tensor-Core kernels' (narrow.cu, pointwise.cu; narrow_ffma.cu's float32
+    stems), the NHWC twin's and the
     window columns' (no float64), im2col_gemm's (CuPy's matmul has no bfloat16); all four
     for the rest."""
-    return {"narrow": NARROW_DTYPES, "pointwise": POINTWISE_DTYPES,
+    return {"narrow": NARROW_DTYPES + ("float32",), "pointwise": POINTWISE_DTYPES,
             "im2win_nhwc": TENSOR_CORE_DTYPES + ("float32",),
             "im2win_columns": TENSOR_CORE_DTYPES + ("float32",),
             "im2col_gemm": ("float16", "float32", "float64")}.get(
@@ -1430,7 +1431,10 @@ def narrow_vector(prob: Problem, x_strides, x_aligned: bool) -> bool:
 def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
                 arch: int | None = None) -> Plan:
     """narrow.cu's plan: NHWC stems of C <= 8 channels and groups of C/G = K/G channels in
-    NARROW_GROUPS (any stride, padding, dilation), float16 or bfloat16."""
+    NARROW_GROUPS (any stride, padding, dilation), float16 or bfloat16; float32 stems of C
+    <= 4 channels in either layout on narrow_ffma.cu (narrow_ffma_plan)."""
+    if prob.dtype.name == "float32":
+        return narrow_ffma_plan(prob, options, x_strides, arch)
     refusal = narrow_refusal(prob, x_strides, x_aligned, arch)
     if refusal:
         raise ValueError(refusal)
@@ -1500,6 +1504,97 @@ def narrow_wgmma_plan(prob: Problem, options: Options, x_strides, arch: int | No
 
 def narrow_wgmma_kernel_name(dtype: str, K: int) -> str:
     return f"narrow_dense_wgmma<{CUDA_TYPES[dtype][0]}, {K}, {NARROW_WGMMA_STAGES}>"
+
+
+# float32 stems on CUDA cores (narrow_ffma.cu): one group of at most NARROW_FFMA_CHANNELS
+# channels; a block of KB filters (a multiple of 32) and KB*WP threads covers WP*64 pixels.
+NARROW_FFMA_CHANNELS = 4
+NARROW_FFMA_FORMS = {32: 8, 64: 4, 96: 2, 128: 2}    # KB: WP
+NARROW_FFMA_PER_SM = 2             # blocks an SM, at most (__launch_bounds__(KB*WP, 2))
+
+
+class NarrowFfmaTile(NamedTuple):
+    """A narrow_ffma.cu block: KB filters and WP pixel warps over TP x TQ outputs; smem its
+    shared memory in bytes; tiles: how many output tiles the problem has."""
+
+    kb: int
+    wp: int
+    tp: int
+    tq: int
+    smem: int
+    tiles: int
+
+
+def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int) -> int:
+    """narrow_ffma.cu's shared memory in bytes: two filter rows, the taps' offsets and the
+    tile's window ([row][channel][column], a row's columns stored by phase)."""
+    rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
+    cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
+    row_pitch = -(-cols // prob.sw) * prob.sw
+    return 4 * (2 * prob.S * prob.C * kb + -(-prob.R * prob.S // 4) * 4 +
+                rows * prob.C * row_pitch)
+
+
+def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
+    """The block for a float32 stem: the KB of NARROW_FFMA_FORMS that pads K least (the
+    larger on a tie: fewer blocks copy each window), then the TP x TQ output tile of its WP*64
+    pixels whose work over the grid is least (the products of every pixel slot, and about ten
+    instructions a window element and six a filter element copied), with its shared memory
+    within `limit` bytes; None if none fits."""
+    kb = min(NARROW_FFMA_FORMS, key=lambda kb: (-(-prob.K // kb) * kb, -kb))
+    if -(-prob.K // kb) > MAX_GRID_YZ:
+        return None
+    wp = NARROW_FFMA_FORMS[kb]
+    capacity = 64 * wp
+    taps = prob.R * prob.S * prob.C
+    best = None
+    for tq in range(1, min(prob.Q, capacity) + 1):
+        tq = -(-prob.Q // -(-prob.Q // tq))
+        tp = min(prob.P, capacity // tq)
+        tp = -(-prob.P // -(-prob.P // tp))
+        tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
+        smem = narrow_ffma_smem(prob, kb, tp, tq)
+        if smem > limit or tiles >= 2 ** 31:
+            continue
+        rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
+        cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
+        work = tiles * (capacity * kb * taps + 10 * rows * cols * prob.C + 6 * taps * kb)
+        if best is None or work < best[0]:
+            best = (work, NarrowFfmaTile(kb, wp, tp, tq, smem, tiles))
+    return None if best is None else best[1]
+
+
+def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
+    """Why narrow_ffma.cu cannot run the float32 problem, or None."""
+    if prob.G != 1 or not 0 < prob.C <= NARROW_FFMA_CHANNELS:
+        return (f"algorithm='narrow' takes float32 stems of one group of C <= "
+                f"{NARROW_FFMA_CHANNELS} channels; got C={prob.C}, groups={prob.G}")
+    limit = smem_limits(arch)[0]
+    if narrow_ffma_tile(prob, limit) is None:
+        return (f"algorithm='narrow' needs an output tile whose window and two filter rows "
+                f"fit {limit} bytes of shared memory; got R x S = {prob.R} x {prob.S}, "
+                f"stride {prob.sh} x {prob.sw}, dilation {prob.dh} x {prob.dw}")
+    return None
+
+
+def narrow_ffma_kernel_name(C: int, kb: int, wp: int, nchw: bool) -> str:
+    return f"narrow_ffma<{C}, {kb}, {wp}, {str(nchw).lower()}>"
+
+
+def narrow_ffma_plan(prob: Problem, options: Options, x_strides, arch: int | None) -> Plan:
+    """narrow_ffma.cu's plan: float32 stems of C <= 4 channels, NCHW or NHWC, any view of x."""
+    refusal = narrow_ffma_refusal(prob, arch)
+    if refusal:
+        raise ValueError(refusal)
+    tile = narrow_ffma_tile(prob, smem_limits(arch)[0])
+    per_sm = max(1, min(smem_limits(arch)[1] // (tile.smem + 1024), NARROW_FFMA_PER_SM))
+    args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
+                       prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, tile.tp,
+                       tile.tq), tuple(x_strides), (tile.kb * tile.wp, 1, 1), tile.smem,
+                      tile.tiles, -(-prob.K // tile.kb), per_sm)
+    return Plan("narrow", None, options, "narrow_ffma",
+                narrow_ffma_kernel_name(prob.C, tile.kb, tile.wp, prob.layout == "NCHW"),
+                max(prob.N, 1), args, b"", 0)
 
 
 POINTWISE_DTYPES = ("float16", "bfloat16")
@@ -2502,6 +2597,9 @@ def specializations() -> list[tuple[str, str]]:
                        for mt in mts)
         out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
                    for K in NARROW_WGMMA_FILTERS)
+    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, nchw))
+               for C in range(1, NARROW_FFMA_CHANNELS + 1)
+               for kb, wp in NARROW_FFMA_FORMS.items() for nchw in (False, True))
     for dtype in POINTWISE_DTYPES:
         for K in range(8, POINTWISE_MAX_K + 1, 8):
             out.add(("pointwise", pointwise_kernel_name(dtype, K)))

@@ -1,0 +1,172 @@
+// narrow_ffma.cu: float32 stems on CUDA cores: one group of C <= 4 channels, NCHW or NHWC, any
+// stride, padding and dilation. A GEMM tile pads such a reduction (a 3x3 stem of 3 channels
+// reduces over 27, an 11x11 one over 363) to whole slices of its depth, and needs its window
+// columns materialised first (plan.columns_stage); here each thread multiplies its pixels'
+// windows, read in place from the tile's input rows in shared memory, by its filters.
+//
+//   y[n,k,p,q] = bias[k] + sum_{r<R, s<S, c<C} x[n, c, p*sh + r*dh - pt, q*sw + s*dw - pl]
+//                                           * w[k, c, r, s]      (window order: r, s, then c)
+//
+// x is read through element strides (any view); w is contiguous in the problem's layout ((K,
+// C, R, S) for kNCHW, else (K, R, S, C)); y contiguous in it ((N, K, P, Q) or (N, P, Q, K)).
+// Offsets into x, w and y are 64-bit.
+//
+// A block computes KB filters (blockIdx.y: the filter block) of TP x TQ output pixels of one
+// image, looping over the tiles blockIdx.x + i*gridDim.x:
+//   - The tile's input window (its rows (TP-1)*sh + (R-1)*dh + 1 and columns (TQ-1)*sw +
+//     (S-1)*dw + 1, zeros outside x: the R rows im2win's window interleaves under each output
+//     row, each read once from x) sits in shared memory as [row][channel][column], the
+//     columns of a row stored by phase (column c at (c % sw) * ceil(cols / sw) + c / sw), so
+//     that consecutive output columns read consecutive words at every tap and stride. Copied
+//     by cp.async, 4 bytes an element.
+//   - The filters come a filter row at a time, [s][c][KB], copied (cp.async) while the row
+//     before is computed: two buffers, one barrier a row.
+//   - A warp holds 32 filters (lane % 4: 8 of them) of 64 pixels (lane / 4: pixels j*8 +
+//     lane/4, j < 8, of the warp's 64); the block's KB/32 x WP warps cover KB filters of
+//     WP*64 pixels, the idx-th pixel of the tile at (idx / TQ, idx % TQ) (past TP*TQ:
+//     computed on word 0, not stored). For each (r, s, c) in window order a thread loads its
+//     8 pixels' words (the 8 pixels of a load are consecutive columns: one 32-byte run) and 2
+//     float4 of its filters, for 64 fused multiply-adds.
+
+template <int TB>
+__device__ __forceinline__ void narrow_ffma_copy(void* dst, const void* src, bool valid) {
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(src), "n"(TB),
+               "r"(valid ? TB : 0));
+}
+
+template <int C, int KB, int WP, bool kNCHW>
+__global__ void __launch_bounds__(KB * WP, 2)
+    narrow_ffma(const float* __restrict__ x, const float* __restrict__ w,
+                const float* __restrict__ bias, float* __restrict__ y, int N, int Cx, int H,
+                int W, int K, int G, int R, int S, int P, int Q, int sh, int sw, int dh, int dw,
+                int pt, int pl, int TP, int TQ, i64 xn, i64 xc, i64 xh, i64 xw) {
+  constexpr int THREADS = KB * WP, FW = KB / 32, TN = 8;
+  static_assert(C >= 1 && C <= 4 && KB % 32 == 0 && THREADS <= 256, "form");
+  const int slice = S * C * KB;                      // one filter row's weights, [s][c][KB]
+  const int rows = (TP - 1) * sh + (R - 1) * dh + 1, cols = (TQ - 1) * sw + (S - 1) * dw + 1;
+  const int cw = (cols + sw - 1) / sw, row_pitch = cw * sw;   // entries per stored row
+  const int tiles_q = (Q + TQ - 1) / TQ, tiles_p = (P + TP - 1) / TP;
+  const int tiles = N * tiles_p * tiles_q;           // < 2^31: checked by the planner
+  const int k0 = blockIdx.y * KB;
+
+  extern __shared__ __align__(16) unsigned char narrow_ffma_smem[];
+  float* ws = reinterpret_cast<float*>(narrow_ffma_smem);              // 2 x [S][C][KB]
+  int* offsets = reinterpret_cast<int*>(ws + 2 * slice);               // [R][S], entries
+  float* xs = reinterpret_cast<float*>(offsets + (R * S + 3) / 4 * 4);   // [rows][C][row_pitch]
+
+  for (int i = threadIdx.x; i < R * S; i += THREADS) {   // tap (r, s): its entry from a pixel's
+    const int r = i / S, col = (i - r * S) * dw;
+    offsets[i] = r * dh * C * row_pitch + (col % sw) * cw + col / sw;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int f0 = (warp % FW) * 32 + (lane % 4) * 8;      // the thread's 8 filters in the block
+  int base[TN];                                          // its pixels' first entries
+#pragma unroll
+  for (int j = 0; j < TN; ++j) {
+    const int idx = ((warp / FW) * TN + j) * 8 + lane / 4, pr = idx / TQ, pc = idx - pr * TQ;
+    base[j] = idx < TP * TQ ? pr * sh * C * row_pitch + pc : 0;
+  }
+  const bool vector_y = !kNCHW && K % 4 == 0 && reinterpret_cast<unsigned long long>(y) % 16 == 0;
+
+  // Filter row r into `to` ([s][c][KB], zeros past K): thread t copies filter t % KB's
+  // elements t / KB + i*WP, consecutive threads consecutive words.
+  const int kk = threadIdx.x % KB;
+  const bool k_in = k0 + kk < K;
+  const float* wk = w + (k_in ? (i64)(k0 + kk) * R * S * C : 0);
+  auto copy_row = [&](int r, float* to) {
+    for (int e = threadIdx.x / KB; e < S * C; e += WP) {
+      const int s = e / C, c = e - s * C;
+      narrow_ffma_copy<4>(to + e * KB + kk, wk + (kNCHW ? (c * R + r) * S + s : r * S * C + e),
+                          k_in);
+    }
+  };
+  // Tile `tile`'s input window into xs: a warp per stored row and phase, a lane per column.
+  auto fill = [&](int tile) {
+    const int tq = tile % tiles_q, rest = tile / tiles_q, tp = rest % tiles_p;
+    const float* xb = x + (i64)(rest / tiles_p) * xn;
+    const int h0 = tp * TP * sh - pt, w0 = tq * TQ * sw - pl;
+    for (int rp = warp; rp < rows * sw; rp += THREADS / 32) {
+      const int ri = rp / sw, phase = rp - ri * sw, h = h0 + ri;
+      float* srow = xs + ri * C * row_pitch + phase * cw;
+      for (int j = lane; j < cw; j += 32) {
+        const int ci = j * sw + phase, c = w0 + ci;
+        const bool in = ci < cols && h >= 0 && h < H && c >= 0 && c < W;
+        const float* from = in ? xb + h * xh + c * xw : x;
+#pragma unroll
+        for (int u = 0; u < C; ++u)
+          narrow_ffma_copy<4>(srow + u * row_pitch + j, from + (in ? u * xc : 0), in);
+      }
+    }
+  };
+
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    copy_row(0, ws);
+    fill(tile);
+    asm volatile("cp.async.commit_group;\n" ::);
+    float acc[8][TN];
+#pragma unroll
+    for (int f = 0; f < 8; ++f)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[f][j] = 0.f;
+
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+      __syncthreads();                   // row r (and the window) landed; row r - 1 computed
+      if (r + 1 < R) {
+        copy_row(r + 1, ws + ((r + 1) & 1) * slice);
+        asm volatile("cp.async.commit_group;\n" ::);
+      }
+      const float* wr = ws + (r & 1) * slice + f0;
+#pragma unroll 1
+      for (int s = 0; s < S; ++s) {
+        const int off = offsets[r * S + s];
+#pragma unroll 1
+        for (int c = 0; c < C; ++c) {
+          const float4 wa = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB);
+          const float4 wb = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB + 4);
+          const float wv[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+          const float* xt = xs + off + c * row_pitch;
+#pragma unroll
+          for (int j = 0; j < TN; ++j) {
+            const float xval = xt[base[j]];
+#pragma unroll
+            for (int f = 0; f < 8; ++f) acc[f][j] = madd(wv[f], xval, acc[f][j]);
+          }
+        }
+      }
+    }
+
+    const int tq = tile % tiles_q, rest = tile / tiles_q, tp = rest % tiles_p;
+    const i64 n = rest / tiles_p;
+    const int p0 = tp * TP, q0 = tq * TQ, k = k0 + f0;
+    float b[8];
+#pragma unroll
+    for (int f = 0; f < 8; ++f) b[f] = bias && k + f < K ? bias[k + f] : 0.f;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int idx = ((warp / FW) * TN + j) * 8 + lane / 4, pr = idx / TQ, pc = idx - pr * TQ;
+      const int p = p0 + pr, q = q0 + pc;
+      if (idx >= TP * TQ || p >= P || q >= Q) continue;
+      if (kNCHW) {
+#pragma unroll
+        for (int f = 0; f < 8; ++f)
+          if (k + f < K) y[((n * K + k + f) * P + p) * Q + q] = add(acc[f][j], b[f]);
+      } else {
+        float* out = y + ((n * P + p) * Q + q) * K + k;
+        if (vector_y && k + 8 <= K) {
+          reinterpret_cast<float4*>(out)[0] = make_float4(
+              add(acc[0][j], b[0]), add(acc[1][j], b[1]), add(acc[2][j], b[2]), add(acc[3][j], b[3]));
+          reinterpret_cast<float4*>(out)[1] = make_float4(
+              add(acc[4][j], b[4]), add(acc[5][j], b[5]), add(acc[6][j], b[6]), add(acc[7][j], b[7]));
+        } else {
+#pragma unroll
+          for (int f = 0; f < 8; ++f)
+            if (k + f < K) out[f] = add(acc[f][j], b[f]);
+        }
+      }
+    }
+    __syncthreads();                     // the window and filter row 0 are copied again next
+  }
+}
