@@ -371,15 +371,16 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
 
 
 def test_float32_stems_get_narrow_ffma_when_forced():
-    from im2win.cuda.plan import NARROW_FFMA_FORMS, narrow_ffma_smem, smem_limits
+    from im2win.cuda.plan import (NARROW_FFMA_FORMS, NARROW_FFMA_RESIDENT_BYTES,
+                                  narrow_ffma_smem, smem_limits)
     compiled = {expr for _, expr in specializations()}
     for prob, kernel in (
-            (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4), "narrow_ffma<3, 96, 2, true>"),
+            (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4), "narrow_ffma<3, 96, 2, true, false>"),
             (problem((32, 224, 224, 3), (64, 7, 7, 3), layout="NHWC", stride=2, padding=3),
-             "narrow_ffma<3, 64, 4, false>"),
-            (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)), "narrow_ffma<1, 32, 8, true>"),
+             "narrow_ffma<3, 64, 4, false, true>"),
+            (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)), "narrow_ffma<1, 32, 8, true, true>"),
             (problem((3, 4, 7, 6), (128, 4, 5, 5), stride=(2, 1), padding=2),
-             "narrow_ffma<4, 128, 2, true>")):
+             "narrow_ffma<4, 128, 2, true, true>")):
         plan = plan_for(prob, algorithm="narrow", arch=90)
         args = plan.geometry
         assert (plan.algorithm, plan.file, plan.kernel) == ("narrow", "narrow_ffma", kernel)
@@ -390,7 +391,10 @@ def test_float32_stems_get_narrow_ffma_when_forced():
         assert args.block == (kb * NARROW_FFMA_FORMS[kb], 1, 1) and tp * tq <= 64 * NARROW_FFMA_FORMS[kb]
         assert args.tiles == prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
         assert args.channel_blocks == -(-prob.K // kb)
-        assert args.smem == narrow_ffma_smem(prob, kb, tp, tq) <= smem_limits(90)[0]
+        resident = kernel.endswith("true>")
+        assert args.smem == narrow_ffma_smem(prob, kb, tp, tq, resident) <= smem_limits(90)[0]
+        # resident filters: where they take at most NARROW_FFMA_RESIDENT_BYTES
+        assert resident == (4 * prob.reduction * kb <= NARROW_FFMA_RESIDENT_BYTES)
     # a problem whose window cannot fit refuses; so do other channel counts and groups
     for refused in (problem((1, 3, 400, 400), (32, 3, 64, 64), dilation=5),
                     problem((2, 5, 9, 9), (8, 5, 3, 3)),

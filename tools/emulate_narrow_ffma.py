@@ -4,7 +4,8 @@ per-thread queue of copies, shared memory poisoned before each block), on float3
 to 4 channels in NCHW and NHWC: filter tails (K not a multiple of the block's KB), padding on
 every side, strides and dilations that differ by axis, x a strided view, without bias, each
 with the tile and filters planner.narrow_ffma_plan gives it, on a grid of fewer blocks than
-tiles (each block loops over several) and with the copies done when issued ("early": a
+tiles (each block loops over several), with the filters resident (the next tile's window
+copied while one is computed) and a filter row at a time, and with the copies done when issued ("early": a
 buffer overwritten while still read shows) and as late as the waits allow ("late": a row
 read before its copy was waited for shows). Each result is checked against the float64
 reference with y poisoned (NaN) first. Checks indexing and barriers, not speed.
@@ -16,6 +17,7 @@ ThreadSanitizer (shared-memory races fail it).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 from pathlib import Path
@@ -113,11 +115,17 @@ def problem_plan(case: int, rng):
     return prob, plan, x, buffer, w, b
 
 
+def form_of(kernel: str, resident: bool) -> str:
+    """The kernel's name with its filters resident or not."""
+    return kernel.rpartition(", ")[0] + f", {str(resident).lower()}>"
+
+
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     rng = np.random.default_rng(0)
     cases = [problem_plan(case, rng) for case in range(len(PROBLEMS))]
-    kernels = sorted({plan.kernel for _, plan, *_ in cases})
+    kernels = sorted({form_of(plan.kernel, resident) for _, plan, *_ in cases
+                      for resident in (False, True)})
     dispatch = "\n".join(
         f"          case {i}: {name}(x, w, bias, y, {', '.join(f'v[{j}]' for j in range(18))}, "
         f"st[0], st[1], st[2], st[3]); break;" for i, name in enumerate(kernels))
@@ -136,20 +144,22 @@ def main(argv=None) -> int:
                                    **kwargs)
             offset = (x.__array_interface__["data"][0] -
                       buffer.__array_interface__["data"][0]) // 4
-            for tile in (args.ints[-2:], SMALL_TILE):
+            for tile, resident in itertools.product((args.ints[-2:], SMALL_TILE),
+                                                    (False, True)):
                 tp, tq = tile
                 tiles = prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
-                smem = narrow_ffma_smem(prob, int(plan.kernel.split(", ")[1]), tp, tq)
+                kernel = form_of(plan.kernel, resident)
+                smem = narrow_ffma_smem(prob, int(kernel.split(", ")[1]), tp, tq, resident)
                 grid = (min(tiles, GRID_X), args.channel_blocks)
                 for late in (0, 1):
                     err = emulate(Path(tmp), "narrow_ffma", source,
-                                  [kernels.index(plan.kernel), late, *grid, args.block[0], smem,
+                                  [kernels.index(kernel), late, *grid, args.block[0], smem,
                                    offset, int(b is not None), *args.ints[:-2], tp, tq,
                                    *args.x_strides],
                                   [buffer, w, np.zeros(1, np.float32) if b is None else b,
                                    np.full(ref.shape, np.nan, np.float32)],
                                   ref.shape, np.float32, ref)
-                    label = (f"{plan.kernel} {layout} x {x.shape} w {w.shape} {kwargs} tile "
+                    label = (f"{kernel} {layout} x {x.shape} w {w.shape} {kwargs} tile "
                              f"{tp} x {tq} grid {grid} {'late' if late else 'early'}")
                     failures += report(label, err, allowed_error(np.float32, prob.reduction))
     print("all correct" if not failures else f"{failures} WRONG")

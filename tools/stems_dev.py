@@ -3,7 +3,7 @@ the GPU machine.
 
 ``python3 tools/stems_dev.py [--layers cv1,cv7,resnet50.0] [--layouts NCHW,NHWC]``: for each
 layer and layout, `im2win.conv2d` as "auto" plans it and with `algorithm="narrow"` forced
-(narrow_ffma.cu), each checked against float64 (PyTorch on the GPU, first 2 images) with y
+(narrow_ffma.cu; "staged": with its filters a row at a time, never resident), each checked against float64 (PyTorch on the GPU, first 2 images) with y
 poisoned first, then timed back to back with CUDA events (`bench.GPU.time`, as the benchmark
 does), against cuDNN FP32 (TF32 off). Benchmark layers (cv*) at batch 128, network layers at
 32. Table last (TFLOPS; the plan's kernel).
@@ -20,6 +20,7 @@ import numpy as np
 import im2win
 from im2win import bench
 from im2win.bench import GPU, bind
+from im2win.cuda import plan as cuda_plan
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from ffma_split_dev import error_of, layer_inputs  # noqa: E402
@@ -40,7 +41,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default=LAYERS)
     ap.add_argument("--layouts", default="NCHW,NHWC")
-    ap.add_argument("--variants", default="auto,narrow")
+    ap.add_argument("--variants", default="auto,narrow,staged")
     args = ap.parse_args()
     device = GPU()
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
@@ -48,12 +49,15 @@ def main():
     rows, wrong = [], 0
     for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
         cells = {}
-        for algorithm in args.variants.split(","):
+        resident = cuda_plan.NARROW_FFMA_RESIDENT_BYTES
+        for variant in args.variants.split(","):
+            algorithm = "narrow" if variant == "staged" else variant
+            cuda_plan.NARROW_FFMA_RESIDENT_BYTES = 0 if variant == "staged" else resident
             im2win.cuda._calls.clear()
             try:
                 plan = plan_of(x, w, layout, kw, algorithm)
             except ValueError as e:
-                cells[algorithm] = (None, None, str(e)[:60])
+                cells[variant] = (None, None, str(e)[:60])
                 continue
             y = cupy.full(prob.y_shape, np.nan, np.float32)
             im2win.conv2d(x, w, out=y, layout=layout, algorithm=algorithm, **kw)
@@ -61,8 +65,9 @@ def main():
             wrong += not err < 1e-5
             call, _ = bind(functools.partial(im2win.conv2d, algorithm=algorithm), [x], w,
                            layout, kw)
-            cells[algorithm] = (prob.flops / device.time(call) / 1e12, err, plan)
+            cells[variant] = (prob.flops / device.time(call) / 1e12, err, plan)
             del y
+        cuda_plan.NARROW_FFMA_RESIDENT_BYTES = resident
         call, _ = bind(bench.CUDNN, [x], w, layout, kw)
         cells["cuDNN"] = (prob.flops / device.time(call) / 1e12, 0.0, "")
         rows.append((name, layout, cells))

@@ -19,8 +19,10 @@
 //     columns of a row stored by phase (column c at (c % sw) * ceil(cols / sw) + c / sw), so
 //     that consecutive output columns read consecutive words at every tap and stride. Copied
 //     by cp.async, 4 bytes an element.
-//   - The filters come a filter row at a time, [s][c][KB], copied (cp.async) while the row
-//     before is computed: two buffers, one barrier a row.
+//   - kResident: the block's filters ([r][s][c][KB], zeros past K) are copied once, and each
+//     next tile's window while one is computed (two window buffers, one barrier a tile).
+//     Otherwise (filters too large to stay) they come a filter row at a time, [s][c][KB],
+//     copied while the row before is computed: two row buffers, one barrier a row.
 //   - A warp holds 32 filters (lane % 4: 8 of them) of 64 pixels (lane / 4: pixels j*8 +
 //     lane/4, j < 8, of the warp's 64); the block's KB/32 x WP warps cover KB filters of
 //     WP*64 pixels, the idx-th pixel of the tile at (idx / TQ, idx % TQ) (past TP*TQ:
@@ -35,7 +37,7 @@ __device__ __forceinline__ void narrow_ffma_copy(void* dst, const void* src, boo
                "r"(valid ? TB : 0));
 }
 
-template <int C, int KB, int WP, bool kNCHW>
+template <int C, int KB, int WP, bool kNCHW, bool kResident>
 __global__ void __launch_bounds__(KB * WP, 2)
     narrow_ffma(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y, int N, int Cx, int H,
@@ -46,22 +48,23 @@ __global__ void __launch_bounds__(KB * WP, 2)
   const int slice = S * C * KB;                      // one filter row's weights, [s][c][KB]
   const int rows = (TP - 1) * sh + (R - 1) * dh + 1, cols = (TQ - 1) * sw + (S - 1) * dw + 1;
   const int cw = (cols + sw - 1) / sw, row_pitch = cw * sw;   // entries per stored row
+  const int window = rows * C * row_pitch;           // a tile's window, words
   const int tiles_q = (Q + TQ - 1) / TQ, tiles_p = (P + TP - 1) / TP;
   const int tiles = N * tiles_p * tiles_q;           // < 2^31: checked by the planner
   const int k0 = blockIdx.y * KB;
 
   extern __shared__ __align__(16) unsigned char narrow_ffma_smem[];
-  float* ws = reinterpret_cast<float*>(narrow_ffma_smem);              // 2 x [S][C][KB]
-  int* offsets = reinterpret_cast<int*>(ws + 2 * slice);               // [R][S], entries
+  float* ws = reinterpret_cast<float*>(narrow_ffma_smem);    // kResident: R, else 2 filter rows
+  int* offsets = reinterpret_cast<int*>(ws + (kResident ? R : 2) * slice);   // [R][S], words
   float* xs = reinterpret_cast<float*>(offsets + (R * S + 3) / 4 * 4);   // [rows][C][row_pitch]
 
-  for (int i = threadIdx.x; i < R * S; i += THREADS) {   // tap (r, s): its entry from a pixel's
+  for (int i = threadIdx.x; i < R * S; i += THREADS) {   // tap (r, s): its word from a pixel's
     const int r = i / S, col = (i - r * S) * dw;
     offsets[i] = r * dh * C * row_pitch + (col % sw) * cw + col / sw;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int f0 = (warp % FW) * 32 + (lane % 4) * 8;      // the thread's 8 filters in the block
-  int base[TN];                                          // its pixels' first entries
+  int base[TN];                                          // its pixels' first words
 #pragma unroll
   for (int j = 0; j < TN; ++j) {
     const int idx = ((warp / FW) * TN + j) * 8 + lane / 4, pr = idx / TQ, pc = idx - pr * TQ;
@@ -81,14 +84,14 @@ __global__ void __launch_bounds__(KB * WP, 2)
                           k_in);
     }
   };
-  // Tile `tile`'s input window into xs: a warp per stored row and phase, a lane per column.
-  auto fill = [&](int tile) {
+  // Tile `tile`'s input window into `to`: a warp per stored row and phase, a lane per column.
+  auto fill = [&](int tile, float* to) {
     const int tq = tile % tiles_q, rest = tile / tiles_q, tp = rest % tiles_p;
     const float* xb = x + (i64)(rest / tiles_p) * xn;
     const int h0 = tp * TP * sh - pt, w0 = tq * TQ * sw - pl;
     for (int rp = warp; rp < rows * sw; rp += THREADS / 32) {
       const int ri = rp / sw, phase = rp - ri * sw, h = h0 + ri;
-      float* srow = xs + ri * C * row_pitch + phase * cw;
+      float* srow = to + ri * C * row_pitch + phase * cw;
       for (int j = lane; j < cw; j += 32) {
         const int ci = j * sw + phase, c = w0 + ci;
         const bool in = ci < cols && h >= 0 && h < H && c >= 0 && c < W;
@@ -99,45 +102,28 @@ __global__ void __launch_bounds__(KB * WP, 2)
       }
     }
   };
-
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    copy_row(0, ws);
-    fill(tile);
-    asm volatile("cp.async.commit_group;\n" ::);
-    float acc[8][TN];
-#pragma unroll
-    for (int f = 0; f < 8; ++f)
-#pragma unroll
-      for (int j = 0; j < TN; ++j) acc[f][j] = 0.f;
-
+  float acc[8][TN];
+  // Filter row r's taps ([s][c][KB] at wr, the thread's filters) on the window at xt.
+  auto row_products = [&](int r, const float* wr, const float* xt) {
 #pragma unroll 1
-    for (int r = 0; r < R; ++r) {
-      asm volatile("cp.async.wait_group 0;\n" ::);
-      __syncthreads();                   // row r (and the window) landed; row r - 1 computed
-      if (r + 1 < R) {
-        copy_row(r + 1, ws + ((r + 1) & 1) * slice);
-        asm volatile("cp.async.commit_group;\n" ::);
-      }
-      const float* wr = ws + (r & 1) * slice + f0;
+    for (int s = 0; s < S; ++s) {
+      const int off = offsets[r * S + s];
 #pragma unroll 1
-      for (int s = 0; s < S; ++s) {
-        const int off = offsets[r * S + s];
-#pragma unroll 1
-        for (int c = 0; c < C; ++c) {
-          const float4 wa = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB);
-          const float4 wb = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB + 4);
-          const float wv[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-          const float* xt = xs + off + c * row_pitch;
+      for (int c = 0; c < C; ++c) {
+        const float4 wa = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB);
+        const float4 wb = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB + 4);
+        const float wv[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+        const float* xc_ = xt + off + c * row_pitch;
 #pragma unroll
-          for (int j = 0; j < TN; ++j) {
-            const float xval = xt[base[j]];
+        for (int j = 0; j < TN; ++j) {
+          const float xval = xc_[base[j]];
 #pragma unroll
-            for (int f = 0; f < 8; ++f) acc[f][j] = madd(wv[f], xval, acc[f][j]);
-          }
+          for (int f = 0; f < 8; ++f) acc[f][j] = madd(wv[f], xval, acc[f][j]);
         }
       }
     }
-
+  };
+  auto store = [&](int tile) {
     const int tq = tile % tiles_q, rest = tile / tiles_q, tp = rest % tiles_p;
     const i64 n = rest / tiles_p;
     const int p0 = tp * TP, q0 = tq * TQ, k = k0 + f0;
@@ -167,6 +153,51 @@ __global__ void __launch_bounds__(KB * WP, 2)
         }
       }
     }
-    __syncthreads();                     // the window and filter row 0 are copied again next
+  };
+  auto clear = [&] {
+#pragma unroll
+    for (int f = 0; f < 8; ++f)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[f][j] = 0.f;
+  };
+
+  if constexpr (kResident) {
+    // The whole filter once; the next tile's window copied while this one's is computed (two
+    // buffers, one barrier a tile).
+    for (int r = 0; r < R; ++r) copy_row(r, ws + r * slice);
+    if (blockIdx.x < tiles) fill(blockIdx.x, xs);
+    asm volatile("cp.async.commit_group;\n" ::);
+    int buffer = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, buffer ^= 1) {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+      __syncthreads();                   // this tile's window landed; the last one computed
+      if (tile + gridDim.x < tiles) {
+        fill(tile + gridDim.x, xs + (buffer ^ 1) * window);
+        asm volatile("cp.async.commit_group;\n" ::);
+      }
+      clear();
+#pragma unroll 1
+      for (int r = 0; r < R; ++r) row_products(r, ws + r * slice + f0, xs + buffer * window);
+      store(tile);
+    }
+  } else {
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      copy_row(0, ws);
+      fill(tile, xs);
+      asm volatile("cp.async.commit_group;\n" ::);
+      clear();
+#pragma unroll 1
+      for (int r = 0; r < R; ++r) {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        __syncthreads();                 // row r (and the window) landed; row r - 1 computed
+        if (r + 1 < R) {
+          copy_row(r + 1, ws + ((r + 1) & 1) * slice);
+          asm volatile("cp.async.commit_group;\n" ::);
+        }
+        row_products(r, ws + (r & 1) * slice + f0, xs);
+      }
+      store(tile);
+      __syncthreads();                   // the window and filter row 0 are copied again next
+    }
   }
 }

@@ -1511,34 +1511,42 @@ def narrow_wgmma_kernel_name(dtype: str, K: int) -> str:
 NARROW_FFMA_CHANNELS = 4
 NARROW_FFMA_FORMS = {32: 8, 64: 4, 96: 2, 128: 2}    # KB: WP
 NARROW_FFMA_PER_SM = 2             # blocks an SM, at most (__launch_bounds__(KB*WP, 2))
+NARROW_FFMA_SMEM_LIMIT = 110 * 1024   # a block's shared memory, at most: two blocks an SM
+# The block's filters resident in shared memory (copied once, each next tile's window copied
+# while one is computed) where they take at most this many bytes; else a filter row at a time.
+NARROW_FFMA_RESIDENT_BYTES = 64 * 1024
 
 
 class NarrowFfmaTile(NamedTuple):
-    """A narrow_ffma.cu block: KB filters and WP pixel warps over TP x TQ outputs; smem its
-    shared memory in bytes; tiles: how many output tiles the problem has."""
+    """A narrow_ffma.cu block: KB filters and WP pixel warps over TP x TQ outputs, whether its
+    filters are resident; smem its shared memory in bytes; tiles: how many output tiles the
+    problem has."""
 
     kb: int
     wp: int
     tp: int
     tq: int
+    resident: bool
     smem: int
     tiles: int
 
 
-def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int) -> int:
-    """narrow_ffma.cu's shared memory in bytes: two filter rows, the taps' offsets and the
-    tile's window ([row][channel][column], a row's columns stored by phase)."""
+def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool) -> int:
+    """narrow_ffma.cu's shared memory in bytes: the filters (resident: all R rows, else two
+    rows), the taps' offsets and the tile's window ([row][channel][column], a row's columns
+    stored by phase; resident: two of them)."""
     rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
     cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
-    row_pitch = -(-cols // prob.sw) * prob.sw
-    return 4 * (2 * prob.S * prob.C * kb + -(-prob.R * prob.S // 4) * 4 +
-                rows * prob.C * row_pitch)
+    window = rows * prob.C * -(-cols // prob.sw) * prob.sw
+    return 4 * ((prob.R if resident else 2) * prob.S * prob.C * kb + -(-prob.R * prob.S // 4) * 4
+                + (2 if resident else 1) * window)
 
 
 def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     """The block for a float32 stem: the KB of NARROW_FFMA_FORMS that pads K least (the
-    larger on a tie: fewer blocks copy each window), then the TP x TQ output tile of its WP*64
-    pixels whose work over the grid is least (the products of every pixel slot, and about ten
+    larger on a tie: fewer blocks copy each window), its filters resident where they take at
+    most NARROW_FFMA_RESIDENT_BYTES, then the TP x TQ output tile of its WP*64 pixels whose
+    work over the grid is least (the products of every pixel slot, and about ten
     instructions a window element and six a filter element copied), with its shared memory
     within `limit` bytes; None if none fits."""
     kb = min(NARROW_FFMA_FORMS, key=lambda kb: (-(-prob.K // kb) * kb, -kb))
@@ -1547,21 +1555,28 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     wp = NARROW_FFMA_FORMS[kb]
     capacity = 64 * wp
     taps = prob.R * prob.S * prob.C
+    resident = 4 * taps * kb <= NARROW_FFMA_RESIDENT_BYTES
     best = None
     for tq in range(1, min(prob.Q, capacity) + 1):
         tq = -(-prob.Q // -(-prob.Q // tq))
         tp = min(prob.P, capacity // tq)
         tp = -(-prob.P // -(-prob.P // tp))
         tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
-        smem = narrow_ffma_smem(prob, kb, tp, tq)
+        smem = narrow_ffma_smem(prob, kb, tp, tq, resident)
         if smem > limit or tiles >= 2 ** 31:
             continue
         rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
         cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
-        work = tiles * (capacity * kb * taps + 10 * rows * cols * prob.C + 6 * taps * kb)
+        work = tiles * (capacity * kb * taps + 10 * rows * cols * prob.C +
+                        (0 if resident else 6 * taps * kb))
         if best is None or work < best[0]:
-            best = (work, NarrowFfmaTile(kb, wp, tp, tq, smem, tiles))
+            best = (work, NarrowFfmaTile(kb, wp, tp, tq, resident, smem, tiles))
     return None if best is None else best[1]
+
+
+def narrow_ffma_limit(arch: int | None) -> int:
+    """A narrow_ffma.cu block's shared memory, at most, on a device of compute capability arch."""
+    return min(NARROW_FFMA_SMEM_LIMIT, smem_limits(arch)[0])
 
 
 def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
@@ -1569,16 +1584,16 @@ def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
     if prob.G != 1 or not 0 < prob.C <= NARROW_FFMA_CHANNELS:
         return (f"algorithm='narrow' takes float32 stems of one group of C <= "
                 f"{NARROW_FFMA_CHANNELS} channels; got C={prob.C}, groups={prob.G}")
-    limit = smem_limits(arch)[0]
+    limit = narrow_ffma_limit(arch)
     if narrow_ffma_tile(prob, limit) is None:
-        return (f"algorithm='narrow' needs an output tile whose window and two filter rows "
-                f"fit {limit} bytes of shared memory; got R x S = {prob.R} x {prob.S}, "
-                f"stride {prob.sh} x {prob.sw}, dilation {prob.dh} x {prob.dw}")
+        return (f"algorithm='narrow' needs an output tile whose window and filters fit {limit} "
+                f"bytes of shared memory; got R x S = {prob.R} x {prob.S}, stride {prob.sh} x "
+                f"{prob.sw}, dilation {prob.dh} x {prob.dw}")
     return None
 
 
-def narrow_ffma_kernel_name(C: int, kb: int, wp: int, nchw: bool) -> str:
-    return f"narrow_ffma<{C}, {kb}, {wp}, {str(nchw).lower()}>"
+def narrow_ffma_kernel_name(C: int, kb: int, wp: int, nchw: bool, resident: bool) -> str:
+    return f"narrow_ffma<{C}, {kb}, {wp}, {str(nchw).lower()}, {str(resident).lower()}>"
 
 
 def narrow_ffma_plan(prob: Problem, options: Options, x_strides, arch: int | None) -> Plan:
@@ -1586,14 +1601,15 @@ def narrow_ffma_plan(prob: Problem, options: Options, x_strides, arch: int | Non
     refusal = narrow_ffma_refusal(prob, arch)
     if refusal:
         raise ValueError(refusal)
-    tile = narrow_ffma_tile(prob, smem_limits(arch)[0])
+    tile = narrow_ffma_tile(prob, narrow_ffma_limit(arch))
     per_sm = max(1, min(smem_limits(arch)[1] // (tile.smem + 1024), NARROW_FFMA_PER_SM))
     args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
                        prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, tile.tp,
                        tile.tq), tuple(x_strides), (tile.kb * tile.wp, 1, 1), tile.smem,
                       tile.tiles, -(-prob.K // tile.kb), per_sm)
     return Plan("narrow", None, options, "narrow_ffma",
-                narrow_ffma_kernel_name(prob.C, tile.kb, tile.wp, prob.layout == "NCHW"),
+                narrow_ffma_kernel_name(prob.C, tile.kb, tile.wp, prob.layout == "NCHW",
+                                        tile.resident),
                 max(prob.N, 1), args, b"", 0)
 
 
@@ -2597,9 +2613,10 @@ def specializations() -> list[tuple[str, str]]:
                        for mt in mts)
         out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
                    for K in NARROW_WGMMA_FILTERS)
-    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, nchw))
+    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, nchw, resident))
                for C in range(1, NARROW_FFMA_CHANNELS + 1)
-               for kb, wp in NARROW_FFMA_FORMS.items() for nchw in (False, True))
+               for kb, wp in NARROW_FFMA_FORMS.items()
+               for nchw in (False, True) for resident in (False, True))
     for dtype in POINTWISE_DTYPES:
         for K in range(8, POINTWISE_MAX_K + 1, 8):
             out.add(("pointwise", pointwise_kernel_name(dtype, K)))
