@@ -55,20 +55,15 @@ __global__ void __launch_bounds__(KB * WP, 2)
 
   extern __shared__ __align__(16) unsigned char narrow_ffma_smem[];
   float* ws = reinterpret_cast<float*>(narrow_ffma_smem);    // kResident: R, else 2 filter rows
-  int* offsets = reinterpret_cast<int*>(ws + (kResident ? R : 2) * slice);   // [R][S], words
-  float* xs = reinterpret_cast<float*>(offsets + (R * S + 3) / 4 * 4);   // [rows][C][row_pitch]
+  float* xs = ws + (kResident ? R : 2) * slice;             // [rows][C][row_pitch]
 
-  for (int i = threadIdx.x; i < R * S; i += THREADS) {   // tap (r, s): its word from a pixel's
-    const int r = i / S, col = (i - r * S) * dw;
-    offsets[i] = r * dh * C * row_pitch + (col % sw) * cw + col / sw;
-  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int f0 = (warp % FW) * 32 + (lane % 4) * 8;      // the thread's 8 filters in the block
-  int base[TN];                                          // its pixels' first words
+  int base[TN];                                   // its pixels' first words, as bytes
 #pragma unroll
   for (int j = 0; j < TN; ++j) {
     const int idx = ((warp / FW) * TN + j) * 8 + lane / 4, pr = idx / TQ, pc = idx - pr * TQ;
-    base[j] = idx < TP * TQ ? pr * sh * C * row_pitch + pc : 0;
+    base[j] = 4 * (idx < TP * TQ ? pr * sh * C * row_pitch + pc : 0);
   }
   const bool vector_y = !kNCHW && K % 4 == 0 && reinterpret_cast<unsigned long long>(y) % 16 == 0;
 
@@ -103,23 +98,34 @@ __global__ void __launch_bounds__(KB * WP, 2)
     }
   };
   float acc[8][TN];
-  // Filter row r's taps ([s][c][KB] at wr, the thread's filters) on the window at xt.
+  // Filter row r's taps ([s][c][KB] at wr, the thread's filters) on the window at xt. The
+  // tap's word offset is the same for the whole block (kept out of the per-pixel addresses):
+  // column s*dw at phase (s*dw) % sw, entry (s*dw) / sw, advanced by dw a tap.
+  const int step_phase = dw % sw, step_entry = dw / sw;
   auto row_products = [&](int r, const float* wr, const float* xt) {
+    int phase = 0, entry = 0;
 #pragma unroll 1
     for (int s = 0; s < S; ++s) {
-      const int off = offsets[r * S + s];
+      const char* xtap = reinterpret_cast<const char*>(
+          xt + r * dh * C * row_pitch + phase * cw + entry);
 #pragma unroll 1
       for (int c = 0; c < C; ++c) {
         const float4 wa = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB);
         const float4 wb = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB + 4);
         const float wv[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-        const float* xc_ = xt + off + c * row_pitch;
+        const char* xch = xtap + 4 * c * row_pitch;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-          const float xval = xc_[base[j]];
+          const float xval = *reinterpret_cast<const float*>(xch + base[j]);
 #pragma unroll
           for (int f = 0; f < 8; ++f) acc[f][j] = madd(wv[f], xval, acc[f][j]);
         }
+      }
+      phase += step_phase;
+      entry += step_entry;
+      if (phase >= sw) {
+        phase -= sw;
+        ++entry;
       }
     }
   };

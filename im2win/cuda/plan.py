@@ -410,8 +410,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             small_groups(prob, depthwise_vector(prob, x_strides, x_aligned)))
         if channelwise or nchw_groups(prob, x_strides, workspace_limit):
             algorithm = "depthwise"
-        elif narrow_pays(prob, narrow_dense(prob, x_strides, x_aligned)) and \
-                narrow_refusal(prob, x_strides, x_aligned, arch) is None:
+        elif (narrow_pays(prob, narrow_dense(prob, x_strides, x_aligned)) and
+              narrow_refusal(prob, x_strides, x_aligned, arch) is None) or (
+                narrow_ffma_pays(prob) and narrow_ffma_refusal(prob, arch) is None):
             algorithm = "narrow"
         elif pointwise_pays(prob) and \
                 pointwise_refusal(prob, x_strides, x_aligned, arch) is None:
@@ -1515,6 +1516,7 @@ NARROW_FFMA_SMEM_LIMIT = 110 * 1024   # a block's shared memory, at most: two bl
 # The block's filters resident in shared memory (copied once, each next tile's window copied
 # while one is computed) where they take at most this many bytes; else a filter row at a time.
 NARROW_FFMA_RESIDENT_BYTES = 64 * 1024
+NARROW_FFMA_AUTO = False          # not yet timed: "auto" keeps the window columns
 
 
 class NarrowFfmaTile(NamedTuple):
@@ -1533,13 +1535,13 @@ class NarrowFfmaTile(NamedTuple):
 
 def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool) -> int:
     """narrow_ffma.cu's shared memory in bytes: the filters (resident: all R rows, else two
-    rows), the taps' offsets and the tile's window ([row][channel][column], a row's columns
+    rows) and the tile's window ([row][channel][column], a row's columns
     stored by phase; resident: two of them)."""
     rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
     cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
     window = rows * prob.C * -(-cols // prob.sw) * prob.sw
-    return 4 * ((prob.R if resident else 2) * prob.S * prob.C * kb + -(-prob.R * prob.S // 4) * 4
-                + (2 if resident else 1) * window)
+    return 4 * ((prob.R if resident else 2) * prob.S * prob.C * kb +
+                (2 if resident else 1) * window)
 
 
 def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
@@ -1577,6 +1579,12 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
 def narrow_ffma_limit(arch: int | None) -> int:
     """A narrow_ffma.cu block's shared memory, at most, on a device of compute capability arch."""
     return min(NARROW_FFMA_SMEM_LIMIT, smem_limits(arch)[0])
+
+
+def narrow_ffma_pays(prob: Problem) -> bool:
+    """Whether "auto" takes narrow_ffma.cu for a float32 problem (NARROW_FFMA_AUTO)."""
+    return (NARROW_FFMA_AUTO and prob.dtype.name == "float32" and prob.G == 1 and
+            0 < prob.C <= NARROW_FFMA_CHANNELS)
 
 
 def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
