@@ -65,7 +65,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             "im2col_gemm", "depthwise" (groups = C, one input channel per filter, and in NHWC
             groups of 2, 4 or 8 channels with K = C), "narrow" (float16 and bfloat16 NHWC
             on Tensor Cores: stems of at most 8 channels, and groups of 8, 16 or 32 channels
-            with K = C), "pointwise" (float16 and bfloat16 NHWC 1x1 convolutions at stride 1,
+            with K = C; float32 stems of one group of at most 4 channels, NCHW or NHWC, on
+            CUDA cores), "pointwise" (float16 and bfloat16 NHWC 1x1 convolutions at stride 1,
             no padding, one group, C and K multiples of 8, K at most 96, x's pixels evenly
             strided by a multiple of 8 elements and x 16-byte aligned: the filter resident in
             shared memory, which must hold it: 99 KB a block on sm_86 and sm_89, 163 KB on

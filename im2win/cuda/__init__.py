@@ -278,7 +278,8 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
             reached this way), "im2win_fused", "im2win", "direct", "im2col_gemm",
             "depthwise" (groups = C, and groups of 2, 4 or 8 channels with K = C; NCHW
             groups on the NHWC twin),
-            "narrow" (float16 and bfloat16 NHWC stems and groups of 8, 16 or 32 channels),
+            "narrow" (float16 and bfloat16 NHWC stems and groups of 8, 16 or 32 channels;
+            float32 stems of at most 4 channels in either layout),
             "pointwise" (float16 and bfloat16 NHWC 1x1 at
             stride 1, K at most 96), "gemm" (1x1, no padding, one group), "im2win_nhwc" and
             "im2win_columns" (as `im2win.conv2d`). Each is planned before any is timed: one

@@ -84,7 +84,8 @@ class Plan:
     Attributes:
         algorithm: "direct", "im2win" (materialised windows), "im2win_fused", "im2col_gemm",
             "depthwise" (depthwise.cu: groups = C, one input channel per filter), "narrow"
-            (narrow.cu: NHWC stems of C <= 8 and groups of C/G = K/G in NARROW_GROUPS),
+            (narrow.cu: NHWC stems of C <= 8 and groups of C/G = K/G in NARROW_GROUPS;
+            narrow_ffma.cu: float32 stems of C <= 4 in either layout),
             "pointwise" (pointwise.cu: NHWC 1x1 layers of few filters), "gemm"
             (a 1x1 convolution as one cuBLAS GEMM on x and w in place, or at a stride on
             x's pixels it reads gathered first: GemmArgs.gather), "im2win_nhwc" (an
