@@ -38,6 +38,45 @@ def plan_of(x, w, layout, kw, algorithm) -> str:
     return f"{p.file}:{p.tile.name if p.tile else '-'}"
 
 
+def measure(prob, x, w, layout, kw, algorithm, device) -> tuple:
+    """(TFLOPS, max error against float64, plan) of `im2win.conv2d` with `algorithm`: y
+    poisoned, checked, then timed back to back (`GPU.time`); (None, None, why) where the
+    algorithm cannot run the problem."""
+    im2win.cuda._calls.clear()
+    try:
+        plan = plan_of(x, w, layout, kw, algorithm)
+    except ValueError as e:
+        return None, None, str(e)[:60]
+    y = cupy.full(prob.y_shape, np.nan, np.float32)
+    im2win.conv2d(x, w, out=y, layout=layout, algorithm=algorithm, **kw)
+    err = error_of(x, w, kw, layout, y)
+    del y
+    call, _ = bind(functools.partial(im2win.conv2d, algorithm=algorithm), [x], w, layout, kw)
+    return prob.flops / device.time(call) / 1e12, err, plan
+
+
+def cudnn_cell(prob, x, w, layout, kw, device) -> tuple:
+    """cuDNN's cell of the table: (TFLOPS, 0, "")."""
+    call, _ = bind(bench.CUDNN, [x], w, layout, kw)
+    return prob.flops / device.time(call) / 1e12, 0.0, ""
+
+
+def print_table(rows, what: str, bound: float) -> int:
+    """The table (a line a layer and layout: each variant's TFLOPS, error and plan); how many
+    cells exceed `bound` of error."""
+    print(f"\nfloat32, TFLOPS (max error against float64; {what})")
+    wrong = 0
+    for name, layout, cells in rows:
+        wrong += sum(err is not None and not err < bound for label, (_, err, _) in cells.items()
+                     if label != "cuDNN")
+        print(f"{name} {layout}: " + "  ".join(
+            f"{label}=" + ("-" if tf is None else f"{tf:.1f}") +
+            ("" if err is None or label == "cuDNN" else
+             f" ({err:.0e}{'' if err < bound else ' WRONG'}; {plan})")
+            for label, (tf, err, plan) in cells.items()))
+    return wrong
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default="cv1,cv2,convnext_tiny.0")
@@ -51,34 +90,15 @@ def main():
         cells = {}
         for label, (algorithm, rows96) in VARIANTS.items():
             tuning.FFMA_96_ROWS = rows96
-            im2win.cuda._calls.clear()
-            try:
-                plan = plan_of(x, w, layout, kw, algorithm)
-            except ValueError as e:
-                cells[label] = (None, None, str(e)[:40])
-                continue
-            y = cupy.full(prob.y_shape, np.nan, np.float32)
-            im2win.conv2d(x, w, out=y, layout=layout, algorithm=algorithm, **kw)
-            err = error_of(x, w, kw, layout, y)
-            call, _ = bind(functools.partial(im2win.conv2d, algorithm=algorithm), [x], w,
-                           layout, kw)
-            cells[label] = (prob.flops / device.time(call) / 1e12, err, plan)
-            del y
+            cells[label] = measure(prob, x, w, layout, kw, algorithm, device)
         tuning.FFMA_96_ROWS = True
         im2win.cuda._calls.clear()
-        call, _ = bind(bench.CUDNN, [x], w, layout, kw)
-        cells["cuDNN"] = (prob.flops / device.time(call) / 1e12, 0.0, "")
+        cells["cuDNN"] = cudnn_cell(prob, x, w, layout, kw, device)
         rows.append((name, layout, cells))
         print(rows[-1], flush=True)
         del x, w
         cupy.get_default_memory_pool().free_all_blocks()
-    print("\nfloat32, TFLOPS (max error against float64; inner kernel:tile)")
-    for name, layout, cells in rows:
-        print(f"{name} {layout}: " + "  ".join(
-            f"{label}=" + ("-" if tf is None else f"{tf:.1f}") +
-            ("" if err is None or label == "cuDNN" else
-             f" ({err:.0e}{'' if err < 1e-4 else ' WRONG'}; {plan})")
-            for label, (tf, err, plan) in cells.items()))
+    print_table(rows, "inner kernel:tile", 1e-4)
 
 
 if __name__ == "__main__":
