@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(KB * WP, 2)
   const int window = rows * C * row_pitch;           // a tile's window, words
   const int tiles_q = (Q + TQ - 1) / TQ, tiles_p = (P + TP - 1) / TP;
   const int tiles = N * tiles_p * tiles_q;           // < 2^31: checked by the planner
+  if ((int)blockIdx.x >= tiles) return;              // (no copy left in flight at exit)
   const int k0 = blockIdx.y * KB;
 
   extern __shared__ __align__(16) unsigned char narrow_ffma_smem[];
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(KB * WP, 2)
     // The whole filter once; the next tile's window copied while this one's is computed (two
     // buffers, one barrier a tile).
     for (int r = 0; r < R; ++r) copy_row(r, ws + r * slice);
-    if (blockIdx.x < tiles) fill(blockIdx.x, xs);
+    fill(blockIdx.x, xs);
     asm volatile("cp.async.commit_group;\n" ::);
     int buffer = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, buffer ^= 1) {
