@@ -3,7 +3,8 @@ the GPU machine.
 
 ``python3 tools/stems_dev.py [--layers cv1,cv7,resnet50.0] [--layouts NCHW,NHWC]``: for each
 layer and layout, `im2win.conv2d` as "auto" plans it and with `algorithm="narrow"` forced
-(narrow_ffma.cu; "staged": with its filters a row at a time, never resident), each checked against float64 (PyTorch on the GPU, first 2 images) with y
+(narrow_ffma.cu; "staged": with its filters a row at a time, never resident; "rows": NCHW
+tiles of whole output rows), each checked against float64 (PyTorch on the GPU, first 2 images) with y
 poisoned first, then timed back to back with CUDA events (`bench.GPU.time`, as the benchmark
 does), against cuDNN FP32 (TF32 off). Benchmark layers (cv*) at batch 128, network layers at
 32. Table last (TFLOPS; the plan's kernel).
@@ -31,20 +32,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default=LAYERS)
     ap.add_argument("--layouts", default="NCHW,NHWC")
-    ap.add_argument("--variants", default="auto,narrow,staged")
+    ap.add_argument("--variants", default="auto,narrow,staged,rows")
     args = ap.parse_args()
     device = GPU()
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
         raise SystemExit("needs PyTorch on the GPU (cuDNN)")
     rows = []
-    resident = cuda_plan.NARROW_FFMA_RESIDENT_BYTES
+    resident, rows_flag = cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_NCHW_ROWS
     for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
         cells = {}
         for variant in args.variants.split(","):
+            if variant == "rows" and layout != "NCHW":
+                continue
             cuda_plan.NARROW_FFMA_RESIDENT_BYTES = 0 if variant == "staged" else resident
+            cuda_plan.NARROW_FFMA_NCHW_ROWS = variant == "rows" or rows_flag
             cells[variant] = measure(prob, x, w, layout, kw,
-                                     "narrow" if variant == "staged" else variant, device)
-        cuda_plan.NARROW_FFMA_RESIDENT_BYTES = resident
+                                     "auto" if variant == "auto" else "narrow", device)
+        cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_NCHW_ROWS = resident, rows_flag
         im2win.cuda._calls.clear()
         cells["cuDNN"] = cudnn_cell(prob, x, w, layout, kw, device)
         rows.append((name, layout, cells))

@@ -1518,6 +1518,7 @@ NARROW_FFMA_SMEM_LIMIT = 110 * 1024   # a block's shared memory, at most: two bl
 # while one is computed) where they take at most this many bytes; else a filter row at a time.
 NARROW_FFMA_RESIDENT_BYTES = 64 * 1024
 NARROW_FFMA_AUTO = False          # not yet timed: "auto" keeps the window columns
+NARROW_FFMA_NCHW_ROWS = False     # NCHW tiles of whole output rows (tools/stems_dev.py "rows")
 
 
 class NarrowFfmaTile(NamedTuple):
@@ -1560,8 +1561,13 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     taps = prob.R * prob.S * prob.C
     resident = 4 * taps * kb <= NARROW_FFMA_RESIDENT_BYTES
     best = None
-    for tq in range(1, min(prob.Q, capacity) + 1):
-        tq = -(-prob.Q // -(-prob.Q // tq))
+    # TQ a multiple of 8 (Q below 8: Q), so that the 8 pixels of a load lie in one row
+    # (consecutive words; across rows they fall on one bank: convnext_tiny.0 on 2 x 56 tiles
+    # ran 2.5x slower than its window columns); NCHW_ROWS: whole output rows in NCHW
+    choices = [prob.Q] if prob.Q < 8 or (NARROW_FFMA_NCHW_ROWS and prob.layout == "NCHW"
+                                          and prob.Q <= capacity) else \
+        range(8, min(-(-prob.Q // 8) * 8, capacity) + 1, 8)
+    for tq in choices:
         tp = min(prob.P, capacity // tq)
         tp = -(-prob.P // -(-prob.P // tp))
         tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
