@@ -353,8 +353,12 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     assert plan_for(small).algorithm == "im2win_fused"                   # 32: not "auto"'s
     assert plan_for(small, algorithm="narrow").kernel == \
         "narrow_nhwc<bf16_t, 32, 64, 4, 1, false, true>"
-    assert plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")).algorithm != \
-        "narrow"                                                          # float32
+    # float32 stems: narrow_ffma.cu (NARROW_FFMA_AUTO_*): NHWC, and NCHW where Q % 8 == 0
+    assert plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")).file == "narrow_ffma"
+    assert plan_for(problem((2, 3, 9, 16), (8, 3, 3, 3), padding=1)).file == "narrow_ffma"
+    assert plan_for(problem((2, 3, 9, 9), (8, 3, 3, 3))).file != "narrow_ffma"        # Q = 7
+    assert plan_for(problem((2, 55, 55, 3), (96, 11, 11, 3), layout="NHWC",
+                            stride=4)).file != "narrow_ffma"                  # 363 products
     with pytest.raises(TypeError, match="algorithm='narrow' takes float16, bfloat16, float32 "
                                         "on the GPU, not float64"):
         plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), np.float64, layout="NHWC"),
@@ -377,10 +381,10 @@ def test_float32_stems_get_narrow_ffma_when_forced():
     for prob, kernel in (
             (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4), "narrow_ffma<3, 96, 2, true, false>"),
             (problem((32, 224, 224, 3), (64, 7, 7, 3), layout="NHWC", stride=2, padding=3),
-             "narrow_ffma<3, 64, 4, false, true>"),
+             "narrow_ffma<3, 64, 4, false, false>"),                      # 37.6 KB of filters
             (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)), "narrow_ffma<1, 32, 8, true, true>"),
             (problem((3, 4, 7, 6), (128, 4, 5, 5), stride=(2, 1), padding=2),
-             "narrow_ffma<4, 128, 2, true, true>")):
+             "narrow_ffma<4, 128, 2, true, false>")):                     # 51 KB of filters
         plan = plan_for(prob, algorithm="narrow", arch=90)
         args = plan.geometry
         assert (plan.algorithm, plan.file, plan.kernel) == ("narrow", "narrow_ffma", kernel)
@@ -968,9 +972,11 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
     # most TWIN_BYTES_PER_FLOP bytes a FLOP; in NCHW only where its epilogue writes the NCHW y
     # and the reduction is short (cv7's 27 and cv3's 147) or the R x 1 problem takes tiles of
     # 96 filters (cv1's 363: on tiles of 64 im2win_conv.cu measured as fast).
-    from im2win.cuda import tuning
+    # (narrow_ffma.cu out of "auto"'s choices: it takes most of these stems first)
+    from im2win.cuda import plan as cuda_plan, tuning
     from im2win.cuda.plan import (COLUMNS_NCHW_REDUCTION, COLUMNS_NHWC_BYTES_PER_FLOP,
                                   FFMA_STAGED_NCHW, TWIN_BYTES_PER_FLOP)
+    monkeypatch.setattr(cuda_plan, "NARROW_FFMA_AUTO_REDUCTION", 0)
     from im2win.networks import NETWORKS
     singles = {}
     for name in ("cv1", "cv3", "cv7"):

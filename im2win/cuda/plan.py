@@ -1515,10 +1515,28 @@ NARROW_FFMA_FORMS = {32: 8, 64: 4, 96: 2, 128: 2}    # KB: WP
 NARROW_FFMA_PER_SM = 2             # blocks an SM, at most (__launch_bounds__(KB*WP, 2))
 NARROW_FFMA_SMEM_LIMIT = 110 * 1024   # a block's shared memory, at most: two blocks an SM
 # The block's filters resident in shared memory (copied once, each next tile's window copied
-# while one is computed) where they take at most this many bytes; else a filter row at a time.
-NARROW_FFMA_RESIDENT_BYTES = 64 * 1024
-NARROW_FFMA_AUTO = False          # not yet timed: "auto" keeps the window columns
-NARROW_FFMA_NCHW_ROWS = False     # NCHW tiles of whole output rows (tools/stems_dev.py "rows")
+# while one is computed) where they take at most this many bytes; else a filter row at a time
+# (two buffers, a barrier a row). From tools/stems_dev.py (float32, H100, TFLOPS, resident /
+# a row at a time): cv7 NHWC 20.9 / 20.3 (6.9 KB), convnext_tiny.0 NHWC 8.1 / 7.4 (18 KB),
+# mobilenet_v2.0 NHWC 9.5 / 9.4 (3.5 KB); cv3 NHWC 28.4 / 30.1, resnet50.0 NCHW 25.6 / 27.9
+# (37.6 KB).
+NARROW_FFMA_RESIDENT_BYTES = 32 * 1024
+# What "auto" gives it (tools/stems_dev.py, H100, float32, TFLOPS, before -> narrow_ffma, cuDNN;
+# cv* at batch 128, network stems at 32): stems of at most 147 products an output, in NHWC
+# (cv3 26.5 -> 30.1, 19.7; cv7 13.2 -> 20.9, 11.1; resnet50.0 23.7 -> 28.1, 18.3; mobilenet_v2.0
+# 2.6 -> 9.5, 7.2; convnext_tiny.0 7.2 -> 8.1, 10.2) and in NCHW where Q is a multiple of 8
+# (resnet50.0 22.2 -> 27.9, 18.4; mobilenet_v2.0 5.5 -> 8.4, 8.0; convnext_tiny.0 8.4 -> 10.5,
+# 11.1); not cv7 in NCHW (Q = 222: 11.9 -> 5.9, 7.4 on whole rows: its 1.6 GB of NCHW y
+# written 32 bytes of a filter's row at a time, misaligned with the sectors) nor cv3 (Q = 111:
+# 24.0 -> 25.1, within the runs' spread), nor the 11x11 stems of 363 products (cv1 NHWC 26.3
+# -> 21.3, NCHW 22.8 -> 22.8 on whole rows; cv2 alike), which stay on their window columns.
+NARROW_FFMA_AUTO_REDUCTION = 147
+NARROW_FFMA_AUTO_NCHW_Q = 8       # NCHW: Q a multiple of this
+# NCHW tiles of whole output rows (a filter's rows of the tile one run of y) for stems of at
+# most this many products an output: convnext_tiny.0 7.4 -> 10.5 TFLOPS, mobilenet_v2.0 8.6 ->
+# 8.4; with more products they lose slots to the rows' tails (resnet50.0 25.6 -> 22.6, cv3
+# 24.7 -> 22.2).
+NARROW_FFMA_NCHW_ROWS = 48
 
 
 class NarrowFfmaTile(NamedTuple):
@@ -1563,9 +1581,9 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     best = None
     # TQ a multiple of 8 (Q below 8: Q), so that the 8 pixels of a load lie in one row
     # (consecutive words; across rows they fall on one bank: convnext_tiny.0 on 2 x 56 tiles
-    # ran 2.5x slower than its window columns); NCHW_ROWS: whole output rows in NCHW
-    choices = [prob.Q] if prob.Q < 8 or (NARROW_FFMA_NCHW_ROWS and prob.layout == "NCHW"
-                                          and prob.Q <= capacity) else \
+    # ran 2.5x slower than its window columns); NCHW_ROWS: whole output rows
+    rows = prob.layout == "NCHW" and prob.reduction <= NARROW_FFMA_NCHW_ROWS
+    choices = [prob.Q] if prob.Q < 8 or (rows and prob.Q <= capacity) else \
         range(8, min(-(-prob.Q // 8) * 8, capacity) + 1, 8)
     for tq in choices:
         tp = min(prob.P, capacity // tq)
@@ -1589,9 +1607,11 @@ def narrow_ffma_limit(arch: int | None) -> int:
 
 
 def narrow_ffma_pays(prob: Problem) -> bool:
-    """Whether "auto" takes narrow_ffma.cu for a float32 problem (NARROW_FFMA_AUTO)."""
-    return (NARROW_FFMA_AUTO and prob.dtype.name == "float32" and prob.G == 1 and
-            0 < prob.C <= NARROW_FFMA_CHANNELS)
+    """Whether "auto" takes narrow_ffma.cu for a float32 problem (NARROW_FFMA_AUTO_*)."""
+    return (prob.dtype.name == "float32" and prob.G == 1 and
+            0 < prob.C <= NARROW_FFMA_CHANNELS and
+            prob.reduction <= NARROW_FFMA_AUTO_REDUCTION and
+            (prob.layout == "NHWC" or prob.Q % NARROW_FFMA_AUTO_NCHW_Q == 0))
 
 
 def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
