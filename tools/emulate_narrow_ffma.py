@@ -4,7 +4,8 @@ per-thread queue of copies, shared memory poisoned before each block), on float3
 to 4 channels in NCHW and NHWC: filter tails (K not a multiple of the block's KB), padding on
 every side, strides and dilations that differ by axis, x a strided view, without bias, each
 with the tile and filters planner.narrow_ffma_plan gives it, on a grid of fewer blocks than
-tiles (each block loops over several), with the filters resident (the next tile's window
+tiles (each block loops over several), in NCHW with the y written directly and through each
+warp's stage, with the filters resident (the next tile's window
 copied while one is computed) and a filter row at a time, and with the copies done when issued ("early": a
 buffer overwritten while still read shows) and as late as the waits allow ("late": a row
 read before its copy was waited for shows). Each result is checked against the float64
@@ -115,17 +116,19 @@ def problem_plan(case: int, rng):
     return prob, plan, x, buffer, w, b
 
 
-def form_of(kernel: str, resident: bool) -> str:
-    """The kernel's name with its filters resident or not."""
-    return kernel.rpartition(", ")[0] + f", {str(resident).lower()}>"
+def form_of(kernel: str, resident: bool, stage: bool) -> str:
+    """The kernel's name with its filters resident or not, its NCHW y staged or not."""
+    head = kernel.split(", ")[:4]
+    nchw = head[3] == "true"
+    return ", ".join(head + [str(resident).lower(), str(nchw and stage).lower()]) + ">"
 
 
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     rng = np.random.default_rng(0)
     cases = [problem_plan(case, rng) for case in range(len(PROBLEMS))]
-    kernels = sorted({form_of(plan.kernel, resident) for _, plan, *_ in cases
-                      for resident in (False, True)})
+    kernels = sorted({form_of(plan.kernel, resident, stage) for _, plan, *_ in cases
+                      for resident in (False, True) for stage in (False, True)})
     dispatch = "\n".join(
         f"          case {i}: {name}(x, w, bias, y, {', '.join(f'v[{j}]' for j in range(18))}, "
         f"st[0], st[1], st[2], st[3]); break;" for i, name in enumerate(kernels))
@@ -144,12 +147,14 @@ def main(argv=None) -> int:
                                    **kwargs)
             offset = (x.__array_interface__["data"][0] -
                       buffer.__array_interface__["data"][0]) // 4
-            for tile, resident in itertools.product((args.ints[-2:], SMALL_TILE),
-                                                    (False, True)):
+            for tile, resident, stage in itertools.product(
+                    (args.ints[-2:], SMALL_TILE), (False, True),
+                    (False, True) if layout == "NCHW" else (False,)):
                 tp, tq = tile
                 tiles = prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
-                kernel = form_of(plan.kernel, resident)
-                smem = narrow_ffma_smem(prob, int(kernel.split(", ")[1]), tp, tq, resident)
+                kernel = form_of(plan.kernel, resident, stage)
+                smem = narrow_ffma_smem(prob, int(kernel.split(", ")[1]), tp, tq, resident,
+                                        stage)
                 grid = (min(tiles, GRID_X), args.channel_blocks)
                 for late in (0, 1):
                     err = emulate(Path(tmp), "narrow_ffma", source,

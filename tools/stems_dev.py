@@ -4,7 +4,8 @@ the GPU machine.
 ``python3 tools/stems_dev.py [--layers cv1,cv7,resnet50.0] [--layouts NCHW,NHWC]``: for each
 layer and layout, `im2win.conv2d` as "auto" plans it and with `algorithm="narrow"` forced
 (narrow_ffma.cu on tiles a multiple of 8 columns wide; "staged": with its filters a row at a
-time, never resident; "rows": NCHW tiles of whole output rows), each checked against float64 (PyTorch on the GPU, first 2 images) with y
+time, never resident; "rows": NCHW tiles of whole output rows; "stage": NCHW y through each
+warp's stage; "rows+stage" both), each checked against float64 (PyTorch on the GPU, first 2 images) with y
 poisoned first, then timed back to back with CUDA events (`bench.GPU.time`, as the benchmark
 does), against cuDNN FP32 (TF32 off). Benchmark layers (cv*) at batch 128, network layers at
 32. Table last (TFLOPS; the plan's kernel).
@@ -39,16 +40,19 @@ def main():
         raise SystemExit("needs PyTorch on the GPU (cuDNN)")
     rows = []
     resident, rows_flag = cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_NCHW_ROWS
+    stage_flag = cuda_plan.NARROW_FFMA_STAGE_NCHW
     for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
         cells = {}
         for variant in args.variants.split(","):
-            if variant == "rows" and layout != "NCHW":
+            if variant in ("rows", "stage", "rows+stage") and layout != "NCHW":
                 continue
+            cuda_plan.NARROW_FFMA_STAGE_NCHW = "stage" in variant or stage_flag
             cuda_plan.NARROW_FFMA_RESIDENT_BYTES = 0 if variant == "staged" else resident
-            cuda_plan.NARROW_FFMA_NCHW_ROWS = 1 << 30 if variant == "rows" else rows_flag
+            cuda_plan.NARROW_FFMA_NCHW_ROWS = 1 << 30 if "rows" in variant else rows_flag
             cells[variant] = measure(prob, x, w, layout, kw,
                                      "auto" if variant == "auto" else "narrow", device)
         cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_NCHW_ROWS = resident, rows_flag
+        cuda_plan.NARROW_FFMA_STAGE_NCHW = stage_flag
         im2win.cuda._calls.clear()
         cells["cuDNN"] = cudnn_cell(prob, x, w, layout, kw, device)
         rows.append((name, layout, cells))

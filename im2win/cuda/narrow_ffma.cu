@@ -29,6 +29,10 @@
 //     computed on word 0, not stored). For each (r, s, c) in window order a thread loads its
 //     8 pixels' words (the 8 pixels of a load are consecutive columns: one 32-byte run) and 2
 //     float4 of its filters, for 64 fused multiply-adds.
+//   - The outputs, bias added last: NHWC, two float4 a pixel (8 filters; where K % 4 == 0 and
+//     y is 16-byte aligned); NCHW, a filter's 8 consecutive pixels a store for 8 lanes, or
+//     with kStage through 4 x 72 words of shared memory a warp, a filter row a pass, a store
+//     32 consecutive pixels of one filter.
 
 template <int TB>
 __device__ __forceinline__ void narrow_ffma_copy(void* dst, const void* src, bool valid) {
@@ -37,7 +41,7 @@ __device__ __forceinline__ void narrow_ffma_copy(void* dst, const void* src, boo
                "r"(valid ? TB : 0));
 }
 
-template <int C, int KB, int WP, bool kNCHW, bool kResident>
+template <int C, int KB, int WP, bool kNCHW, bool kResident, bool kStage>
 __global__ void __launch_bounds__(KB * WP, 2)
     narrow_ffma(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y, int N, int Cx, int H,
@@ -57,6 +61,9 @@ __global__ void __launch_bounds__(KB * WP, 2)
   extern __shared__ __align__(16) unsigned char narrow_ffma_smem[];
   float* ws = reinterpret_cast<float*>(narrow_ffma_smem);    // kResident: R, else 2 filter rows
   float* xs = ws + (kResident ? R : 2) * slice;             // [rows][C][row_pitch]
+  // kStage (NCHW): each warp's outputs pass through 4 x 72 words of its own, a filter row a
+  // pass, so that a store writes 32 consecutive pixels of one filter
+  float* stage = xs + (kResident ? 2 : 1) * window + (threadIdx.x / 32) * 4 * 72;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int f0 = (warp % FW) * 32 + (lane % 4) * 8;      // the thread's 8 filters in the block
@@ -137,6 +144,30 @@ __global__ void __launch_bounds__(KB * WP, 2)
     float b[8];
 #pragma unroll
     for (int f = 0; f < 8; ++f) b[f] = bias && k + f < K ? bias[k + f] : 0.f;
+    if constexpr (kNCHW && kStage) {
+      // lane's pixels in the passes' stores: the warp's (lane + 32*h)-th, h < 2
+      int at[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int idx = (warp / FW) * TN * 8 + lane + 32 * h, pr = idx / TQ, pc = idx - pr * TQ;
+        at[h] = idx < TP * TQ && p0 + pr < P && q0 + pc < Q ? (p0 + pr) * Q + q0 + pc : -1;
+      }
+      const int kw = k0 + (warp % FW) * 32;          // the warp's first filter
+#pragma unroll
+      for (int f = 0; f < 8; ++f) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) stage[(lane % 4) * 72 + j * 8 + lane / 4] = add(acc[f][j], b[f]);
+        __syncwarp();
+#pragma unroll
+        for (int g = 0; g < 4; ++g)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (at[h] >= 0 && kw + g * 8 + f < K)
+              y[(n * K + kw + g * 8 + f) * P * Q + at[h]] = stage[g * 72 + lane + 32 * h];
+        __syncwarp();
+      }
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
       const int idx = ((warp / FW) * TN + j) * 8 + lane / 4, pr = idx / TQ, pc = idx - pr * TQ;

@@ -1537,11 +1537,13 @@ NARROW_FFMA_AUTO_NCHW_Q = 8       # NCHW: Q a multiple of this
 # 8.4; with more products they lose slots to the rows' tails (resnet50.0 25.6 -> 22.6, cv3
 # 24.7 -> 22.2).
 NARROW_FFMA_NCHW_ROWS = 48
+# NCHW y through shared memory, 32 consecutive pixels of one filter a store (not yet timed)
+NARROW_FFMA_STAGE_NCHW = False
 
 
 class NarrowFfmaTile(NamedTuple):
     """A narrow_ffma.cu block: KB filters and WP pixel warps over TP x TQ outputs, whether its
-    filters are resident; smem its shared memory in bytes; tiles: how many output tiles the
+    filters are resident and its NCHW y staged; smem its shared memory in bytes; tiles: how many output tiles the
     problem has."""
 
     kb: int
@@ -1549,19 +1551,22 @@ class NarrowFfmaTile(NamedTuple):
     tp: int
     tq: int
     resident: bool
+    stage: bool
     smem: int
     tiles: int
 
 
-def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool) -> int:
+def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool,
+                     stage: bool = False) -> int:
     """narrow_ffma.cu's shared memory in bytes: the filters (resident: all R rows, else two
-    rows) and the tile's window ([row][channel][column], a row's columns
+    rows), the NCHW y's stage (`stage`: 4 x 72 words a warp) and the tile's window ([row][channel][column], a row's columns
     stored by phase; resident: two of them)."""
     rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
     cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
     window = rows * prob.C * -(-cols // prob.sw) * prob.sw
+    stage = kb * NARROW_FFMA_FORMS[kb] // 32 * 4 * 72 if stage else 0
     return 4 * ((prob.R if resident else 2) * prob.S * prob.C * kb +
-                (2 if resident else 1) * window)
+                (2 if resident else 1) * window + stage)
 
 
 def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
@@ -1578,6 +1583,7 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     capacity = 64 * wp
     taps = prob.R * prob.S * prob.C
     resident = 4 * taps * kb <= NARROW_FFMA_RESIDENT_BYTES
+    stage = prob.layout == "NCHW" and NARROW_FFMA_STAGE_NCHW
     best = None
     # TQ a multiple of 8 (Q below 8: Q), so that the 8 pixels of a load lie in one row
     # (consecutive words; across rows they fall on one bank: convnext_tiny.0 on 2 x 56 tiles
@@ -1589,7 +1595,7 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
         tp = min(prob.P, capacity // tq)
         tp = -(-prob.P // -(-prob.P // tp))
         tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
-        smem = narrow_ffma_smem(prob, kb, tp, tq, resident)
+        smem = narrow_ffma_smem(prob, kb, tp, tq, resident, stage)
         if smem > limit or tiles >= 2 ** 31:
             continue
         rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
@@ -1597,7 +1603,7 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
         work = tiles * (capacity * kb * taps + 10 * rows * cols * prob.C +
                         (0 if resident else 6 * taps * kb))
         if best is None or work < best[0]:
-            best = (work, NarrowFfmaTile(kb, wp, tp, tq, resident, smem, tiles))
+            best = (work, NarrowFfmaTile(kb, wp, tp, tq, resident, stage, smem, tiles))
     return None if best is None else best[1]
 
 
@@ -1627,8 +1633,10 @@ def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
     return None
 
 
-def narrow_ffma_kernel_name(C: int, kb: int, wp: int, nchw: bool, resident: bool) -> str:
-    return f"narrow_ffma<{C}, {kb}, {wp}, {str(nchw).lower()}, {str(resident).lower()}>"
+def narrow_ffma_kernel_name(C: int, kb: int, wp: int, nchw: bool, resident: bool,
+                            stage: bool = False) -> str:
+    flags = ", ".join(str(f).lower() for f in (nchw, resident, nchw and stage))
+    return f"narrow_ffma<{C}, {kb}, {wp}, {flags}>"
 
 
 def narrow_ffma_plan(prob: Problem, options: Options, x_strides, arch: int | None) -> Plan:
@@ -1644,7 +1652,7 @@ def narrow_ffma_plan(prob: Problem, options: Options, x_strides, arch: int | Non
                       tile.tiles, -(-prob.K // tile.kb), per_sm)
     return Plan("narrow", None, options, "narrow_ffma",
                 narrow_ffma_kernel_name(prob.C, tile.kb, tile.wp, prob.layout == "NCHW",
-                                        tile.resident),
+                                        tile.resident, tile.stage),
                 max(prob.N, 1), args, b"", 0)
 
 
@@ -2648,10 +2656,11 @@ def specializations() -> list[tuple[str, str]]:
                        for mt in mts)
         out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
                    for K in NARROW_WGMMA_FILTERS)
-    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, nchw, resident))
+    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, nchw, resident, stage))
                for C in range(1, NARROW_FFMA_CHANNELS + 1)
                for kb, wp in NARROW_FFMA_FORMS.items()
-               for nchw in (False, True) for resident in (False, True))
+               for nchw in (False, True) for resident in (False, True)
+               for stage in {False, nchw})
     for dtype in POINTWISE_DTYPES:
         for K in range(8, POINTWISE_MAX_K + 1, 8):
             out.add(("pointwise", pointwise_kernel_name(dtype, K)))
