@@ -379,12 +379,12 @@ def test_float32_stems_get_narrow_ffma_when_forced():
                                   narrow_ffma_smem, smem_limits)
     compiled = {expr for _, expr in specializations()}
     for prob, kernel in (
-            (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4), "narrow_ffma<3, 96, 2, true, false>"),
+            (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4), "narrow_ffma<3, 96, 2, true, false, false>"),
             (problem((32, 224, 224, 3), (64, 7, 7, 3), layout="NHWC", stride=2, padding=3),
-             "narrow_ffma<3, 64, 4, false, false>"),                      # 37.6 KB of filters
-            (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)), "narrow_ffma<1, 32, 8, true, true>"),
+             "narrow_ffma<3, 64, 4, false, false, false>"),                      # 37.6 KB of filters
+            (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)), "narrow_ffma<1, 32, 8, true, true, false>"),
             (problem((3, 4, 7, 6), (128, 4, 5, 5), stride=(2, 1), padding=2),
-             "narrow_ffma<4, 128, 2, true, false>")):                     # 51 KB of filters
+             "narrow_ffma<4, 128, 2, true, false, false>")):                     # 51 KB of filters
         plan = plan_for(prob, algorithm="narrow", arch=90)
         args = plan.geometry
         assert (plan.algorithm, plan.file, plan.kernel) == ("narrow", "narrow_ffma", kernel)
@@ -395,7 +395,7 @@ def test_float32_stems_get_narrow_ffma_when_forced():
         assert args.block == (kb * NARROW_FFMA_FORMS[kb], 1, 1) and tp * tq <= 64 * NARROW_FFMA_FORMS[kb]
         assert args.tiles == prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
         assert args.channel_blocks == -(-prob.K // kb)
-        resident = kernel.endswith("true>")
+        resident = kernel.endswith("true, false>")
         assert args.smem == narrow_ffma_smem(prob, kb, tp, tq, resident) <= smem_limits(90)[0]
         # resident filters: where they take at most NARROW_FFMA_RESIDENT_BYTES
         assert resident == (4 * prob.reduction * kb <= NARROW_FFMA_RESIDENT_BYTES)
