@@ -205,7 +205,7 @@ def test_options_validate_themselves():
     ablations = Options.ablations()
     assert ablations["full"] == Options() and len(ablations) == 8
     assert not ablations["no_double_buffer"].double_buffer
-    assert plan_for(problem((1, 3, 8, 8), (4, 3, 3, 3)),
+    assert plan_for(problem((1, 5, 8, 8), (4, 5, 3, 3)),
                     options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
     assert {t.threads for t in TILES.values()} == {256}
 
@@ -353,10 +353,11 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     assert plan_for(small).algorithm == "im2win_fused"                   # 32: not "auto"'s
     assert plan_for(small, algorithm="narrow").kernel == \
         "narrow_nhwc<bf16_t, 32, 64, 4, 1, false, true>"
-    # float32 stems: narrow_ffma.cu (NARROW_FFMA_AUTO_*): NHWC, and NCHW where Q % 8 == 0
+    # float32 stems of at most 147 products: narrow_ffma.cu (NARROW_FFMA_AUTO_REDUCTION), the
+    # NCHW y staged
     assert plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")).file == "narrow_ffma"
-    assert plan_for(problem((2, 3, 9, 16), (8, 3, 3, 3), padding=1)).file == "narrow_ffma"
-    assert plan_for(problem((2, 3, 9, 9), (8, 3, 3, 3))).file != "narrow_ffma"        # Q = 7
+    assert plan_for(problem((2, 3, 9, 9), (8, 3, 3, 3))).kernel == \
+        "narrow_ffma<3, 32, 8, true, true, true>"
     assert plan_for(problem((2, 55, 55, 3), (96, 11, 11, 3), layout="NHWC",
                             stride=4)).file != "narrow_ffma"                  # 363 products
     with pytest.raises(TypeError, match="algorithm='narrow' takes float16, bfloat16, float32 "
@@ -379,12 +380,12 @@ def test_float32_stems_get_narrow_ffma_when_forced():
                                   narrow_ffma_smem, smem_limits)
     compiled = {expr for _, expr in specializations()}
     for prob, kernel in (
-            (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4), "narrow_ffma<3, 96, 2, true, false, false>"),
+            (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4), "narrow_ffma<3, 96, 2, true, false, true>"),
             (problem((32, 224, 224, 3), (64, 7, 7, 3), layout="NHWC", stride=2, padding=3),
              "narrow_ffma<3, 64, 4, false, false, false>"),                      # 37.6 KB of filters
-            (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)), "narrow_ffma<1, 32, 8, true, true, false>"),
+            (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)), "narrow_ffma<1, 32, 8, true, true, true>"),
             (problem((3, 4, 7, 6), (128, 4, 5, 5), stride=(2, 1), padding=2),
-             "narrow_ffma<4, 128, 2, true, false, false>")):                     # 51 KB of filters
+             "narrow_ffma<4, 128, 2, true, false, true>")):                      # 51 KB of filters
         plan = plan_for(prob, algorithm="narrow", arch=90)
         args = plan.geometry
         assert (plan.algorithm, plan.file, plan.kernel) == ("narrow", "narrow_ffma", kernel)
@@ -395,8 +396,9 @@ def test_float32_stems_get_narrow_ffma_when_forced():
         assert args.block == (kb * NARROW_FFMA_FORMS[kb], 1, 1) and tp * tq <= 64 * NARROW_FFMA_FORMS[kb]
         assert args.tiles == prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
         assert args.channel_blocks == -(-prob.K // kb)
-        resident = kernel.endswith("true, false>")
-        assert args.smem == narrow_ffma_smem(prob, kb, tp, tq, resident) <= smem_limits(90)[0]
+        resident = kernel.split(", ")[4] == "true"
+        assert args.smem == narrow_ffma_smem(prob, kb, tp, tq, resident, prob.layout == "NCHW") \
+            <= smem_limits(90)[0]
         # resident filters: where they take at most NARROW_FFMA_RESIDENT_BYTES
         assert resident == (4 * prob.reduction * kb <= NARROW_FFMA_RESIDENT_BYTES)
     # a problem whose window cannot fit refuses; so do other channel counts and groups
@@ -448,7 +450,7 @@ def test_depthwise_problems_get_their_own_kernel():
     dilated = problem((2, 5, 9, 9), (5, 1, 3, 3), groups=5, dilation=(1, 2))  # general form
     assert plan_for(dilated).kernel == "depthwise_nchw<float, float, 4, 0, 0>"
     single = problem((2, 1, 9, 9), (8, 1, 3, 3))                            # C = 1, G = 1
-    assert plan_for(single).algorithm == "im2win_fused"
+    assert plan_for(single).file == "narrow_ffma"                           # a float32 stem
     assert plan_for(single, algorithm="depthwise").algorithm == "depthwise"
     with pytest.raises(ValueError, match="groups == C"):
         plan_for(problem((2, 4, 9, 9), (8, 2, 3, 3), groups=2), algorithm="depthwise")
@@ -1063,7 +1065,7 @@ def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel
         assert plan.algorithm == "im2win_nhwc" and plan.inner.file == "im2win_ffma"
     assert nhwc_workspace(cv8) <= TWIN_BYTES_PER_FLOP * cv8.flops
     assert plan_for(cv8, options=Options(ffma=False)).file == "im2win_conv"
-    stem = problem((8, 3, 64, 64), (32, 3, 7, 7), stride=2)             # the twin: im2win_conv
+    stem = problem((8, 5, 64, 64), (32, 5, 7, 7), stride=2)             # the twin: im2win_conv
     assert plan_for(stem).algorithm == "im2win_fused" and plan_for(stem).file == "im2win_conv"
     pointwise = problem((8, 64, 56, 56), (64, 32, 1, 1), stride=2,
                         groups=2)                                           # copies outweigh it

@@ -413,7 +413,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "depthwise"
         elif (narrow_pays(prob, narrow_dense(prob, x_strides, x_aligned)) and
               narrow_refusal(prob, x_strides, x_aligned, arch) is None) or (
-                narrow_ffma_pays(prob) and narrow_ffma_refusal(prob, arch) is None):
+                tile is None and narrow_ffma_pays(prob) and
+                narrow_ffma_refusal(prob, arch) is None):
             algorithm = "narrow"
         elif pointwise_pays(prob) and \
                 pointwise_refusal(prob, x_strides, x_aligned, arch) is None:
@@ -1524,21 +1525,22 @@ NARROW_FFMA_RESIDENT_BYTES = 32 * 1024
 # What "auto" gives it (tools/stems_dev.py, H100, float32, TFLOPS, before -> narrow_ffma, cuDNN;
 # cv* at batch 128, network stems at 32): stems of at most 147 products an output, in NHWC
 # (cv3 26.5 -> 30.1, 19.7; cv7 13.2 -> 20.9, 11.1; resnet50.0 23.7 -> 28.1, 18.3; mobilenet_v2.0
-# 2.6 -> 9.5, 7.2; convnext_tiny.0 7.2 -> 8.1, 10.2) and in NCHW where Q is a multiple of 8
-# (resnet50.0 22.2 -> 27.9, 18.4; mobilenet_v2.0 5.5 -> 8.4, 8.0; convnext_tiny.0 8.4 -> 10.5,
-# 11.1); not cv7 in NCHW (Q = 222: 11.9 -> 5.9, 7.4 on whole rows: its 1.6 GB of NCHW y
-# written 32 bytes of a filter's row at a time, misaligned with the sectors) nor cv3 (Q = 111:
-# 24.0 -> 25.1, within the runs' spread), nor the 11x11 stems of 363 products (cv1 NHWC 26.3
-# -> 21.3, NCHW 22.8 -> 22.8 on whole rows; cv2 alike), which stay on their window columns.
+# 2.6 -> 9.5, 7.2; convnext_tiny.0 7.2 -> 8.1, 10.2) and NCHW with its y staged
+# (NARROW_FFMA_STAGE_NCHW: cv7 12.3 -> 20.4, 16.1; resnet50.0 22.2 -> 28.9, 19.0; mobilenet_v2.0
+# 5.5 -> 10.8, 9.4; convnext_tiny.0 8.4 -> 11.8, 11.1; cv3 24.0 -> 25.1 with its y written
+# directly); not the 11x11 stems of 363 products (cv1 NHWC 26.3 -> 21.3, NCHW 22.8 -> 22.8 on
+# whole rows; cv2 alike), which stay on their window columns.
 NARROW_FFMA_AUTO_REDUCTION = 147
-NARROW_FFMA_AUTO_NCHW_Q = 8       # NCHW: Q a multiple of this
 # NCHW tiles of whole output rows (a filter's rows of the tile one run of y) for stems of at
 # most this many products an output: convnext_tiny.0 7.4 -> 10.5 TFLOPS, mobilenet_v2.0 8.6 ->
 # 8.4; with more products they lose slots to the rows' tails (resnet50.0 25.6 -> 22.6, cv3
 # 24.7 -> 22.2).
 NARROW_FFMA_NCHW_ROWS = 48
-# NCHW y through shared memory, 32 consecutive pixels of one filter a store (not yet timed)
-NARROW_FFMA_STAGE_NCHW = False
+# NCHW y through each warp's shared memory, 32 consecutive pixels of one filter a store
+# (tools/stems_dev.py, H100, NCHW, TFLOPS, 8 lanes' 32 bytes a store -> staged): cv7 7.5 ->
+# 20.4 (its window columns 12.3, cuDNN 16.1), mobilenet_v2.0 9.5 -> 10.8, convnext_tiny.0 11.1
+# -> 11.8, resnet50.0 27.6 -> 28.9.
+NARROW_FFMA_STAGE_NCHW = True
 
 
 class NarrowFfmaTile(NamedTuple):
@@ -1572,18 +1574,28 @@ def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool,
 def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     """The block for a float32 stem: the KB of NARROW_FFMA_FORMS that pads K least (the
     larger on a tie: fewer blocks copy each window), its filters resident where they take at
-    most NARROW_FFMA_RESIDENT_BYTES, then the TP x TQ output tile of its WP*64 pixels whose
+    most NARROW_FFMA_RESIDENT_BYTES and a tile fits so, then the TP x TQ output tile of its WP*64 pixels whose
     work over the grid is least (the products of every pixel slot, and about ten
     instructions a window element and six a filter element copied), with its shared memory
     within `limit` bytes; None if none fits."""
     kb = min(NARROW_FFMA_FORMS, key=lambda kb: (-(-prob.K // kb) * kb, -kb))
     if -(-prob.K // kb) > MAX_GRID_YZ:
         return None
+    taps = prob.R * prob.S * prob.C
+    stage = prob.layout == "NCHW" and NARROW_FFMA_STAGE_NCHW
+    if 4 * taps * kb <= NARROW_FFMA_RESIDENT_BYTES:
+        tile = narrow_ffma_tile_of(prob, kb, True, stage, limit)
+        if tile is not None:
+            return tile
+    return narrow_ffma_tile_of(prob, kb, False, stage, limit)
+
+
+def narrow_ffma_tile_of(prob: Problem, kb: int, resident: bool, stage: bool,
+                        limit: int) -> NarrowFfmaTile | None:
+    """narrow_ffma_tile's choice of output tile for one form of the block."""
     wp = NARROW_FFMA_FORMS[kb]
     capacity = 64 * wp
     taps = prob.R * prob.S * prob.C
-    resident = 4 * taps * kb <= NARROW_FFMA_RESIDENT_BYTES
-    stage = prob.layout == "NCHW" and NARROW_FFMA_STAGE_NCHW
     best = None
     # TQ a multiple of 8 (Q below 8: Q), so that the 8 pixels of a load lie in one row
     # (consecutive words; across rows they fall on one bank: convnext_tiny.0 on 2 x 56 tiles
@@ -1616,8 +1628,7 @@ def narrow_ffma_pays(prob: Problem) -> bool:
     """Whether "auto" takes narrow_ffma.cu for a float32 problem (NARROW_FFMA_AUTO_*)."""
     return (prob.dtype.name == "float32" and prob.G == 1 and
             0 < prob.C <= NARROW_FFMA_CHANNELS and
-            prob.reduction <= NARROW_FFMA_AUTO_REDUCTION and
-            (prob.layout == "NHWC" or prob.Q % NARROW_FFMA_AUTO_NCHW_Q == 0))
+            prob.reduction <= NARROW_FFMA_AUTO_REDUCTION)
 
 
 def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
