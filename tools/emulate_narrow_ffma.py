@@ -1,15 +1,15 @@
 """narrow_ffma.cu run on the CPU: its CUDA C++ compiled with g++ against the emulation of
 tools/emulate_rows.py (a block's threads as OS threads, __syncthreads a barrier, cp.async a
-per-thread queue of copies, shared memory poisoned before each block), on float32 stems of 1
-to 4 channels in NCHW and NHWC: filter tails (K not a multiple of the block's KB), padding on
-every side, strides and dilations that differ by axis, x a strided view, without bias, each
-with the tile and filters planner.narrow_ffma_plan gives it, on a grid of fewer blocks than
-tiles (each block loops over several), in NCHW with the y written directly and through each
-warp's stage, with the filters resident (the next tile's window
-copied while one is computed) and a filter row at a time, and with the copies done when issued ("early": a
-buffer overwritten while still read shows) and as late as the waits allow ("late": a row
-read before its copy was waited for shows). Each result is checked against the float64
-reference with y poisoned (NaN) first. Checks indexing and barriers, not speed.
+per-thread queue of copies, shared memory poisoned before each block), on float32 stems of 1 to
+4 channels in NCHW and NHWC: filter tails (K not a multiple of the block's KB), padding on every
+side, strides and dilations that differ by axis, x a strided view, without bias, each with the
+tile and filters planner.narrow_ffma_plan gives it, on a grid of fewer blocks than tiles (each
+block loops over several), in NCHW with the y written directly and through each warp's stage,
+with the filters resident (the next tile's window copied while one is computed) and a filter row
+at a time, and with the copies done when issued ("early": a buffer overwritten while still read
+shows) and as late as the waits allow ("late": a row read before its copy was waited for shows).
+Each result is checked against the float64 reference with y poisoned (NaN) first. Checks
+indexing and barriers, not speed.
 
 ``python3 tools/emulate_narrow_ffma.py``. Needs g++ with C++20. EMULATE_TSAN=1: with
 ThreadSanitizer (shared-memory races fail it).

@@ -23,7 +23,8 @@ the NCHW twin writing the NCHW y, wgrad_ffma.cu's
 every tile, both x loads and split counts, backward data's window gradients of many
 channels, and a float32 stem over its window columns); with ``stems``, narrow_ffma.cu's float32
 stems (1 to 4 channels, both layouts, filter tails and several filter blocks, padding,
-stride and dilation, x a view, blocks looping over tiles). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
+stride and dilation, x a view, blocks looping over tiles, filters resident and a row at a
+time, the NCHW y staged and not). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
 
 import itertools

@@ -1,14 +1,14 @@
-"""float32 stems on narrow_ffma.cu against the plan "auto" makes without it, in one process on
-the GPU machine.
+"""float32 stems on narrow_ffma.cu against the plan "auto" makes without it, in one process on the
+GPU machine.
 
 ``python3 tools/stems_dev.py [--layers cv1,cv7,resnet50.0] [--layouts NCHW,NHWC]``: for each
 layer and layout, `im2win.conv2d` as "auto" plans it and with `algorithm="narrow"` forced
 (narrow_ffma.cu on tiles a multiple of 8 columns wide; "staged": with its filters a row at a
 time, never resident; "rows": NCHW tiles of whole output rows; "stage": NCHW y through each
-warp's stage; "rows+stage" both), each checked against float64 (PyTorch on the GPU, first 2 images) with y
-poisoned first, then timed back to back with CUDA events (`bench.GPU.time`, as the benchmark
-does), against cuDNN FP32 (TF32 off). Benchmark layers (cv*) at batch 128, network layers at
-32. Table last (TFLOPS; the plan's kernel).
+warp's stage; "rows+stage" both), each checked against float64 (PyTorch on the GPU, first 2
+images) with y poisoned first, then timed back to back with CUDA events (`bench.GPU.time`, as
+the benchmark does), against cuDNN FP32 (TF32 off). Benchmark layers (cv*) at batch 128, network
+layers at 32. Table last (TFLOPS; the plan's kernel).
 """
 
 import argparse

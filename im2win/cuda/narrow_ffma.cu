@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(KB * WP, 2)
 #pragma unroll
       for (int f = 0; f < 8; ++f) {
 #pragma unroll
-        for (int j = 0; j < TN; ++j) stage[(lane % 4) * 72 + j * 8 + lane / 4] = add(acc[f][j], b[f]);
+        for (int j = 0; j < TN; ++j)
+          stage[(lane % 4) * 72 + j * 8 + lane / 4] = add(acc[f][j], b[f]);
         __syncwarp();
 #pragma unroll
         for (int g = 0; g < 4; ++g)
@@ -166,28 +167,29 @@ __global__ void __launch_bounds__(KB * WP, 2)
               y[(n * K + kw + g * 8 + f) * P * Q + at[h]] = stage[g * 72 + lane + 32 * h];
         __syncwarp();
       }
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int j = 0; j < TN; ++j) {
-      const int idx = ((warp / FW) * TN + j) * 8 + lane / 4, pr = idx / TQ, pc = idx - pr * TQ;
-      const int p = p0 + pr, q = q0 + pc;
-      if (idx >= TP * TQ || p >= P || q >= Q) continue;
-      if (kNCHW) {
-#pragma unroll
-        for (int f = 0; f < 8; ++f)
-          if (k + f < K) y[((n * K + k + f) * P + p) * Q + q] = add(acc[f][j], b[f]);
-      } else {
-        float* out = y + ((n * P + p) * Q + q) * K + k;
-        if (vector_y && k + 8 <= K) {
-          reinterpret_cast<float4*>(out)[0] = make_float4(
-              add(acc[0][j], b[0]), add(acc[1][j], b[1]), add(acc[2][j], b[2]), add(acc[3][j], b[3]));
-          reinterpret_cast<float4*>(out)[1] = make_float4(
-              add(acc[4][j], b[4]), add(acc[5][j], b[5]), add(acc[6][j], b[6]), add(acc[7][j], b[7]));
-        } else {
+      for (int j = 0; j < TN; ++j) {
+        const int idx = ((warp / FW) * TN + j) * 8 + lane / 4, pr = idx / TQ, pc = idx - pr * TQ;
+        const int p = p0 + pr, q = q0 + pc;
+        if (idx >= TP * TQ || p >= P || q >= Q) continue;
+        if (kNCHW) {
 #pragma unroll
           for (int f = 0; f < 8; ++f)
-            if (k + f < K) out[f] = add(acc[f][j], b[f]);
+            if (k + f < K) y[((n * K + k + f) * P + p) * Q + q] = add(acc[f][j], b[f]);
+        } else {
+          float* out = y + ((n * P + p) * Q + q) * K + k;
+          if (vector_y && k + 8 <= K) {
+            float4* out4 = reinterpret_cast<float4*>(out);
+            out4[0] = make_float4(add(acc[0][j], b[0]), add(acc[1][j], b[1]), add(acc[2][j], b[2]),
+                                  add(acc[3][j], b[3]));
+            out4[1] = make_float4(add(acc[4][j], b[4]), add(acc[5][j], b[5]), add(acc[6][j], b[6]),
+                                  add(acc[7][j], b[7]));
+          } else {
+#pragma unroll
+            for (int f = 0; f < 8; ++f)
+              if (k + f < K) out[f] = add(acc[f][j], b[f]);
+          }
         }
       }
     }

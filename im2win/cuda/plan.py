@@ -1545,8 +1545,8 @@ NARROW_FFMA_STAGE_NCHW = True
 
 class NarrowFfmaTile(NamedTuple):
     """A narrow_ffma.cu block: KB filters and WP pixel warps over TP x TQ outputs, whether its
-    filters are resident and its NCHW y staged; smem its shared memory in bytes; tiles: how many output tiles the
-    problem has."""
+    filters are resident and its NCHW y staged; smem its shared memory in bytes; tiles: how many
+    output tiles the problem has."""
 
     kb: int
     wp: int
@@ -1560,9 +1560,9 @@ class NarrowFfmaTile(NamedTuple):
 
 def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool,
                      stage: bool = False) -> int:
-    """narrow_ffma.cu's shared memory in bytes: the filters (resident: all R rows, else two
-    rows), the NCHW y's stage (`stage`: 4 x 72 words a warp) and the tile's window ([row][channel][column], a row's columns
-    stored by phase; resident: two of them)."""
+    """narrow_ffma.cu's shared memory in bytes: the filters (resident: all R rows, else two rows),
+    the NCHW y's stage (`stage`: 4 x 72 words a warp) and the tile's window ([row][channel][column],
+    a row's columns stored by phase; resident: two of them)."""
     rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
     cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
     window = rows * prob.C * -(-cols // prob.sw) * prob.sw
@@ -1572,12 +1572,12 @@ def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool,
 
 
 def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
-    """The block for a float32 stem: the KB of NARROW_FFMA_FORMS that pads K least (the
-    larger on a tie: fewer blocks copy each window), its filters resident where they take at
-    most NARROW_FFMA_RESIDENT_BYTES and a tile fits so, then the TP x TQ output tile of its WP*64 pixels whose
-    work over the grid is least (the products of every pixel slot, and about ten
-    instructions a window element and six a filter element copied), with its shared memory
-    within `limit` bytes; None if none fits."""
+    """The block for a float32 stem: the KB of NARROW_FFMA_FORMS that pads K least (the larger on a
+    tie: fewer blocks copy each window), its filters resident where they take at most
+    NARROW_FFMA_RESIDENT_BYTES and a tile fits so, then the TP x TQ output tile of its WP*64 pixels
+    whose work over the grid is least (the products of every pixel slot, and about ten instructions
+    a window element and six a filter element copied), with its shared memory within `limit` bytes;
+    None if none fits."""
     kb = min(NARROW_FFMA_FORMS, key=lambda kb: (-(-prob.K // kb) * kb, -kb))
     if -(-prob.K // kb) > MAX_GRID_YZ:
         return None
