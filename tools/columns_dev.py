@@ -77,28 +77,39 @@ def print_table(rows, what: str, bound: float) -> int:
     return wrong
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", default="cv1,cv2,convnext_tiny.0")
-    ap.add_argument("--layouts", default="NCHW,NHWC")
-    args = ap.parse_args()
+def run_table(layers: str, layouts: str, cells_of) -> list:
+    """For each layer and layout (layer_inputs), `cells_of(prob, x, w, layout, kw, device)`'s
+    cells (label -> measure's triple) and cuDNN's, each row printed as it comes; the rows."""
     device = GPU()
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
         raise SystemExit("needs PyTorch on the GPU (cuDNN)")
     rows = []
-    for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
-        cells = {}
-        for label, (algorithm, rows96) in VARIANTS.items():
-            tuning.FFMA_96_ROWS = rows96
-            cells[label] = measure(prob, x, w, layout, kw, algorithm, device)
-        tuning.FFMA_96_ROWS = True
+    for name, layout, prob, x, w, kw in layer_inputs(layers, layouts, device):
+        cells = cells_of(prob, x, w, layout, kw, device)
         im2win.cuda._calls.clear()
         cells["cuDNN"] = cudnn_cell(prob, x, w, layout, kw, device)
         rows.append((name, layout, cells))
         print(rows[-1], flush=True)
         del x, w
         cupy.get_default_memory_pool().free_all_blocks()
-    print_table(rows, "inner kernel:tile", 1e-4)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", default="cv1,cv2,convnext_tiny.0")
+    ap.add_argument("--layouts", default="NCHW,NHWC")
+    args = ap.parse_args()
+
+    def cells_of(prob, x, w, layout, kw, device):
+        cells = {}
+        for label, (algorithm, rows96) in VARIANTS.items():
+            tuning.FFMA_96_ROWS = rows96
+            cells[label] = measure(prob, x, w, layout, kw, algorithm, device)
+        tuning.FFMA_96_ROWS = True
+        return cells
+
+    print_table(run_table(args.layers, args.layouts, cells_of), "inner kernel:tile", 1e-4)
 
 
 if __name__ == "__main__":
