@@ -1,4 +1,4 @@
-"""float32 stems on narrow_ffma.cu against the plan "auto" makes without it, in one process on the
+"""float32 stems on narrow_ffma.cu's forms against "auto"'s plan and cuDNN, in one process on the
 GPU machine.
 
 ``python3 tools/stems_dev.py [--layers cv1,cv7,resnet50.0] [--layouts NCHW,NHWC]``: for each
