@@ -1527,8 +1527,8 @@ NARROW_FFMA_RESIDENT_BYTES = 32 * 1024
 # (cv3 26.5 -> 30.1, 19.7; cv7 13.2 -> 20.9, 11.1; resnet50.0 23.7 -> 28.1, 18.3; mobilenet_v2.0
 # 2.6 -> 9.5, 7.2; convnext_tiny.0 7.2 -> 8.1, 10.2) and NCHW with its y staged
 # (NARROW_FFMA_STAGE_NCHW: cv7 12.3 -> 20.4, 16.1; resnet50.0 22.2 -> 28.9, 19.0; mobilenet_v2.0
-# 5.5 -> 10.8, 9.4; convnext_tiny.0 8.4 -> 11.8, 11.1; cv3 24.0 -> 25.1 with its y written
-# directly); not the 11x11 stems of 363 products (cv1 NHWC 26.3 -> 21.3, NCHW 22.8 -> 22.8 on
+# 5.5 -> 10.8, 9.4; convnext_tiny.0 8.4 -> 11.8, 11.1; cv3 24.0 -> 27.5, 20.3); not the 11x11
+# stems of 363 products (cv1 NHWC 26.3 -> 21.3, NCHW 22.8 -> 22.8 on
 # whole rows; cv2 alike), which stay on their window columns.
 NARROW_FFMA_AUTO_REDUCTION = 147
 # NCHW tiles of whole output rows (a filter's rows of the tile one run of y) for stems of at
@@ -1600,8 +1600,8 @@ def narrow_ffma_tile_of(prob: Problem, kb: int, resident: bool, stage: bool,
     # TQ a multiple of 8 (Q below 8: Q), so that the 8 pixels of a load lie in one row
     # (consecutive words; across rows they fall on one bank: convnext_tiny.0 on 2 x 56 tiles
     # ran 2.5x slower than its window columns); NCHW_ROWS: whole output rows
-    rows = prob.layout == "NCHW" and prob.reduction <= NARROW_FFMA_NCHW_ROWS
-    choices = [prob.Q] if prob.Q < 8 or (rows and prob.Q <= capacity) else \
+    whole_rows = prob.layout == "NCHW" and prob.reduction <= NARROW_FFMA_NCHW_ROWS
+    choices = [prob.Q] if prob.Q < 8 or (whole_rows and prob.Q <= capacity) else \
         range(8, min(-(-prob.Q // 8) * 8, capacity) + 1, 8)
     for tq in choices:
         tp = min(prob.P, capacity // tq)
