@@ -1528,8 +1528,8 @@ NARROW_FFMA_RESIDENT_BYTES = 32 * 1024
 # 2.6 -> 9.5, 7.2; convnext_tiny.0 7.2 -> 8.1, 10.2) and NCHW with its y staged
 # (NARROW_FFMA_STAGE_NCHW: cv7 12.3 -> 20.4, 16.1; resnet50.0 22.2 -> 28.9, 19.0; mobilenet_v2.0
 # 5.5 -> 10.8, 9.4; convnext_tiny.0 8.4 -> 11.8, 11.1; cv3 24.0 -> 27.5, 20.3); not the 11x11
-# stems of 363 products (cv1 NHWC 26.3 -> 21.3, NCHW 22.8 -> 22.8 on
-# whole rows; cv2 alike), which stay on their window columns.
+# stems of 363 products (cv1 NHWC 26.3 -> 21.3, NCHW 22.8 -> 22.8 on whole rows; cv2 alike),
+# which stay on their window columns.
 NARROW_FFMA_AUTO_REDUCTION = 147
 # NCHW tiles of whole output rows (a filter's rows of the tile one run of y) for stems of at
 # most this many products an output: convnext_tiny.0 7.4 -> 10.5 TFLOPS, mobilenet_v2.0 8.6 ->
