@@ -89,7 +89,8 @@ def test_kernel_files_ship_with_the_package():
                                                            "im2win_ffma.cu", "wgrad_ffma.cu",
                                                            "im2win_mma.cu", "im2win_wgmma.cu",
                                                            "depthwise.cu", "narrow.cu",
-                                                           "hopper.cuh", "narrow_wgmma.cu", "narrow_ffma.cu",
+                                                           "hopper.cuh", "narrow_wgmma.cu",
+                                                           "narrow_ffma.cu",
                                                            "pointwise.cu", "layout.cu"}
 
 

@@ -1559,7 +1559,7 @@ class NarrowFfmaTile(NamedTuple):
 
 
 def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool,
-                     stage: bool = False) -> int:
+                     stage: bool) -> int:
     """narrow_ffma.cu's shared memory in bytes: the filters (resident: all R rows, else two rows),
     the NCHW y's stage (`stage`: 4 x 72 words a warp) and the tile's window ([row][channel][column],
     a row's columns stored by phase; resident: two of them)."""
@@ -1645,7 +1645,7 @@ def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
 
 
 def narrow_ffma_kernel_name(C: int, kb: int, wp: int, nchw: bool, resident: bool,
-                            stage: bool = False) -> str:
+                            stage: bool) -> str:
     flags = ", ".join(str(f).lower() for f in (nchw, resident, nchw and stage))
     return f"narrow_ffma<{C}, {kb}, {wp}, {flags}>"
 
