@@ -30,11 +30,13 @@ VARIANTS = {"auto": ("auto", False), "auto 96": ("auto", True),
 
 
 def plan_of(x, w, layout, kw, algorithm) -> str:
-    """The plan's algorithm and its innermost kernel's tile."""
+    """The plan's innermost kernel file and its tile (narrow_ffma.cu: pixels a thread, TP x TQ)."""
     p = im2win.cuda._plan(bench.make_problem(x, w, layout=layout, **kw), x, w, algorithm,
                           None, None)
     while p.inner is not None:
         p = p.inner
+    if p.file == "narrow_ffma":            # pixels a thread, TP x TQ
+        return f"{p.file}:{p.kernel.split(', ')[3]}:{'x'.join(map(str, p.geometry.ints[-2:]))}"
     return f"{p.file}:{p.tile.name if p.tile else '-'}"
 
 

@@ -1,15 +1,16 @@
 """narrow_ffma.cu run on the CPU: its CUDA C++ compiled with g++ against the emulation of
 tools/emulate_rows.py (a block's threads as OS threads, __syncthreads a barrier, cp.async a
-per-thread queue of copies, shared memory poisoned before each block), on float32 stems of 1 to
-4 channels in NCHW and NHWC: filter tails (K not a multiple of the block's KB), padding on every
-side, strides and dilations that differ by axis, x a strided view, without bias, each with the
-tile and filters planner.narrow_ffma_plan gives it, on a grid of fewer blocks than tiles (each
-block loops over several), in NCHW with the y written directly and through each warp's stage,
-with the filters resident (the next tile's window copied while one is computed) and a filter row
-at a time, and with the copies done when issued ("early": a buffer overwritten while still read
-shows) and as late as the waits allow ("late": a row read before its copy was waited for shows).
-Each result is checked against the float64 reference with y poisoned (NaN) first. Checks
-indexing and barriers, not speed.
+per-thread queue of copies, shared memory poisoned before each block), on float32 stems of 1 to 4
+channels in NCHW and NHWC: filter tails (K not a multiple of the block's KB), padding on every side,
+strides and dilations that differ by axis, x a strided view, without bias, each with the tile and
+filters planner.narrow_ffma_plan gives it (on either count of pixels a thread, NARROW_FFMA_PIXELS,
+where the tile fits its slots, and on small tiles), on a grid of fewer blocks than tiles (each block
+loops over several), in NCHW with the y written directly and through each warp's stage, with the
+filters resident (the next tile's window copied while one is computed) and a filter row at a time,
+and with the copies done when issued ("early": a buffer overwritten while still read shows) and as
+late as the waits allow ("late": a row read before its copy was waited for shows). Each result is
+checked against the float64 reference with y poisoned (NaN) first. Checks indexing and barriers, not
+speed.
 
 ``python3 tools/emulate_narrow_ffma.py``. Needs g++ with C++20. EMULATE_TSAN=1: with
 ThreadSanitizer (shared-memory races fail it).
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from im2win import reference
-from im2win.cuda.plan import check_options, narrow_ffma_plan, narrow_ffma_smem
+from im2win.cuda.plan import NARROW_FFMA_PIXELS, check_options, narrow_ffma_plan, narrow_ffma_smem
 from im2win.problem import make_problem
 from im2win.testing import allowed_error
 
@@ -116,19 +117,22 @@ def problem_plan(case: int, rng):
     return prob, plan, x, buffer, w, b
 
 
-def form_of(kernel: str, resident: bool, stage: bool) -> str:
-    """The kernel's name with its filters resident or not, its NCHW y staged or not."""
-    head = kernel.split(", ")[:4]
-    nchw = head[3] == "true"
-    return ", ".join(head + [str(resident).lower(), str(nchw and stage).lower()]) + ">"
+def form_of(kernel: str, tn: int, resident: bool, stage: bool) -> str:
+    """The kernel's name with TN pixels a thread, its filters resident or not, its NCHW y staged
+    or not."""
+    head = kernel.split(", ")[:5]
+    nchw = head[4] == "true"
+    return ", ".join(head[:3] + [str(tn), head[4], str(resident).lower(),
+                                 str(nchw and stage).lower()]) + ">"
 
 
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     rng = np.random.default_rng(0)
     cases = [problem_plan(case, rng) for case in range(len(PROBLEMS))]
-    kernels = sorted({form_of(plan.kernel, resident, stage) for _, plan, *_ in cases
-                      for resident in (False, True) for stage in (False, True)})
+    kernels = sorted({form_of(plan.kernel, tn, resident, stage) for _, plan, *_ in cases
+                      for tn in NARROW_FFMA_PIXELS for resident in (False, True)
+                      for stage in (False, True)})
     dispatch = "\n".join(
         f"          case {i}: {name}(x, w, bias, y, {', '.join(f'v[{j}]' for j in range(18))}, "
         f"st[0], st[1], st[2], st[3]); break;" for i, name in enumerate(kernels))
@@ -147,14 +151,16 @@ def main(argv=None) -> int:
                                    **kwargs)
             offset = (x.__array_interface__["data"][0] -
                       buffer.__array_interface__["data"][0]) // 4
-            for tile, resident, stage in itertools.product(
-                    (args.ints[-2:], SMALL_TILE), (False, True),
+            for tn, tile, resident, stage in itertools.product(
+                    NARROW_FFMA_PIXELS, (args.ints[-2:], SMALL_TILE), (False, True),
                     (False, True) if layout == "NCHW" else (False,)):
                 tp, tq = tile
+                kb = int(plan.kernel.split(", ")[1])
+                if tp * tq > args.block[0] // kb * tn * 8:
+                    continue            # the planner's tile for one TN on the other's fewer slots
                 tiles = prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
-                kernel = form_of(plan.kernel, resident, stage)
-                smem = narrow_ffma_smem(prob, int(kernel.split(", ")[1]), tp, tq, resident,
-                                        stage)
+                kernel = form_of(plan.kernel, tn, resident, stage)
+                smem = narrow_ffma_smem(prob, kb, tp, tq, resident, stage)
                 grid = (min(tiles, GRID_X), args.channel_blocks)
                 for late in (0, 1):
                     err = emulate(Path(tmp), "narrow_ffma", source,

@@ -1,13 +1,13 @@
 """float32 stems on narrow_ffma.cu's forms against "auto"'s plan and cuDNN, in one process on the
 GPU machine.
 
-``python3 tools/stems_dev.py [--layers cv1,cv7,resnet50.0] [--layouts NCHW,NHWC]``: for each
-layer and layout, `im2win.conv2d` as "auto" plans it and with `algorithm="narrow"` forced
-(narrow_ffma.cu on tiles a multiple of 8 columns wide; "staged": with its filters a row at a
-time, never resident; "rows": NCHW tiles of whole output rows; "stage": NCHW y through each
-warp's stage; "rows+stage" both; "direct": NCHW y written directly), each checked against
-float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed back to back with
-CUDA events (`bench.GPU.time`, as the benchmark does), against cuDNN FP32 (TF32 off). Benchmark
+``python3 tools/stems_dev.py [--layers cv1,cv7,resnet50.0] [--layouts NCHW,NHWC]``: for each layer
+and layout, `im2win.conv2d` as "auto" plans it and with `algorithm="narrow"` forced (narrow_ffma.cu
+on tiles a multiple of 8 columns wide; "tn8": with 8 pixels a thread, never 7; "staged": with its
+filters a row at a time, never resident; "rows": NCHW tiles of whole output rows; "stage": NCHW y
+through each warp's stage; "rows+stage" both; "direct": NCHW y written directly), each checked
+against float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed back to back
+with CUDA events (`bench.GPU.time`, as the benchmark does), against cuDNN FP32 (TF32 off). Benchmark
 layers (cv*) at batch 128, network layers at 32. Table last (TFLOPS; the plan's kernel).
 """
 
@@ -30,7 +30,8 @@ def main():
     ap.add_argument("--layouts", default="NCHW,NHWC")
     ap.add_argument("--variants", default="auto,narrow,staged")
     args = ap.parse_args()
-    flags = ("NARROW_FFMA_RESIDENT_BYTES", "NARROW_FFMA_NCHW_ROWS", "NARROW_FFMA_STAGE_NCHW")
+    flags = ("NARROW_FFMA_RESIDENT_BYTES", "NARROW_FFMA_NCHW_ROWS", "NARROW_FFMA_STAGE_NCHW",
+             "NARROW_FFMA_PIXELS")
     planned = {flag: getattr(cuda_plan, flag) for flag in flags}
 
     def cells_of(prob, x, w, layout, kw, device):
@@ -44,6 +45,8 @@ def main():
                 planned["NARROW_FFMA_NCHW_ROWS"]
             cuda_plan.NARROW_FFMA_STAGE_NCHW = False if variant == "direct" else \
                 True if "stage" in variant else planned["NARROW_FFMA_STAGE_NCHW"]
+            cuda_plan.NARROW_FFMA_PIXELS = (8,) if variant == "tn8" else \
+                planned["NARROW_FFMA_PIXELS"]
             cells[variant] = measure(prob, x, w, layout, kw,
                                      "auto" if variant == "auto" else "narrow", device)
         for flag, value in planned.items():

@@ -23,16 +23,17 @@
 //     next tile's window while one is computed (two window buffers, one barrier a tile).
 //     Otherwise (filters too large to stay) they come a filter row at a time, [s][c][KB],
 //     copied while the row before is computed: two row buffers, one barrier a row.
-//   - A warp holds 32 filters (lane % 4: 8 of them) of 64 pixels (lane / 4: pixels j*8 +
-//     lane/4, j < 8, of the warp's 64); the block's KB/32 x WP warps cover KB filters of
-//     WP*64 pixels, the idx-th pixel of the tile at (idx / TQ, idx % TQ) (past TP*TQ:
-//     computed on word 0, not stored). For each (r, s, c) in window order a thread loads its
-//     8 pixels' words (the 8 pixels of a load are consecutive columns: one 32-byte run) and 2
-//     float4 of its filters, for 64 fused multiply-adds.
+//   - A warp holds 32 filters (lane % 4: 8 of them) of TN*8 pixels (lane / 4: pixels j*8 +
+//     lane/4, j < TN, of the warp's TN*8; TN = 8, or 7 where tiles of 56-pixel multiples fit
+//     the output better, as 55 x 55 and 56 x 56 maps); the block's KB/32 x WP warps cover KB
+//     filters of WP*TN*8 pixels, the idx-th pixel of the tile at (idx / TQ, idx % TQ) (past
+//     TP*TQ: computed on word 0, not stored). For each (r, s, c) in window order a thread
+//     loads its TN pixels' words (the 8 pixels of a load are consecutive columns: one 32-byte
+//     run) and 2 float4 of its filters, for 8*TN fused multiply-adds.
 //   - The outputs, bias added last: NHWC, two float4 a pixel (8 filters; where K % 4 == 0 and
 //     y is 16-byte aligned); NCHW, a filter's 8 consecutive pixels a store for 8 lanes, or
 //     with kStage through 4 x 72 words of shared memory a warp, a filter row a pass, a store
-//     32 consecutive pixels of one filter.
+//     32 consecutive pixels of one filter (of the warp's TN*8).
 
 template <int TB>
 __device__ __forceinline__ void narrow_ffma_copy(void* dst, const void* src, bool valid) {
@@ -41,14 +42,15 @@ __device__ __forceinline__ void narrow_ffma_copy(void* dst, const void* src, boo
                "r"(valid ? TB : 0));
 }
 
-template <int C, int KB, int WP, bool kNCHW, bool kResident, bool kStage>
+template <int C, int KB, int WP, int TN, bool kNCHW, bool kResident, bool kStage>
 __global__ void __launch_bounds__(KB * WP, 2)
     narrow_ffma(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y, int N, int Cx, int H,
                 int W, int K, int G, int R, int S, int P, int Q, int sh, int sw, int dh, int dw,
                 int pt, int pl, int TP, int TQ, i64 xn, i64 xc, i64 xh, i64 xw) {
-  constexpr int THREADS = KB * WP, FW = KB / 32, TN = 8;
-  static_assert(C >= 1 && C <= 4 && KB % 32 == 0 && THREADS <= 256, "form");
+  constexpr int THREADS = KB * WP, FW = KB / 32;
+  static_assert(C >= 1 && C <= 4 && KB % 32 == 0 && THREADS <= 256 && (TN == 7 || TN == 8),
+                "form");
   const int slice = S * C * KB;                      // one filter row's weights, [s][c][KB]
   const int rows = (TP - 1) * sh + (R - 1) * dh + 1, cols = (TQ - 1) * sw + (S - 1) * dw + 1;
   const int cw = (cols + sw - 1) / sw, row_pitch = cw * sw;   // entries per stored row
@@ -145,12 +147,14 @@ __global__ void __launch_bounds__(KB * WP, 2)
 #pragma unroll
     for (int f = 0; f < 8; ++f) b[f] = bias && k + f < K ? bias[k + f] : 0.f;
     if constexpr (kNCHW && kStage) {
-      // lane's pixels in the passes' stores: the warp's (lane + 32*h)-th, h < 2
+      // lane's pixels in the passes' stores: the warp's (lane + 32*h)-th, h < 2, of its TN*8
       int at[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int idx = (warp / FW) * TN * 8 + lane + 32 * h, pr = idx / TQ, pc = idx - pr * TQ;
-        at[h] = idx < TP * TQ && p0 + pr < P && q0 + pc < Q ? (p0 + pr) * Q + q0 + pc : -1;
+        at[h] = lane + 32 * h < TN * 8 && idx < TP * TQ && p0 + pr < P && q0 + pc < Q
+                    ? (p0 + pr) * Q + q0 + pc
+                    : -1;
       }
       const int kw = k0 + (warp % FW) * 32;          // the warp's first filter
 #pragma unroll

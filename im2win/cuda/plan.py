@@ -1510,9 +1510,16 @@ def narrow_wgmma_kernel_name(dtype: str, K: int) -> str:
 
 
 # float32 stems on CUDA cores (narrow_ffma.cu): one group of at most NARROW_FFMA_CHANNELS
-# channels; a block of KB filters (a multiple of 32) and KB*WP threads covers WP*64 pixels.
+# channels; a block of KB filters (a multiple of 32) and KB*WP threads covers WP*TN*8 pixels,
+# TN pixels a thread (NARROW_FFMA_PIXELS: 7 makes tiles of multiples of 56 pixels, which
+# cover 55 x 55, 56 x 56 and 222-wide maps where those of 64 leave up to an eighth of their
+# slots idle). tools/stems_dev.py (H200, float32, TFLOPS, 8 pixels a thread -> the planner's
+# choice of 7 or 8, cuDNN): cv7 NCHW 20.1 -> 21.6-22.5 (16.5), convnext_tiny.0 NCHW 12.9 ->
+# 14.0 (13.5), NHWC 8.3 -> 8.6-8.9 (10.5), mobilenet_v2.0 NCHW 9.9 -> 10.2-10.4 (8.5), but
+# NHWC 10.8 -> 10.2 (9.0; 28 x 16 tiles against 9 x 56).
 NARROW_FFMA_CHANNELS = 4
 NARROW_FFMA_FORMS = {32: 8, 64: 4, 96: 2, 128: 2}    # KB: WP
+NARROW_FFMA_PIXELS = (8, 7)
 NARROW_FFMA_PER_SM = 2             # blocks an SM, at most (__launch_bounds__(KB*WP, 2))
 NARROW_FFMA_SMEM_LIMIT = 110 * 1024   # a block's shared memory, at most: two blocks an SM
 # The block's filters resident in shared memory (copied once, each next tile's window copied
@@ -1544,12 +1551,13 @@ NARROW_FFMA_STAGE_NCHW = True
 
 
 class NarrowFfmaTile(NamedTuple):
-    """A narrow_ffma.cu block: KB filters and WP pixel warps over TP x TQ outputs, whether its
-    filters are resident and its NCHW y staged; smem its shared memory in bytes; tiles: how many
-    output tiles the problem has."""
+    """A narrow_ffma.cu block: KB filters and WP pixel warps of TN pixels a thread over TP x TQ
+    outputs, whether its filters are resident and its NCHW y staged; smem its shared memory in
+    bytes; tiles: how many output tiles the problem has."""
 
     kb: int
     wp: int
+    tn: int
     tp: int
     tq: int
     resident: bool
@@ -1574,10 +1582,11 @@ def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool,
 def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     """The block for a float32 stem: the KB of NARROW_FFMA_FORMS that pads K least (the larger on a
     tie: fewer blocks copy each window), its filters resident where they take at most
-    NARROW_FFMA_RESIDENT_BYTES and a tile fits so, then the TP x TQ output tile of its WP*64 pixels
-    whose work over the grid is least (the products of every pixel slot, and about ten instructions
-    a window element and six a filter element copied), with its shared memory within `limit` bytes;
-    None if none fits."""
+    NARROW_FFMA_RESIDENT_BYTES and a tile fits so, then the TN of NARROW_FFMA_PIXELS and TP x TQ
+    output tile of its WP*TN*8 pixels whose work over the grid is least (every pixel slot's
+    products and loads, about ten instructions a window element (narrow_ffma_fill) and six a
+    filter element copied), with its shared memory within `limit` bytes; None if none
+    fits."""
     kb = min(NARROW_FFMA_FORMS, key=lambda kb: (-(-prob.K // kb) * kb, -kb))
     if -(-prob.K // kb) > MAX_GRID_YZ:
         return None
@@ -1592,31 +1601,40 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
 
 def narrow_ffma_tile_of(prob: Problem, kb: int, resident: bool, stage: bool,
                         limit: int) -> NarrowFfmaTile | None:
-    """narrow_ffma_tile's choice of output tile for one form of the block."""
+    """narrow_ffma_tile's choice of pixels a thread and output tile for one form of the block."""
     wp = NARROW_FFMA_FORMS[kb]
-    capacity = 64 * wp
     taps = prob.R * prob.S * prob.C
     best = None
     # TQ a multiple of 8 (Q below 8: Q), so that the 8 pixels of a load lie in one row
     # (consecutive words; across rows they fall on one bank: convnext_tiny.0 on 2 x 56 tiles
     # ran 2.5x slower than its window columns); NCHW_ROWS: whole output rows
     whole_rows = prob.layout == "NCHW" and prob.reduction <= NARROW_FFMA_NCHW_ROWS
-    choices = [prob.Q] if prob.Q < 8 or (whole_rows and prob.Q <= capacity) else \
-        range(8, min(-(-prob.Q // 8) * 8, capacity) + 1, 8)
-    for tq in choices:
-        tp = min(prob.P, capacity // tq)
-        tp = -(-prob.P // -(-prob.P // tp))
-        tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
-        smem = narrow_ffma_smem(prob, kb, tp, tq, resident, stage)
-        if smem > limit or tiles >= 2 ** 31:
-            continue
-        rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
-        cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
-        work = tiles * (capacity * kb * taps + 10 * rows * cols * prob.C +
-                        (0 if resident else 6 * taps * kb))
-        if best is None or work < best[0]:
-            best = (work, NarrowFfmaTile(kb, wp, tp, tq, resident, stage, smem, tiles))
+    for tn in NARROW_FFMA_PIXELS:
+        capacity = 8 * tn * wp
+        # a slot's share of its thread's instructions a tap (tn pixel loads, 2 filter float4,
+        # 8*tn products), counted in products of the TN = 8 form (64 of its 74)
+        slot = kb * taps * (9 * tn + 2) * 8 / (74 * tn)
+        choices = [prob.Q] if prob.Q < 8 or (whole_rows and prob.Q <= capacity) else \
+            range(8, min(-(-prob.Q // 8) * 8, capacity) + 1, 8)
+        for tq in choices:
+            tp = min(prob.P, capacity // tq)
+            tp = -(-prob.P // -(-prob.P // tp))
+            tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
+            smem = narrow_ffma_smem(prob, kb, tp, tq, resident, stage)
+            if smem > limit or tiles >= 2 ** 31:
+                continue
+            rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
+            cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
+            work = tiles * (capacity * slot + 10 * narrow_ffma_fill(prob, rows, cols) +
+                            (0 if resident else 6 * taps * kb))
+            if best is None or work < best[0]:
+                best = (work, NarrowFfmaTile(kb, wp, tn, tp, tq, resident, stage, smem, tiles))
     return None if best is None else best[1]
+
+
+def narrow_ffma_fill(prob: Problem, rows: int, cols: int) -> int:
+    """The elements of a window of rows x cols that narrow_ffma.cu copies into shared memory."""
+    return rows * cols * prob.C
 
 
 def narrow_ffma_limit(arch: int | None) -> int:
@@ -1644,10 +1662,10 @@ def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
     return None
 
 
-def narrow_ffma_kernel_name(C: int, kb: int, wp: int, nchw: bool, resident: bool,
+def narrow_ffma_kernel_name(C: int, kb: int, wp: int, tn: int, nchw: bool, resident: bool,
                             stage: bool) -> str:
     flags = ", ".join(str(f).lower() for f in (nchw, resident, nchw and stage))
-    return f"narrow_ffma<{C}, {kb}, {wp}, {flags}>"
+    return f"narrow_ffma<{C}, {kb}, {wp}, {tn}, {flags}>"
 
 
 def narrow_ffma_plan(prob: Problem, options: Options, x_strides, arch: int | None) -> Plan:
@@ -1662,7 +1680,7 @@ def narrow_ffma_plan(prob: Problem, options: Options, x_strides, arch: int | Non
                        tile.tq), tuple(x_strides), (tile.kb * tile.wp, 1, 1), tile.smem,
                       tile.tiles, -(-prob.K // tile.kb), per_sm)
     return Plan("narrow", None, options, "narrow_ffma",
-                narrow_ffma_kernel_name(prob.C, tile.kb, tile.wp, prob.layout == "NCHW",
+                narrow_ffma_kernel_name(prob.C, tile.kb, tile.wp, tile.tn, prob.layout == "NCHW",
                                         tile.resident, tile.stage),
                 max(prob.N, 1), args, b"", 0)
 
@@ -2667,9 +2685,9 @@ def specializations() -> list[tuple[str, str]]:
                        for mt in mts)
         out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
                    for K in NARROW_WGMMA_FILTERS)
-    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, nchw, resident, stage))
+    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, tn, nchw, resident, stage))
                for C in range(1, NARROW_FFMA_CHANNELS + 1)
-               for kb, wp in NARROW_FFMA_FORMS.items()
+               for kb, wp in NARROW_FFMA_FORMS.items() for tn in NARROW_FFMA_PIXELS
                for nchw in (False, True) for resident in (False, True)
                for stage in {False, nchw})
     for dtype in POINTWISE_DTYPES:
