@@ -328,13 +328,16 @@ GEMM-based kernel can match. The materialised mode pays for writing and reading 
 tensor, so the fused mode is the default.
 
 What issue 11's float32 NCHW target (1.0x) asks, against this run's cuDNN NCHW column: every
-layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.20x, at 50
-(cuBLAS's SGEMM on these GEMMs) 1.33x, so the target is not out of a direct method's reach
-although cuDNN's Winograd layers (cv5 139, cv10 77, cv11 65 TFLOPS) stay out of it. The NHWC
-path's own rates against cuDNN's NCHW times would be 0.88x: the rest of the gap to NHWC is
-the twin's copy of x into channels-last memory. Below 45 are the stems (cv1 and cv2 20
-TFLOPS, cv7 13, cv3 25: short or padded reductions, and their window columns or gathers) and
-the small maps (cv9 37, cv12 34: the tiles' prologue and epilogue against 576-4608 products).
+layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.24x, at 50
+(cuBLAS's SGEMM on these GEMMs) 1.37x, so the target is not out of a direct method's reach
+although cuDNN's Winograd layers (cv5 135, cv10 67, cv11 60 TFLOPS) stay out of it (over the
+other nine layers the NCHW table's geometric mean is 1.12x). The NHWC path's own rates
+against cuDNN's NCHW times would be 0.97x: the rest of the gap to NHWC is the twin's copy of
+x into channels-last memory (cv4 0.73 ms of its 7.47, cv8 0.22 of 5.36, cv9 to cv12 0.05-0.08)
+and, on cv1 and cv2, their window columns gathered from NCHW x (0.10-0.14 ms more than from
+NHWC). Below 45 are the stems (cv1 and cv2 24 TFLOPS, cv7 22, cv3 29: short or padded
+reductions) and the small maps (cv9 37, cv12 31: the tiles' prologue and epilogue against
+576-4608 products).
 
 float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
 ldmatrix, swizzled shared rows) passes this project's FP32 path by the factor above but stays
@@ -374,13 +377,20 @@ and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on both), cv6, cv11 and cv12 34
 32.5 -> 39.6, 40.5, 37.9; in NCHW cv8 38.9 -> 43.0, cv7 10.4 -> 12.5-13.1 and cv3 23.2 ->
 25.0 (x's channels-last copy is still in the NCHW times). Between those runs a 16 KB
 shared-memory stage of the epilogue had cost NCHW 7-11% on the layers that never used it
-(step 19). cuDNN's Winograd on cv5, cv10 and cv11 sets the geometric mean. Since those
-tables (2026-12-05, twentieth session, timed on an **H100**: the H200 was not lent), the
-96-filter stems cv1 and cv2 run on tiles of 96 filters (`f96x128k8`: tiles of 64 left a
-quarter of their rows idle), over their window columns in NCHW too; `tools/columns_dev.py`,
-batch 128, TFLOPS before -> after (cuDNN, same run): NHWC cv1 21.7 -> 26.9 (20.7), cv2 21.9
--> 27.4 (20.9); NCHW cv1 20.1 -> 23.9 (25.5), cv2 20.4 -> 24.7 (26.2). The benchmark tables
-above predate it.
+(step 19). cuDNN's Winograd on cv5, cv10 and cv11 sets the geometric mean. The float32 tables
+above are of 2026-12-05 (twenty-second session), after two changes first timed on an H100:
+the 96-filter stems cv1 and cv2 on tiles of 96 filters (`f96x128k8`: tiles of 64 left a
+quarter of their rows idle), over their window columns in NCHW too (twentieth session;
+`tools/columns_dev.py`, H100, TFLOPS before -> after: NHWC cv1 21.7 -> 26.9, cv2 21.9 ->
+27.4; NCHW cv1 20.1 -> 23.9, cv2 20.4 -> 24.7), and float32 stems of at most 147 products an
+output on `narrow_ffma.cu` (twenty-first session; design.md: each thread's pixels' windows
+read in place from the tile's input rows in shared memory, no window columns, the reduction
+unpadded, the NCHW y through shared memory), with 7 or 8 pixels a thread (twenty-second).
+Against the tables of 2026-12-04 on the H200: NCHW **0.81x -> 0.90x** (cv1 20.3 -> 23.9, cv2
+20.5 -> 24.2, cv3 25.0 -> 28.7, cv7 12.5 -> 22.2), NHWC **1.02x -> 1.10x** (cv1 22.5 ->
+27.3, cv2 21.1 -> 26.6, cv3 28.6 -> 30.1, cv7 13.9 -> 21.5); the other layers' kernels did
+not change, and their times moved within the runs' spread (cuDNN's too: cv10 NCHW 76.8 ->
+67.2). Issue 11's 45 TFLOPS: cv4 45.3 in NHWC (40.9 in NCHW), cv8 44.5 (42.6).
 """
 
 
@@ -730,7 +740,17 @@ differed only in its depthwise layers, measured cuDNN's total at 2.16 ms and 3.4
 the kernel work behind each change is measured on the GPU alone, replayed from CUDA graphs
 (`tools/suite_profile.py`, `tools/depthwise_dev.py`, `tools/pointwise_dev.py`).
 
-Both dtypes' columns are the run of 2026-12-05 (sixteenth session, 678df62) after three
+The float32 columns are the run of 2026-12-05 (twenty-second session, on the tree of c3f7cf0)
+after the float32 stems moved to `narrow_ffma.cu` (design.md; with 7 or 8 pixels a thread):
+the stem class by network, convnext_tiny 0.82x -> 1.06x, efficientnet_b0 0.69x -> 1.15x,
+mobilenet_v2 0.78x -> 1.33x, resnet50 1.22x -> 1.56x, resnext50_32x4d 1.19x -> 1.51x (no
+float32 class below 0.87x now); the networks' totals convnext_tiny 1.60x -> 2.29x (its 7x7
+depthwise layers on the NCHW vectors since the nineteenth session, not in the run before),
+efficientnet_b0 1.16x -> 1.22x, mobilenet_v2 1.09x -> 1.12x, resnet50 0.99x -> 0.97x and
+resnext50_32x4d 1.24x -> 1.14x (their other layers' kernels unchanged: the runs' spread).
+The float16 columns, and the paragraphs below, are of the runs before it.
+
+Both dtypes' columns were the run of 2026-12-05 (sixteenth session, 678df62) after three
 changes: `depthwise_mma_nhwc` loading a filter row's five 8-column halves once,
 `depthwise_rows` copying two rows ahead in NHWC (the depthwise section below times both alone)
 and NCHW groups of 2 and 4 channels run on the NHWC twin's grouped kernel: float16 NHWC all
