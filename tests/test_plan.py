@@ -381,7 +381,7 @@ def test_float32_stems_get_narrow_ffma_when_forced():
     compiled = {expr for _, expr in specializations()}
     for prob, kernel in (
             (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4),      # 55 x 55: tiles of
-             "narrow_ffma<3, 96, 2, 7, true, false, true>"),             # 14 x 8 of 112 slots
+             "narrow_ffma<3, 96, 2, 7, true, false, true>"),             # 2 x 56 of 112 slots
             (problem((32, 224, 224, 3), (64, 7, 7, 3), layout="NHWC", stride=2, padding=3),
              "narrow_ffma<3, 64, 4, 8, false, false, false>"),              # 37.6 KB of filters
             (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)),

@@ -3,11 +3,12 @@ GPU machine.
 
 ``python3 tools/stems_dev.py [--layers cv1,cv7,resnet50.0] [--layouts NCHW,NHWC]``: for each layer
 and layout, `im2win.conv2d` as "auto" plans it and with `algorithm="narrow"` forced (narrow_ffma.cu
-on tiles a multiple of 8 columns wide; "tn8": with 8 pixels a thread, never 7; "staged": with its
-filters a row at a time, never resident; "rows": NCHW tiles of whole output rows; "stage": NCHW y
-through each warp's stage; "rows+stage" both; "direct": NCHW y written directly), each checked
-against float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed back to back
-with CUDA events (`bench.GPU.time`, as the benchmark does), against cuDNN FP32 (TF32 off). Benchmark
+on tiles a multiple of 8 columns wide; "tn8": with 8 pixels a thread, never 7; "elems": the tile
+chosen by the window's elements copied, not by the lanes that copy them; "staged": with its filters
+a row at a time, never resident; "rows": NCHW tiles of whole output rows; "stage": NCHW y through
+each warp's stage; "rows+stage" both; "direct": NCHW y written directly), each checked against
+float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed back to back with
+CUDA events (`bench.GPU.time`, as the benchmark does), against cuDNN FP32 (TF32 off). Benchmark
 layers (cv*) at batch 128, network layers at 32. Table last (TFLOPS; the plan's kernel).
 """
 
@@ -33,6 +34,10 @@ def main():
     flags = ("NARROW_FFMA_RESIDENT_BYTES", "NARROW_FFMA_NCHW_ROWS", "NARROW_FFMA_STAGE_NCHW",
              "NARROW_FFMA_PIXELS")
     planned = {flag: getattr(cuda_plan, flag) for flag in flags}
+    fill = cuda_plan.narrow_ffma_fill
+
+    def elements(prob, rows, cols):  # the window's elements, not the lanes that copy them
+        return rows * cols * prob.C
 
     def cells_of(prob, x, w, layout, kw, device):
         cells = {}
@@ -47,10 +52,12 @@ def main():
                 True if "stage" in variant else planned["NARROW_FFMA_STAGE_NCHW"]
             cuda_plan.NARROW_FFMA_PIXELS = (8,) if variant == "tn8" else \
                 planned["NARROW_FFMA_PIXELS"]
+            cuda_plan.narrow_ffma_fill = elements if variant == "elems" else fill
             cells[variant] = measure(prob, x, w, layout, kw,
                                      "auto" if variant == "auto" else "narrow", device)
         for flag, value in planned.items():
             setattr(cuda_plan, flag, value)
+        cuda_plan.narrow_ffma_fill = fill
         return cells
 
     return 1 if print_table(run_table(args.layers, args.layouts, cells_of), "kernel", 1e-5) \

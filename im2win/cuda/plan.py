@@ -1584,8 +1584,8 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     tie: fewer blocks copy each window), its filters resident where they take at most
     NARROW_FFMA_RESIDENT_BYTES and a tile fits so, then the TN of NARROW_FFMA_PIXELS and TP x TQ
     output tile of its WP*TN*8 pixels whose work over the grid is least (every pixel slot's
-    products and loads, about ten instructions a window element (narrow_ffma_fill) and six a
-    filter element copied), with its shared memory within `limit` bytes; None if none
+    products and loads, about ten instructions a lane copying the window (narrow_ffma_fill) and
+    six a filter element copied), with its shared memory within `limit` bytes; None if none
     fits."""
     kb = min(NARROW_FFMA_FORMS, key=lambda kb: (-(-prob.K // kb) * kb, -kb))
     if -(-prob.K // kb) > MAX_GRID_YZ:
@@ -1633,8 +1633,15 @@ def narrow_ffma_tile_of(prob: Problem, kb: int, resident: bool, stage: bool,
 
 
 def narrow_ffma_fill(prob: Problem, rows: int, cols: int) -> int:
-    """The elements of a window of rows x cols that narrow_ffma.cu copies into shared memory."""
-    return rows * cols * prob.C
+    """The lanes that copy a window of rows x cols into narrow_ffma.cu's shared memory: a warp a
+    stored row and phase of the stride, a lane a column of it, each for the C channels (cv1's
+    tiles 8 outputs wide read 39 columns at stride 4: 10 of a warp's 32 lanes busy a stored row
+    and phase). Counted by lanes rather than
+    by the window's elements (tools/stems_dev.py, H100, float32 NHWC, TFLOPS, elements ->
+    lanes): cv7 21.3 -> 23.7 (16 x 16 tiles -> 4 x 56), mobilenet_v2.0 8.4 -> 9.7 (28 x 16 -> 8
+    x 56), convnext_tiny.0 8.4 -> 11.4 (14 x 8 -> 2 x 56; cuDNN 11.4); NCHW and cv3 kept their
+    tiles."""
+    return rows * prob.sw * -(-(-(-cols // prob.sw)) // 32) * 32 * prob.C
 
 
 def narrow_ffma_limit(arch: int | None) -> int:
