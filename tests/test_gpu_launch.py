@@ -256,6 +256,8 @@ def test_captured_copies_around_a_kernel_replay_the_eager_results_bit_for_bit(rn
     (2, 40, 200, 8, 0),          # src rows padded (sr = cols + 8), tiles' tails
     (2, 40, 200, 8, 1),          # src one element off a 16-byte boundary: element by element
     (2, 36, 49, 0, 0),           # rows and columns not whole words (cv12's x: 49 pixels)
+    (3, 32, 300, 0, 0),          # 32 rows (cv4's x: 32 channels): 32 x 128 tiles, a tail
+    (2, 96, 200, 8, 1),          # 96 rows, src padded and off 16 bytes: 32 x 128 tiles
     (1, 8, 8, 0, 0),
     (5, 512, 9, 0, 0),           # a filter's taps under TRANSPOSE_TAPS_MIN_ELEMENTS:
     (3, 1000, 25, 0, 1),         # one element a thread
@@ -269,8 +271,9 @@ def test_layout_transposes_move_every_element(rng, dtype, batch, rows, cols, pad
     """Executable._transpose (the layout.cu kernel plan.transpose_launch picks: transpose_taps
     for fewer than 32 columns where rows are contiguous and TRANSPOSE_TAPS_MIN_ELEMENTS move,
     transpose_narrow for fewer otherwise, transpose_words where both sides' rows are whole
-    16-byte words, else transpose_batched): dst[b, c, r] = src[b, r, c], nothing else
-    written. Compared bit for bit through unsigned views (bfloat16 has no CuPy ufuncs)."""
+    16-byte words, else transpose_batched on 64 x 64 or 32 x 128 tiles): dst[b, c, r] =
+    src[b, r, c], nothing else written. Compared bit for bit through unsigned views (bfloat16
+    has no CuPy ufuncs)."""
     from im2win.cuda import launch
     x, w = cupy.zeros((2, 16, 8, 8), dtype), cupy.zeros((16, 16, 3, 3), dtype)
     prob = make_problem(x, w, padding=1)

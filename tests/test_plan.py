@@ -902,7 +902,8 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
     with pytest.raises(ValueError, match="workspace_limit"):
         plan_for(half, algorithm="im2win_nhwc", workspace_limit=10)
     compiled = {expr for _, expr in specializations()}
-    assert "transpose_batched<half_t>" in compiled and plan.inner.kernel in compiled
+    assert {"transpose_batched<half_t, 64>", "transpose_batched<half_t, 32>"} <= compiled
+    assert plan.inner.kernel in compiled
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
@@ -1267,7 +1268,8 @@ def test_transpose_launch_picks_the_layout_kernel_and_its_grid():
     """layout.cu's transposes as Executable._transpose launches them (the CPU emulation,
     tools/emulate_layout.py, runs each kernel on this choice): filter taps by passes from
     TRANSPOSE_TAPS_MIN_ELEMENTS where rows are contiguous, else one element a thread; 16-byte
-    words for aligned 2-byte rows of whole words; else 64 x 64 tiles; grids capped."""
+    words for aligned 2-byte rows of whole words; else 64 x 64 or 32 x 128 tiles, whichever
+    leaves fewer elements idle (64 x 64 on a tie); grids capped."""
     from im2win.cuda.plan import TRANSPOSE_TAPS_MIN_ELEMENTS, transpose_launch
     taps = transpose_launch(4, 60, 512, 9, 512 * 9, 9, 1, True)
     assert taps == ("transpose_taps", (60 * 2, 1, 1), (256, 1, 1))     # 455 rows a pass
@@ -1278,8 +1280,16 @@ def test_transpose_launch_picks_the_layout_kernel_and_its_grid():
     assert transpose_launch(2, 3, 64, 136, 64 * 136, 136, 1, True) == \
         ("transpose_words", (3, 3, 1), (256, 1, 1))
     assert transpose_launch(2, 3, 64, 136, 64 * 136, 136, 1, False)[0] == "transpose_batched"
-    assert transpose_launch(4, 70000, 70, 100, 7000, 100, 1, True) == \
-        ("transpose_batched", (4, 65535, 1), (32, 8, 1))
+    assert transpose_launch(4, 70000, 70, 130, 9100, 130, 1, True) == \
+        ("transpose_batched", (2 * 3, 65535, 1), (32, 8, 1))          # 128 x 192 against 96 x 256
+    # cv4's NCHW x: 32 channels of 224 x 224 pixels on 32 x 128 tiles (64 x 64: half idle)
+    assert transpose_launch(4, 128, 32, 50176, 32 * 50176, 50176, 1, True) == \
+        ("transpose_batched32", (392, 128, 1), (32, 8, 1))
+    # cv5's: 96 channels of 24 x 24: 96 x 640 on 32 x 128 tiles against 128 x 576
+    assert transpose_launch(4, 128, 96, 576, 96 * 576, 576, 1, True)[:2] == \
+        ("transpose_batched32", (3 * 5, 128, 1))
+    assert transpose_launch(4, 128, 64, 12544, 64 * 12544, 12544, 1, True)[0] == \
+        "transpose_batched"                                                     # cv8's: a tie
 
 
 def test_graph_plan_takes_cublas_for_16_bit_nhwc_1x1_layers_inside_a_capture():

@@ -31,7 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # (element bytes, batch, rows, cols, row padding, column step, offset in elements); src rows
 # sr = (cols - 1) * step + 1 + padding apart, items rows * sr apart
 CASES = [
-    (4, 3, 70, 100, 0, 1, 0),       # 64 x 64 tiles with tails on both sides
+    (4, 3, 70, 100, 0, 1, 0),       # 32 x 128 tiles with tails on both sides
+    (4, 2, 64, 130, 0, 1, 0),       # 64 x 64 tiles, a tail of 2 columns
+    (4, 3, 32, 300, 0, 1, 0),       # 32 rows (NCHW x of 32 channels): 32 x 128 tiles
+    (2, 2, 20, 150, 3, 1, 0),       # 2-byte elements, rows not whole words: 32 x 128 tiles
     (2, 3, 64, 136, 0, 1, 0),       # 2-byte elements, rows of whole 16-byte words
     (2, 3, 40, 200, 8, 1, 1),       # src off a 16-byte boundary: element by element
     (2, 2, 36, 49, 0, 1, 0),        # rows and columns not whole words (cv12's x)
@@ -65,7 +68,8 @@ int run(int kernel, int argc, char** argv, int a) {
   for (unsigned by = 0; by < gridDim.y; ++by)
     for (unsigned bx = 0; bx < gridDim.x; ++bx)
       run_block(bx, by, 0, depthwise_smem, 0, [&] {
-        if (kernel == 0) transpose_batched<T>(s, d, batch, rows, cols, sb, sr, sc);
+        if (kernel == 0) transpose_batched<T, 64>(s, d, batch, rows, cols, sb, sr, sc);
+        if (kernel == 4) transpose_batched<T, 32>(s, d, batch, rows, cols, sb, sr, sc);
         if (kernel == 1) transpose_narrow<T>(s, d, batch, rows, cols, sb, sr, sc);
         if constexpr (sizeof(T) == 2)
           if (kernel == 2) transpose_words<T>(s, d, batch, rows, cols, sb, sr);
@@ -88,8 +92,8 @@ int main(int argc, char** argv) {
 """
 
 GUARD = 8                                   # dst elements kept on each side
-KERNELS = {"batched": 0, "narrow": 1, "words": 2, "taps": 3}
-TILED = ("batched", "words")                # a block a tile: gridDim.x is the tile count
+KERNELS = {"batched": 0, "narrow": 1, "words": 2, "taps": 3, "batched32": 4}
+TILED = ("batched", "batched32", "words")   # a block a tile: gridDim.x is the tile count
 EXTRA = "if (kernel == 3) transpose_taps<T>(s, d, batch, rows, cols, sb);"
 
 

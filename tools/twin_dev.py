@@ -3,15 +3,15 @@
 ``python3 tools/twin_dev.py [--layers cv8,cv10,cv12] [--dtype float16] [--batch 128]``: per
 layer, GPU time (bench.GPU.time: CUDA events, median after warm-up) of the whole NCHW call, of
 the twin's NHWC call on channels-last copies made beforehand, and of each layout copy alone
-(layout.cu's, as the call plans them, the filter's also by transpose_narrow; CuPy's own
-strided copy of x for scale), with the bandwidth each copy reaches on the bytes it must move
-(read once, written once); then the host time per call. One process, table last.
+(layout.cu's, as the call plans them, x's also on 64 x 64 tiles and the filter's by
+transpose_narrow; CuPy's own strided copy of x for scale), with the bandwidth each copy reaches
+on the bytes it must move (read once, written once); then the host time per call. One process,
+table last.
 """
 
 import argparse
 
 import cupy
-import numpy as np
 
 import im2win
 from im2win import cuda
@@ -58,23 +58,30 @@ def main():
         tn = lambda: exe.transpose_narrow(                                  # noqa: E731
             (min(-(-w.size // 256), 8 * 65535), 1, 1), (256, 1, 1), stream(), w.data.ptr,
             w_t.data.ptr, K, Cg, RS, Cg * RS, RS, 1)
+        tiles64 = -(-C // 64) * -(-HW // 64)
+        t64 = lambda: exe.transpose(                                        # noqa: E731
+            (tiles64, min(N, 65535), 1), (32, 8, 1), stream(), x.data.ptr, x_t.data.ptr, N, C,
+            HW, C * HW, HW, 1)
         cp = lambda: cupy.ascontiguousarray(x.transpose(0, 2, 3, 1))       # noqa: E731
         x_bytes, y_bytes, w_bytes = (2 * a.size * item for a in (x, y, w))
-        calls = (("full", full), ("inner", inner), ("x copy", tx), ("y copy", ty),
-                 ("w copy", tw), ("w narrow", tn), ("cupy x", cp))
+        calls = (("full", full), ("inner", inner), ("x copy", tx), ("x 64", t64),
+                 ("y copy", ty), ("w copy", tw), ("w narrow", tn), ("cupy x", cp))
         t = {name: 1e3 * device.time(fn) for name, fn in calls}      # ms
         rows.append((layer.name, plan.algorithm, t, x_bytes / t["x copy"] / 1e9,
+                     x_bytes / t["x 64"] / 1e9,
                      y_bytes / t["y copy"] / 1e9, w_bytes / t["w copy"] / 1e9,
                      x_bytes / t["cupy x"] / 1e9,
                      1e6 * device.host_time(full, 50), 1e6 * device.host_time(inner, 50)))
     print(f"{args.dtype} NCHW, batch {args.batch}: GPU ms (median), copies' TB/s, host us/call "
-          "(w copy: the planned filter copy; w narrow: transpose_narrow's)")
-    print("layer  plan         full   inner  x copy  y copy  w copy w narrow cupy x | x TB/s "
-          "y TB/s w TB/s cupy | host full inner")
-    for name, algorithm, t, bx, by, bw, bc, hf, hi in rows:
+          "(x copy: the planned one; x 64: on 64 x 64 tiles; w copy: the planned filter copy; "
+          "w narrow: transpose_narrow's)")
+    print("layer  plan         full   inner  x copy    x 64  y copy  w copy w narrow cupy x | "
+          "x TB/s  x 64 y TB/s w TB/s cupy | host full inner")
+    for name, algorithm, t, bx, b64, by, bw, bc, hf, hi in rows:
         print(f"{name:5s}  {algorithm:11s} {t['full']:6.3f} {t['inner']:7.3f} {t['x copy']:7.3f}"
-              f" {t['y copy']:7.3f} {t['w copy']:7.4f} {t['w narrow']:7.4f} {t['cupy x']:7.3f} | "
-              f"{bx:6.2f} {by:6.2f} {bw:6.2f} {bc:4.2f} | {hf:6.1f} {hi:5.1f}")
+              f" {t['x 64']:7.3f} {t['y copy']:7.3f} {t['w copy']:7.4f} {t['w narrow']:7.4f} "
+              f"{t['cupy x']:7.3f} | {bx:6.2f} {b64:5.2f} {by:6.2f} {bw:6.2f} {bc:4.2f} | "
+              f"{hf:6.1f} {hi:5.1f}")
 
 
 if __name__ == "__main__":

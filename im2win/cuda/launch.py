@@ -444,20 +444,21 @@ class Executable:
                 tma.encode_im2col(x, args.x, True),
                 tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box)))
         self.inner = self.transpose = self.transpose_words = self.transpose_narrow = None
-        self.transpose_taps = None
+        self.transpose_taps = self.transpose32 = None
         self.columns = None
         T = CUDA_TYPES[prob.dtype.name][0]
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)
-            self.transpose = packed("layout", f"transpose_batched<{T}>", TRANSPOSE_PARAMS)
+            self.transpose = packed("layout", f"transpose_batched<{T}, 64>", TRANSPOSE_PARAMS)
         if plan.algorithm == "im2win_columns":   # the R x 1 problem's, held likewise
             self.inner = executable(columns_stage(prob, precision=plan.inner.precision),
                                     plan.inner)
             self.columns = window_columns_kernel(T)
             self.column_blocks = COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
             if prob.layout == "NCHW":
-                self.transpose = packed("layout", f"transpose_batched<{T}>", TRANSPOSE_PARAMS)
+                self.transpose = packed("layout", f"transpose_batched<{T}, 64>", TRANSPOSE_PARAMS)
         if self.transpose is not None:
+            self.transpose32 = packed("layout", f"transpose_batched<{T}, 32>", TRANSPOSE_PARAMS)
             self.transpose_narrow = packed("layout", f"transpose_narrow<{T}>", TRANSPOSE_PARAMS)
             self.transpose_taps = packed("layout", f"transpose_taps<{T}>", TRANSPOSE_TAPS_PARAMS)
         if self.transpose is not None and prob.dtype.itemsize == 2:
@@ -540,7 +541,8 @@ class Executable:
         elif kernel == "transpose_words":
             self.transpose_words(grid, block, stream, a, b, batch, rows, cols, sb, sr)
         else:
-            (self.transpose_narrow if kernel == "transpose_narrow" else self.transpose)(
+            {"transpose_narrow": self.transpose_narrow, "transpose_batched32": self.transpose32,
+             "transpose_batched": self.transpose}[kernel](
                 grid, block, stream, a, b, batch, rows, cols, sb, sr, sc)
 
     def _argument_buffers(self):

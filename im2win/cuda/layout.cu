@@ -7,47 +7,50 @@
 //
 // dst is contiguous (batch, cols, rows); src is read through element strides. NCHW x to NHWC:
 // batch N, rows C, cols H*W (sr = xc, sc = xw, with xh = W*xw); NHWC y back to NCHW: batch N,
-// rows P*Q, cols K. A block of 32 x 8 threads moves a 64 x 64 tile through shared memory,
-// reading along src's columns and writing along dst's rows (both sides coalesced where their
-// stride is 1: a warp covers 64 elements of one row), each thread 16 elements per image on
-// each side, so that enough bytes are in flight: the 32 x 32 tiles of 2-byte elements moved
-// about 1 TB/s on the H200 (cv10 float16 NCHW, 2026-12-01). Tile rows are 65 elements apart:
-// the warp that reads one tile column reads rows h*32 + tx, 65 elements apart, which puts
-// 4-byte elements in distinct banks and 2-byte ones two to a bank (a 2-way conflict on the
-// reads; reading rows 2*tx + h would avoid it, not yet measured). Tiles are flattened into
-// blockIdx.x (up to 2^31 - 1), images loop over gridDim.y; 64-bit offsets throughout.
+// rows P*Q, cols K. A block of 32 x 8 threads moves a TR x TC tile (64 x 64, or 32 x 128
+// where src has 32 rows or fewer: NCHW x of 32 channels, whose 64-row tiles left half the
+// block idle) through shared memory, reading along src's columns and writing along dst's rows
+// (both sides coalesced where their stride is 1: a warp covers 32 consecutive elements of one
+// row a load or store), each thread 16 elements per image on each side, so that enough bytes
+// are in flight: the 32 x 32 tiles of 2-byte elements moved about 1 TB/s on the H200 (cv10
+// float16 NCHW, 2026-12-01). Tile rows are TC + 1 elements apart: the warp that reads one tile
+// column reads rows h*32 + tx, which puts 4-byte elements in distinct banks and 2-byte ones
+// two to a bank (a 2-way conflict on the reads; reading rows 2*tx + h would avoid it, not yet
+// measured). Tiles are flattened into blockIdx.x (up to 2^31 - 1), images loop over
+// gridDim.y; 64-bit offsets throughout.
 
 constexpr int TRANSPOSE_TILE = 64;
 
-template <typename T>
+template <typename T, int TR>
 __global__ void __launch_bounds__(256)
     transpose_batched(const T* __restrict__ src, T* __restrict__ dst, i64 batch, i64 rows,
                       i64 cols, i64 sb, i64 sr, i64 sc) {
-  constexpr int TILE = TRANSPOSE_TILE;
-  __shared__ T tile[TILE][TILE + 1];
-  const i64 col_tiles = (cols + TILE - 1) / TILE;
-  const i64 r0 = (blockIdx.x / col_tiles) * TILE, c0 = (blockIdx.x % col_tiles) * TILE;
+  constexpr int TC = TRANSPOSE_TILE * TRANSPOSE_TILE / TR;   // the tile's columns
+  static_assert(TR % 32 == 0 && TC % 32 == 0, "whole warps along both sides of the tile");
+  __shared__ T tile[TR][TC + 1];
+  const i64 col_tiles = (cols + TC - 1) / TC;
+  const i64 r0 = (blockIdx.x / col_tiles) * TR, c0 = (blockIdx.x % col_tiles) * TC;
   const int tx = threadIdx.x, ty = threadIdx.y;
   for (i64 b = blockIdx.y; b < batch; b += gridDim.y) {
     const T* s = src + b * sb;
     T* d = dst + b * rows * cols;
-    T v[TILE / 8][2];                               // all 16 loads in flight, then stored
+    T v[TR / 8][TC / 32];                           // all 16 loads in flight, then stored
 #pragma unroll
-    for (int i = 0; i < TILE / 8; ++i)              // tile row ty + 8i: src row r0 + ty + 8i
+    for (int i = 0; i < TR / 8; ++i)                // tile row ty + 8i: src row r0 + ty + 8i
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < TC / 32; ++h) {
         const i64 r = r0 + ty + 8 * i, c = c0 + h * 32 + tx;
         if (r < rows && c < cols) v[i][h] = s[r * sr + c * sc];
       }
 #pragma unroll
-    for (int i = 0; i < TILE / 8; ++i)
+    for (int i = 0; i < TR / 8; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) tile[ty + 8 * i][h * 32 + tx] = v[i][h];
+      for (int h = 0; h < TC / 32; ++h) tile[ty + 8 * i][h * 32 + tx] = v[i][h];
     __syncthreads();
 #pragma unroll
-    for (int i = ty; i < TILE; i += 8)              // dst row c0 + i: src column c0 + i
+    for (int i = ty; i < TC; i += 8)                // dst row c0 + i: src column c0 + i
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < TR / 32; ++h) {
         const i64 c = c0 + i, r = r0 + h * 32 + tx;
         if (r < rows && c < cols) d[c * rows + r] = tile[h * 32 + tx][i];
       }

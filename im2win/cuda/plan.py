@@ -1959,6 +1959,7 @@ def gemm_plan(prob: Problem, options: Options, x_strides,
 
 
 TRANSPOSE_TILE = 64           # layout.cu's tile: 64 x 64 elements a block of 32 x 8 threads
+TRANSPOSE_ROWS = (64, 32)     # transpose_batched's tile rows TR (its columns: 64 * 64 / TR)
 TRANSPOSE_TAPS_BYTES = 16384  # layout.cu's: a transpose_taps pass's shared memory
 # transpose_taps from this many elements: on the H100 (tools/twin_dev.py, float32, us, taps /
 # transpose_narrow) the filters of 0.59-2.4 M elements went 14.4 -> 13.2 (cv5), 17.4 -> 14.3
@@ -1976,8 +1977,10 @@ def transpose_launch(itemsize: int, batch: int, rows: int, cols: int, sb: int, s
     filter's taps): transpose_taps, passes of an item's rows through shared memory, where its
     rows are contiguous and it moves TRANSPOSE_TAPS_MIN_ELEMENTS or more, else
     transpose_narrow, one element a thread; transpose_words, 16-byte words, for 2-byte
-    elements where both sides' rows are whole words; else transpose_batched, 64 x 64 tiles.
-    Executable._transpose launches what this says, tools/emulate_layout.py emulates it."""
+    elements where both sides' rows are whole words; else transpose_batched, on the tiles of
+    TRANSPOSE_ROWS (64 x 64, "transpose_batched"; 32 x 128, "transpose_batched32") that leave
+    fewer elements idle (the 64-row tile on a tie). Executable._transpose launches what this
+    says, tools/emulate_layout.py emulates it."""
     if cols < TRANSPOSE_TILE // 2 and sc == 1 and sr == cols and \
             batch * rows * cols >= TRANSPOSE_TAPS_MIN_ELEMENTS:
         chunk = TRANSPOSE_TAPS_BYTES // itemsize // (cols | 1)           # rows a pass
@@ -1990,7 +1993,16 @@ def transpose_launch(itemsize: int, batch: int, rows: int, cols: int, sb: int, s
     if itemsize == 2 and sc == 1 and rows % 8 == 0 and cols % 8 == 0 and sr % 8 == 0 and \
             sb % 8 == 0 and aligned:
         return "transpose_words", (tiles, min(batch, 65535), 1), (256, 1, 1)
-    return "transpose_batched", (tiles, min(batch, 65535), 1), (32, 8, 1)
+    # NCHW x of 32 channels (cv4) on 64-row tiles: half of each block idle; tools/twin_dev.py
+    # (H100, float32, batch 128, x's copy in ms, 64 x 64 -> 32 x 128 tiles): cv4 0.719 -> 0.567
+    # (2.29 -> 2.90 TB/s); cv5 (96 channels of 24 x 24) 0.032 -> 0.035, within that run's
+    # spread (the same kernel timed twice on cv6, cv11, cv12 differed by 10-20%)
+    tr = min(TRANSPOSE_ROWS, key=lambda tr: (-(-rows // tr) * tr *
+                                             -(-cols // (TRANSPOSE_TILE ** 2 // tr)) *
+                                             (TRANSPOSE_TILE ** 2 // tr), -tr))
+    tiles = -(-rows // tr) * -(-cols // (TRANSPOSE_TILE ** 2 // tr))
+    return "transpose_batched" + ("" if tr == TRANSPOSE_TILE else str(tr)), \
+        (tiles, min(batch, 65535), 1), (32, 8, 1)
 
 
 def nhwc_twin(prob: Problem) -> tuple[Problem, tuple[int, int, int, int]]:
@@ -2657,7 +2669,7 @@ def specializations() -> list[tuple[str, str]]:
                         out.add(("depthwise", depthwise_rows_vec_kernel_name(
                             T, Acc, V, S, sw, DEPTHWISE_ROWS_VEC_AHEAD)))
             out.add(("window", f"image_to_window<{T}, {nhwc}>"))
-            out.add(("layout", f"transpose_batched<{T}>"))
+            out.update(("layout", f"transpose_batched<{T}, {tr}>") for tr in TRANSPOSE_ROWS)
             out.add(("layout", f"transpose_narrow<{T}>"))
             out.add(("layout", f"transpose_taps<{T}>"))
             if prob.dtype.itemsize == 2:
