@@ -383,11 +383,11 @@ def test_float32_stems_get_narrow_ffma_when_forced():
             (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4),      # 55 x 55: tiles of
              "narrow_ffma<3, 96, 2, 7, true, false, true>"),             # 2 x 56 of 112 slots
             (problem((32, 224, 224, 3), (64, 7, 7, 3), layout="NHWC", stride=2, padding=3),
-             "narrow_ffma<3, 64, 4, 8, false, false, false>"),              # 37.6 KB of filters
+             "narrow_ffma<3, 64, 4, 8, false, false, false>"),           # 37.6 KB of filters
             (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)),
              "narrow_ffma<1, 32, 8, 7, true, true, true>"),
             (problem((3, 4, 7, 6), (128, 4, 5, 5), stride=(2, 1), padding=2),
-             "narrow_ffma<4, 128, 2, 7, true, false, true>")):              # 51 KB of filters
+             "narrow_ffma<4, 128, 2, 7, true, false, true>")):           # 51 KB of filters
         plan = plan_for(prob, algorithm="narrow", arch=90)
         args = plan.geometry
         assert (plan.algorithm, plan.file, plan.kernel) == ("narrow", "narrow_ffma", kernel)

@@ -7,16 +7,16 @@
 //
 // dst is contiguous (batch, cols, rows); src is read through element strides. NCHW x to NHWC:
 // batch N, rows C, cols H*W (sr = xc, sc = xw, with xh = W*xw); NHWC y back to NCHW: batch N,
-// rows P*Q, cols K. A block of 32 x 8 threads moves a TR x TC tile (64 x 64, or 32 x 128
-// where src has 32 rows or fewer: NCHW x of 32 channels, whose 64-row tiles left half the
-// block idle) through shared memory, reading along src's columns and writing along dst's rows
-// (both sides coalesced where their stride is 1: a warp covers 32 consecutive elements of one
-// row a load or store), each thread 16 elements per image on each side, so that enough bytes
-// are in flight: the 32 x 32 tiles of 2-byte elements moved about 1 TB/s on the H200 (cv10
-// float16 NCHW, 2026-12-01). Tile rows are TC + 1 elements apart: the warp that reads one tile
-// column reads rows h*32 + tx, which puts 4-byte elements in distinct banks and 2-byte ones
-// two to a bank (a 2-way conflict on the reads; reading rows 2*tx + h would avoid it, not yet
-// measured). Tiles are flattened into blockIdx.x (up to 2^31 - 1), images loop over
+// rows P*Q, cols K. A block of 32 x 8 threads moves a TR x TC tile (64 x 64, or 32 x 128 where
+// those leave fewer elements idle, plan.transpose_launch: NCHW x of 32 channels, whose 64-row
+// tiles left half the block idle) through shared memory, reading along src's columns and writing
+// along dst's rows (both sides coalesced where their stride is 1: a warp covers 32 consecutive
+// elements of one row a load or store), each thread 16 elements per image on each side, so that
+// enough bytes are in flight: the 32 x 32 tiles of 2-byte elements moved about 1 TB/s on the
+// H200 (cv10 float16 NCHW, 2026-12-01). Tile rows are TC + 1 elements apart: the warp that reads
+// one tile column reads rows h*32 + tx, which puts 4-byte elements in distinct banks and 2-byte
+// ones two to a bank (a 2-way conflict on the reads; reading rows 2*tx + h would avoid it, not
+// yet measured). Tiles are flattened into blockIdx.x (up to 2^31 - 1), images loop over
 // gridDim.y; 64-bit offsets throughout.
 
 constexpr int TRANSPOSE_TILE = 64;

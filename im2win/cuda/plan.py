@@ -1516,7 +1516,8 @@ def narrow_wgmma_kernel_name(dtype: str, K: int) -> str:
 # slots idle). tools/stems_dev.py (H200, float32, TFLOPS, 8 pixels a thread -> the planner's
 # choice of 7 or 8, cuDNN): cv7 NCHW 20.1 -> 21.6-22.5 (16.5), convnext_tiny.0 NCHW 12.9 ->
 # 14.0 (13.5), NHWC 8.3 -> 8.6-8.9 (10.5), mobilenet_v2.0 NCHW 9.9 -> 10.2-10.4 (8.5), but
-# NHWC 10.8 -> 10.2 (9.0; 28 x 16 tiles against 9 x 56).
+# NHWC 10.8 -> 10.2 (9.0; 28 x 16 tiles against 9 x 56, before the window's copy was counted
+# by its lanes: narrow_ffma_fill, which gives it 8 x 56).
 NARROW_FFMA_CHANNELS = 4
 NARROW_FFMA_FORMS = {32: 8, 64: 4, 96: 2, 128: 2}    # KB: WP
 NARROW_FFMA_PIXELS = (8, 7)
@@ -1636,11 +1637,10 @@ def narrow_ffma_fill(prob: Problem, rows: int, cols: int) -> int:
     """The lanes that copy a window of rows x cols into narrow_ffma.cu's shared memory: a warp a
     stored row and phase of the stride, a lane a column of it, each for the C channels (cv1's
     tiles 8 outputs wide read 39 columns at stride 4: 10 of a warp's 32 lanes busy a stored row
-    and phase). Counted by lanes rather than
-    by the window's elements (tools/stems_dev.py, H100, float32 NHWC, TFLOPS, elements ->
-    lanes): cv7 21.3 -> 23.7 (16 x 16 tiles -> 4 x 56), mobilenet_v2.0 8.4 -> 9.7 (28 x 16 -> 8
-    x 56), convnext_tiny.0 8.4 -> 11.4 (14 x 8 -> 2 x 56; cuDNN 11.4); NCHW and cv3 kept their
-    tiles."""
+    and phase). Counted by lanes rather than by the window's elements (tools/stems_dev.py,
+    H100, float32 NHWC, TFLOPS, elements -> lanes): cv7 21.3 -> 23.7 (16 x 16 tiles -> 4 x 56),
+    mobilenet_v2.0 8.4 -> 9.7 (28 x 16 -> 8 x 56), convnext_tiny.0 8.4 -> 11.4 (14 x 8 -> 2 x
+    56; cuDNN 11.4); NCHW and cv3 kept their tiles."""
     return rows * prob.sw * -(-(-(-cols // prob.sw)) // 32) * 32 * prob.C
 
 
