@@ -1188,7 +1188,8 @@ COLUMN_CASES = [  # stems: one group of 1 to 6 channels, S*C at most 64 (x NCHW-
     ((2, 3, 20, 21), (17, 3, 7, 7), dict(stride=2, padding=3)),             # window edges
     ((3, 6, 8, 9), (10, 6, 3, 3), dict(padding="same")),                    # C = 6
     ((2, 3, 29, 30), (96, 3, 11, 11), dict(stride=4, padding=1)),           # cv1's: K = 96
-]
+    ((9, 3, 70, 33), (20, 3, 5, 5), dict(padding=2)),   # 630 rows of x: more than the copy's
+]                                                       # blocks (4 an SM), which loop
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

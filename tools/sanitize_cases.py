@@ -474,8 +474,10 @@ if runs("ffma"):
     planning.ffma_split_count = count
     cuda._calls.clear()
     launch._executables.clear()
-    # A float32 stem over its window columns (layout.cu's window_columns<float>), both layouts.
-    xc, wc = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((2, 3, 20, 21), (17, 3, 7, 7)))
+    # A float32 stem over its window columns (layout.cu's window_columns<float>, copied by
+    # cp.async), both layouts: more rows of x (600) than the copy's blocks on a 132-SM device,
+    # so that its two row buffers take turns.
+    xc, wc = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((30, 3, 20, 21), (17, 3, 7, 7)))
     for layout in ("NCHW", "NHWC"):
         if layout == "NHWC":
             xc, wc = xc.transpose(0, 2, 3, 1).copy(), wc.transpose(0, 2, 3, 1).copy()

@@ -199,9 +199,13 @@ __global__ void __launch_bounds__(256)
 // of Q*C2 elements written in order, 16 bytes a store (8 elements of 2 bytes, 4 of float32):
 // C2 is a multiple of 8, so a store's elements lie in one output column; with dw = 1 (every
 // benchmark stem) a column's S*C values are one run of the row, one bounds test an element,
-// where dilated columns track (column, channel). The next row's loads are issued into
-// registers before the current row is written (two row buffers), so that a block's reads and
-// writes overlap.
+// where dilated columns track (column, channel). The next row is on its way while the current
+// one is written (two row buffers), so that a block's reads and writes overlap: 4-byte
+// elements by cp.async, an element a copy, straight into the buffer; 2-byte ones loaded into
+// registers and stored after. Through registers, cv1's float32 columns took 240 us from NCHW
+// x against 140 from NHWC; by cp.async 151 and 139 (H100, tools/columns_copy_dev.py: the
+// NCHW element's index arithmetic before its load seems to have kept the loads from being
+// issued early, not verified in SASS).
 // 32-bit arithmetic inside a row, 64-bit row offsets. ROW: the most elements of a row a block
 // holds (W*C <= ROW; wgrad checks), ROW / 256 of them a thread.
 constexpr int WINDOW_ROW = 4096;
@@ -213,48 +217,62 @@ __global__ void __launch_bounds__(256)
   constexpr int VEC = 16 / (int)sizeof(T);          // elements a 16-byte store
   static_assert(VEC == 8 || VEC == 4, "2- or 4-byte elements");
   constexpr int PER = WINDOW_ROW / 256;            // a thread's elements of a row
-  __shared__ T row[2][WINDOW_ROW];
+  constexpr bool kAsync = sizeof(T) == 4;          // 4-byte elements: cp.async, one each
+  __shared__ __align__(16) T row[2][WINDOW_ROW];
   const int WC = W * C, SC = S * C, words = Q * (C2 / VEC);
   const bool nchw = xc != 1, dense = xc == 1 && xw == C;
-  T held[PER];
-  auto fetch = [&](i64 nh) {                       // row nh's elements into registers
-    const T* src = x + (nh / H) * xn + (nh % H) * xh;
+  // Element e of row nh (in (column, channel) order: e = column * C + channel for NHWC, or
+  // channel * W + column as NCHW stores it) and where it goes in the row buffer: column * C +
+  // channel.
+  auto element = [&](const T* src, int e, int& to) -> const T* {
+    to = e;
+    if (dense) return src + e;
+    if (!nchw) {
+      const int v = e / C;
+      return src + (i64)v * xw + (e - v * C);
+    }
+    const int c = e / W;                           // columns innermost (a view of NCHW)
+    to = (e - c * W) * C + c;
+    return src + (i64)c * xc + (i64)(e - c * W) * xw;
+  };
+  auto source = [&](i64 nh) { return x + (nh / H) * xn + (nh % H) * xh; };
+  T held[kAsync ? 1 : PER];
+  // kAsync: row nh straight into `buffer` (a 4-byte cp.async an element, a commit group a
+  // row), so that its loads are in flight while the row before is written out; else into
+  // registers (fetch), then into the buffer (put).
+  auto copy = [&](i64 nh, T* buffer) {
+    const T* src = source(nh);
+    for (int e = threadIdx.x; e < WC; e += 256) {
+      int to;
+      const T* from = element(src, e, to);
+      const unsigned dst = (unsigned)__cvta_generic_to_shared(buffer + to);
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(from));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+  auto fetch = [&](i64 nh) {
+    const T* src = source(nh);
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
       const int e = threadIdx.x + 256 * k;
-      if (e < WC) {
-        if (dense) {
-          held[k] = src[e];
-        } else if (!nchw) {
-          const int v = e / C;
-          held[k] = src[(i64)v * xw + (e - v * C)];
-        } else {                                   // columns innermost (a view of NCHW)
-          const int c = e / W;
-          held[k] = src[(i64)c * xc + (i64)(e - c * W) * xw];
-        }
-      }
+      int to;
+      if (e < WC) held[k] = *element(src, e, to);
     }
   };
-  auto put = [&](T* buffer) {                      // the registers into a row buffer
+  auto put = [&](i64 nh, T* buffer) {
+    const T* src = source(nh);
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
       const int e = threadIdx.x + 256 * k;
+      int to;
       if (e < WC) {
-        const int c = e / W;
-        buffer[nchw ? (e - c * W) * C + c : e] = held[k];
+        element(src, e, to);
+        buffer[to] = held[k];
       }
     }
   };
-  i64 nh = blockIdx.x;
-  if (nh < rows) {
-    fetch(nh);
-    put(row[0]);
-  }
-  __syncthreads();
-  for (int b = 0; nh < rows; nh += gridDim.x, b ^= 1) {
-    const i64 next = nh + gridDim.x;
-    if (next < rows) fetch(next);                  // in flight while this row is written
-    const T* current = row[b];
+  // Row nh's x2 row from the row buffer `current`.
+  auto write = [&](i64 nh, const T* current) {
     uint4* dst = reinterpret_cast<uint4*>(x2 + nh * Q * C2);
     for (int i = threadIdx.x; i < words; i += blockDim.x) {
       const int q = i / (C2 / VEC);
@@ -278,8 +296,29 @@ __global__ void __launch_bounds__(256)
       }
       dst[i] = *reinterpret_cast<const uint4*>(v);
     }
-    if (next < rows) put(row[b ^ 1]);              // row[b ^ 1] was last read before the
-    __syncthreads();                               // previous barrier
+  };
+  i64 nh = blockIdx.x;
+  if constexpr (kAsync) {
+    if (nh < rows) copy(nh, row[0]);
+    for (int b = 0; nh < rows; nh += gridDim.x, b ^= 1) {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+      __syncthreads();             // row nh landed; row[b ^ 1] was last read before this barrier
+      if (nh + gridDim.x < rows) copy(nh + gridDim.x, row[b ^ 1]);
+      write(nh, row[b]);
+    }
+  } else {
+    if (nh < rows) {
+      fetch(nh);
+      put(nh, row[0]);
+    }
+    __syncthreads();
+    for (int b = 0; nh < rows; nh += gridDim.x, b ^= 1) {
+      const i64 next = nh + gridDim.x;
+      if (next < rows) fetch(next);                // in flight while this row is written
+      write(nh, row[b]);
+      if (next < rows) put(next, row[b ^ 1]);      // row[b ^ 1] was last read before the
+      __syncthreads();                             // previous barrier
+    }
   }
 }
 
