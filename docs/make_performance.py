@@ -335,7 +335,9 @@ other nine layers the NCHW table's geometric mean is 1.12x). The NHWC path's own
 against cuDNN's NCHW times would be 0.97x: the rest of the gap to NHWC is the twin's copy of
 x into channels-last memory (cv4 0.73 ms of its 7.47, cv8 0.22 of 5.36, cv9 to cv12 0.05-0.08)
 and, on cv1 and cv2, their window columns gathered from NCHW x (0.10-0.14 ms more than from
-NHWC). Below 45 are the stems (cv1 and cv2 24 TFLOPS, cv7 22, cv3 29: short or padded
+NHWC). After these tables (hopper.md, step 20; H100): cv4's x copied on 32 x 128 tiles
+(0.72 -> 0.57 ms) and the window columns copied by cp.async (cv1's 240 -> 151 us, NHWC's
+139), cv1 and cv2 NCHW 26.0 and 26.9 TFLOPS against cuDNN's 25.5 and 26.0. Below 45 are the stems (cv1 and cv2 24 TFLOPS, cv7 22, cv3 29: short or padded
 reductions) and the small maps (cv9 37, cv12 31: the tiles' prologue and epilogue against
 576-4608 products).
 
