@@ -328,18 +328,16 @@ GEMM-based kernel can match. The materialised mode pays for writing and reading 
 tensor, so the fused mode is the default.
 
 What issue 11's float32 NCHW target (1.0x) asks, against this run's cuDNN NCHW column: every
-layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.24x, at 50
-(cuBLAS's SGEMM on these GEMMs) 1.37x, so the target is not out of a direct method's reach
-although cuDNN's Winograd layers (cv5 135, cv10 67, cv11 60 TFLOPS) stay out of it (over the
-other nine layers the NCHW table's geometric mean is 1.12x). The NHWC path's own rates
+layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.21x, at 50
+(cuBLAS's SGEMM on these GEMMs) 1.35x, so the target is not out of a direct method's reach
+although cuDNN's Winograd layers (cv5 136, cv10 77, cv11 61 TFLOPS) stay out of it (over the
+other nine layers the NCHW table's geometric mean is 1.13x). The NHWC path's own rates
 against cuDNN's NCHW times would be 0.97x: the rest of the gap to NHWC is the twin's copy of
-x into channels-last memory (cv4 0.73 ms of its 7.47, cv8 0.22 of 5.36, cv9 to cv12 0.05-0.08)
-and, on cv1 and cv2, their window columns gathered from NCHW x (0.10-0.14 ms more than from
-NHWC). After these tables (hopper.md, step 20; H100): cv4's x copied on 32 x 128 tiles
-(0.72 -> 0.57 ms) and the window columns copied by cp.async (cv1's 240 -> 151 us, NHWC's
-139), cv1 and cv2 NCHW 26.0 and 26.9 TFLOPS against cuDNN's 25.5 and 26.0. Below 45 are the stems (cv1 and cv2 24 TFLOPS, cv7 22, cv3 29: short or padded
-reductions) and the small maps (cv9 37, cv12 31: the tiles' prologue and epilogue against
-576-4608 products).
+x into channels-last memory (cv4 0.50 ms of its 7.18, cv8 0.20 of 5.38, cv9 to cv12
+0.06-0.11), and on cv1 and cv2 the window columns from NCHW x and the NCHW y (0.04-0.06 ms).
+Below 45 are the stems (cv1 and cv2 26-27 TFLOPS, cv7 22, cv3 29: short or padded reductions)
+and the small maps (cv9 37, cv12 30: the tiles' prologue and epilogue against 576-4608
+products).
 
 float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
 ldmatrix, swizzled shared rows) passes this project's FP32 path by the factor above but stays
@@ -380,19 +378,24 @@ and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on both), cv6, cv11 and cv12 34
 25.0 (x's channels-last copy is still in the NCHW times). Between those runs a 16 KB
 shared-memory stage of the epilogue had cost NCHW 7-11% on the layers that never used it
 (step 19). cuDNN's Winograd on cv5, cv10 and cv11 sets the geometric mean. The float32 tables
-above are of 2026-12-05 (twenty-second session), after two changes first timed on an H100:
+above are of 2026-12-05 (twenty-second session, the last run of the day), after changes first
+timed on an H100:
 the 96-filter stems cv1 and cv2 on tiles of 96 filters (`f96x128k8`: tiles of 64 left a
 quarter of their rows idle), over their window columns in NCHW too (twentieth session;
 `tools/columns_dev.py`, H100, TFLOPS before -> after: NHWC cv1 21.7 -> 26.9, cv2 21.9 ->
 27.4; NCHW cv1 20.1 -> 23.9, cv2 20.4 -> 24.7), and float32 stems of at most 147 products an
 output on `narrow_ffma.cu` (twenty-first session; design.md: each thread's pixels' windows
 read in place from the tile's input rows in shared memory, no window columns, the reduction
-unpadded, the NCHW y through shared memory), with 7 or 8 pixels a thread (twenty-second).
-Against the tables of 2026-12-04 on the H200: NCHW **0.81x -> 0.90x** (cv1 20.3 -> 23.9, cv2
-20.5 -> 24.2, cv3 25.0 -> 28.7, cv7 12.5 -> 22.2), NHWC **1.02x -> 1.10x** (cv1 22.5 ->
-27.3, cv2 21.1 -> 26.6, cv3 28.6 -> 30.1, cv7 13.9 -> 21.5); the other layers' kernels did
-not change, and their times moved within the runs' spread (cuDNN's too: cv10 NCHW 76.8 ->
-67.2). Issue 11's 45 TFLOPS: cv4 45.3 in NHWC (40.9 in NCHW), cv8 44.5 (42.6).
+unpadded, the NCHW y through shared memory), with 7 or 8 pixels a thread and tiles chosen
+by the lanes that copy their window, cv4's NCHW x copied on 32 x 128 tiles, and the window
+columns copied by cp.async (twenty-second; hopper.md, step 20). Against the tables of
+2026-12-04 on the H200: NCHW **0.81x -> 0.89x** (im2win's geometric mean 30.5 -> 33.2
+TFLOPS; cv1 20.3 -> 25.8, cv2 20.5 -> 26.8, cv3 25.0 -> 28.8, cv4 41.6 -> 42.5, cv7 12.5 ->
+22.3), NHWC **1.02x -> 1.11x** (33.1 -> 35.8 TFLOPS; cv1 22.5 -> 27.4, cv2 21.1 -> 27.8, cv3
+28.6 -> 30.1, cv7 13.9 -> 23.4); the other layers' kernels did not change, and their times
+moved within the runs' spread, as cuDNN's did (its NCHW geometric mean 36.4 in the day's
+first run, 37.1 in this one, at the same 0.89x for im2win's 32.6 and 33.2). Issue 11's 45
+TFLOPS: cv4 45.7 in NHWC (42.5 in NCHW), cv8 44.1 (42.5).
 """
 
 
