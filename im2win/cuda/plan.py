@@ -1641,7 +1641,8 @@ def narrow_ffma_fill(prob: Problem, rows: int, cols: int) -> int:
     H100, float32 NHWC, TFLOPS, elements -> lanes): cv7 21.3 -> 23.7 (16 x 16 tiles -> 4 x 56),
     mobilenet_v2.0 8.4 -> 9.7 (28 x 16 -> 8 x 56), convnext_tiny.0 8.4 -> 11.4 (14 x 8 -> 2 x
     56; cuDNN 11.4); NCHW and cv3 kept their tiles."""
-    return rows * prob.sw * -(-(-(-cols // prob.sw)) // 32) * 32 * prob.C
+    stored = -(-cols // prob.sw)                  # a phase's columns
+    return rows * prob.sw * -(-stored // 32) * 32 * prob.C
 
 
 def narrow_ffma_limit(arch: int | None) -> int:
@@ -1996,13 +1997,14 @@ def transpose_launch(itemsize: int, batch: int, rows: int, cols: int, sb: int, s
     # NCHW x of 32 channels (cv4) on 64-row tiles: half of each block idle; tools/twin_dev.py
     # (H100, float32, batch 128, x's copy in ms, 64 x 64 -> 32 x 128 tiles): cv4 0.719 -> 0.567
     # (2.29 -> 2.90 TB/s); cv5 (96 channels of 24 x 24) 0.032 -> 0.035, within that run's
-    # spread (the same kernel timed twice on cv6, cv11, cv12 differed by 10-20%)
-    tr = min(TRANSPOSE_ROWS, key=lambda tr: (-(-rows // tr) * tr *
-                                             -(-cols // (TRANSPOSE_TILE ** 2 // tr)) *
-                                             (TRANSPOSE_TILE ** 2 // tr), -tr))
-    tiles = -(-rows // tr) * -(-cols // (TRANSPOSE_TILE ** 2 // tr))
+    # spread (the same kernel timed twice on cv6, cv11, cv12 differed by 10-20%). Every tile
+    # holds 64 * 64 elements, so the fewest tiles leave the fewest idle.
+    def tiles_of(tr: int) -> int:
+        return -(-rows // tr) * -(-cols // (TRANSPOSE_TILE ** 2 // tr))
+
+    tr = min(TRANSPOSE_ROWS, key=lambda tr: (tiles_of(tr), -tr))
     return "transpose_batched" + ("" if tr == TRANSPOSE_TILE else str(tr)), \
-        (tiles, min(batch, 65535), 1), (32, 8, 1)
+        (tiles_of(tr), min(batch, 65535), 1), (32, 8, 1)
 
 
 def nhwc_twin(prob: Problem) -> tuple[Problem, tuple[int, int, int, int]]:
