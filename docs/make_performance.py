@@ -396,6 +396,16 @@ TFLOPS; cv1 20.3 -> 25.8, cv2 20.5 -> 26.8, cv3 25.0 -> 28.8, cv4 41.6 -> 42.5, 
 moved within the runs' spread, as cuDNN's did (its NCHW geometric mean 36.4 in the day's
 first run, 37.1 in this one, at the same 0.89x for im2win's 32.6 and 33.2). Issue 11's 45
 TFLOPS: cv4 45.7 in NHWC (42.5 in NCHW), cv8 44.1 (42.5).
+
+The float32 NCHW table is a rerun of the same day (twenty-third session, H200) after the NHWC
+twin reads x in place where x holds 0.0025 bytes a FLOP or more (`Plan.x_in_place`,
+`im2win_ffma.cu`'s strided form: cv4 and cv9 of the twelve; hopper.md, step 21): NCHW
+0.89x -> **0.91x** (33.2 -> 34.0 TFLOPS; cuDNN 37.1 -> 37.3), cv4 42.5 -> 43.7 TFLOPS with
+784 -> 0.4 MiB of extra memory, cv9 36.7 -> 38.4 with 98 -> 0.1 MiB. In one process
+(`tools/nchw_dev.py --variants auto,xcopy --rounds 3`, H200) the read in place measured cv4
+43.5 against 42.7 with x copied, cv9 38.4 against 37.7. The other layers' paths did not
+change; their moves (cv6 36.7 -> 38.1, cv11 35.9 -> 38.0) are the runs' spread. Issue 11's
+45 TFLOPS in NCHW: cv4 43.7, cv8 42.9.
 """
 
 

@@ -81,7 +81,9 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             ones at stride 1 that it gives "pointwise" or the Tensor-Core kernels eagerly
             (plan.graph_plan: only GPU time is replayed there).
             "im2win_nhwc": a float16, bfloat16 or float32 NCHW problem run on its NHWC twin
-            (x, w and y copied through channels-last workspace); "auto" takes it on Hopper
+            (x, w and y copied through channels-last workspace; the kernel writes the NCHW y
+            itself where it can, and float32's im2win_ffma.cu reads x in place where x holds
+            plan.X_IN_PLACE_BYTES_PER_FLOP or more bytes a FLOP); "auto" takes it on Hopper
             where the twin runs the wgmma kernel, and for float32 where it runs im2win_ffma.cu
             and the copies are small against the work (plan.TWIN_BYTES_PER_FLOP).
             "im2win_columns": a float16, bfloat16 or float32 stem (one group, S*C at most 64)

@@ -130,6 +130,7 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
     from im2win import cuda
     from im2win.cuda import launch, plan as planning
     monkeypatch.setattr(planning, "ffma_split_count", lambda *args, **kw: splits)
+    monkeypatch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 0)      # NCHW: x in place
     algorithm = "im2win_nhwc" if layout == "NCHW" else "auto"
     cuda._calls.clear()                                # plans remembered with other counts
     launch._executables.clear()
@@ -142,7 +143,7 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
         prob = make_problem(xs, ws, bs, layout=layout, **kwargs)
         plan = cuda._plan(prob, xs, ws, algorithm, None, None)
         if layout == "NCHW":                           # the sum writes the NCHW y
-            assert plan.inner.geometry.y_nchw == 1
+            assert plan.inner.geometry.y_nchw == 1 and plan.x_in_place
             plan = plan.inner
         assert plan.file == "im2win_ffma" and plan.splits == splits
         again = im2win.conv2d(xs, ws, bs, layout=layout, algorithm=algorithm, **kwargs)
@@ -152,7 +153,21 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
         launch._executables.clear()
 
 
-def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
+@pytest.fixture
+def in_place(monkeypatch):
+    """Every float32 NCHW twin on im2win_ffma.cu reads x in place (the strided form) while
+    the test runs: plan.X_IN_PLACE_BYTES_PER_FLOP 0, the plans remembered before forgotten."""
+    from im2win import cuda
+    from im2win.cuda import launch, plan as planning
+    monkeypatch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 0)
+    cuda._calls.clear()
+    launch._executables.clear()
+    yield
+    cuda._calls.clear()
+    launch._executables.clear()
+
+
+def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng, in_place):
     """float32 NCHW through channels-last copies onto im2win_ffma.cu (what "auto" takes for
     large layers of 8 or more channels a group), and onto im2win_conv.cu where C/G is not.
     im2win_ffma_to_nchw writes the NCHW y: float4 along the pixels where P*Q is a multiple of
@@ -160,16 +175,19 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
     filters), scalars where y is not (the last case into an out 4 bytes off 16);
     its kStaged form where P*Q is not a multiple of 4, through shared memory, 32
     consecutive pixels of a filter a warp store, across the images' boundaries (the others);
-    with Options.nchw_epilogue off, a channels-last y transposed."""
+    with Options.nchw_epilogue off, a channels-last y transposed. x is read in place
+    (kStridedX) but with Options.x_in_place off."""
     from im2win import cuda
     vector = ((3, 16, 12, 12), (68, 16, 3, 3), dict(padding=1))
     for x_shape, w_shape, kwargs in FFMA_CASES + AWKWARD[:1] + [vector]:
         x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
-        for bias, options in ((b, None), (None, None), (b, Options(nchw_epilogue=False))):
+        for bias, options in ((b, None), (None, None), (b, Options(nchw_epilogue=False)),
+                              (b, Options(x_in_place=False))):
             run(x, w, bias, "NCHW", kwargs, algorithm="im2win_nhwc", options=options)
     x, w, b = (cupy.asarray(a.astype(np.float32)) for a in random_arrays(rng, *vector[:2], 68))
     plan = cuda._plan(make_problem(x, w, padding=1), x, w, "im2win_nhwc", None, None)
-    assert plan.inner.kernel == "im2win_ffma_to_nchw<96, 128, 16, true, true, false>"
+    assert plan.inner.kernel == "im2win_ffma_to_nchw<96, 128, 16, true, true, false, true>"
+    assert plan.x_in_place
     assert plan.inner.geometry.y_nchw == 1
     y_shape = make_problem(x, w, padding=1).y_shape
     size = int(np.prod(y_shape))
@@ -181,6 +199,41 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng):
     ref = reference.conv2d(cupy.asnumpy(x).astype(np.float64), cupy.asnumpy(w).astype(np.float64),
                            cupy.asnumpy(b).astype(np.float64), padding=1)
     assert_close(cupy.asnumpy(out), ref, np.float32, 16 * 9)
+
+
+def test_ffma_reads_nchw_views_in_place(rng, in_place):
+    """The strided form (kStridedX) on views: an NCHW x sliced along C (channel runs of a
+    larger array), along N at a step, starting 4 bytes past 16, and an NHWC problem on the
+    channels-last view of an NCHW array, each into a NaN-poisoned out, against the float64
+    reference; x is not written."""
+    from im2win import cuda
+    base = cupy.asarray(rng.standard_normal((6, 40, 13, 11)).astype(np.float32))
+    w = cupy.asarray(rng.standard_normal((36, 16, 3, 3)).astype(np.float32))
+    b = cupy.asarray(rng.standard_normal(36).astype(np.float32))
+    flat = cupy.asarray(rng.standard_normal(2 * 16 * 13 * 11 + 1).astype(np.float32))
+    shifted = flat[1:].reshape(2, 16, 13, 11)
+    assert shifted.data.ptr % 16 == 4
+    kwargs = dict(padding=(1, 2), stride=(1, 2))
+    for x in (base[:, 8:24], base[::2, 3:19, :, :], shifted):
+        before = x.copy()
+        prob = make_problem(x, w, b, **kwargs)
+        plan = cuda._plan(prob, x, w, "im2win_nhwc", None, None)
+        assert plan.algorithm == "im2win_nhwc" and plan.x_in_place
+        out = cupy.full(prob.y_shape, np.nan, cupy.float32)
+        im2win.conv2d(x, w, b, out=out, algorithm="im2win_nhwc", **kwargs)
+        ref = reference.conv2d(*(cupy.asnumpy(a).astype(np.float64) for a in (x, w, b)),
+                               **kwargs)
+        assert_close(cupy.asnumpy(out), ref, np.float32, prob.reduction)
+        assert cupy.array_equal(x, before)
+    view = base[:, 8:24].transpose(0, 2, 3, 1)                    # NHWC, channels apart
+    w_nhwc = cupy.ascontiguousarray(w.transpose(0, 2, 3, 1))
+    prob = make_problem(view, w_nhwc, layout="NHWC", **kwargs)
+    plan = cuda._plan(prob, view, w_nhwc, "auto", None, None)
+    assert plan.file == "im2win_ffma" and plan.kernel.endswith(", true>")
+    y = im2win.conv2d(view, w_nhwc, layout="NHWC", **kwargs)
+    ref = reference.conv2d(cupy.asnumpy(view).astype(np.float64),
+                           cupy.asnumpy(w_nhwc).astype(np.float64), layout="NHWC", **kwargs)
+    assert_close(cupy.asnumpy(y), ref, np.float32, prob.reduction)
 
 
 def test_ffma_takes_strided_views_and_falls_back_where_it_cannot(rng):

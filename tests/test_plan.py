@@ -203,7 +203,7 @@ def test_options_validate_themselves():
     with pytest.raises(TypeError, match="Options.smem must be a bool"):
         Options(smem=1)
     ablations = Options.ablations()
-    assert ablations["full"] == Options() and len(ablations) == 8
+    assert ablations["full"] == Options() and len(ablations) == 9
     assert not ablations["no_double_buffer"].double_buffer
     assert plan_for(problem((1, 5, 8, 8), (4, 5, 3, 3)),
                     options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
@@ -1002,8 +1002,8 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
                 staged = nchw and FFMA_STAGED_NCHW and prob.P * prob.Q % 4 != 0   # cv3
                 assert plan.inner.kernel.startswith(
                     "im2win_ffma_to_nchw<" if nchw else "im2win_ffma<")
-                assert plan.inner.kernel.endswith(", true>" if staged else ", false>" if nchw
-                                                  else ">")
+                assert plan.inner.kernel.endswith(", true, false>" if staged else
+                                                  ", false, false>" if nchw else ", false>")
                 assert plan.workspace_bytes == columns_workspace(prob, y=False)
     if nchw:                                     # through a channels-last y: not taken
         assert plan_for(singles["cv7"], options=Options(nchw_epilogue=False)).algorithm == \
@@ -1076,6 +1076,49 @@ def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel
     assert nhwc_workspace(pointwise) > TWIN_BYTES_PER_FLOP * pointwise.flops
     assert plan_for(pointwise).algorithm == "im2win_fused"
     assert plan_for(cv8, workspace_limit=nhwc_workspace(cv8) - 1).algorithm == "im2win_fused"
+
+
+def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form(monkeypatch):
+    """The twin's im2win_ffma.cu reads the NCHW x itself (kStridedX, Plan.x_in_place) where
+    x has X_IN_PLACE_BYTES_PER_FLOP or more bytes a FLOP: its Geometry on x's own strides, no
+    channels-last x in the workspace; the forms and options it does not cover, and layers of
+    fewer bytes a FLOP, copy x as before."""
+    from im2win.cuda import plan as planning
+    from im2win.cuda.plan import X_IN_PLACE_BYTES_PER_FLOP, nhwc_workspace
+    cv9 = problem((32, 64, 56, 56), (64, 64, 3, 3), padding=1)      # 4 / (2 * 64 * 9) B/FLOP
+    cv8 = problem((32, 64, 56, 56), (128, 64, 3, 3), padding=1)     # half that
+    assert 4 / (2 * 128 * 9) < X_IN_PLACE_BYTES_PER_FLOP <= 4 / (2 * 64 * 9)
+    assert not plan_for(cv8).x_in_place and plan_for(cv8).algorithm == "im2win_nhwc"
+    plan = plan_for(cv9)
+    assert plan.algorithm == "im2win_nhwc" and plan.x_in_place
+    assert plan.inner.kernel == "im2win_ffma_to_nchw<64, 128, 16, true, true, false, true>"
+    geo = plan.inner.geometry
+    assert (geo.sn, geo.sc, geo.sp, geo.sq, geo.sr, geo.ss) == \
+        (64 * 56 * 56, 56 * 56, 56, 1, 56, 1) and geo.base0 == -(56 + 1) and geo.y_nchw
+    assert plan.workspace_bytes == nhwc_workspace(cv9, y=False, x=False) == 64 * 64 * 9 * 4
+    sliced = (96 * 56 * 56, 56 * 56, 56, 1)                      # x[:, :64] of 96 channels
+    assert make_plan(cv9, x_strides=sliced, w_aligned=True).inner.geometry.sn == 96 * 56 * 56
+    forced = plan_for(cv9, algorithm="im2win_nhwc", tile="f128x128k8")
+    assert forced.x_in_place and forced.inner.tile.name == "f128x128k8"
+    for copied in (plan_for(cv9, options=Options(x_in_place=False)),
+                   plan_for(cv9, options=Options(double_buffer=False)),
+                   plan_for(cv9, precision="3xtf32", arch=90)):
+        assert copied.algorithm == "im2win_nhwc" and not copied.x_in_place
+        assert copied.workspace_bytes >= nhwc_workspace(cv9, y=False)
+    assert plan_for(cv9, options=Options(x_in_place=False)).inner.kernel.endswith(", false>")
+    monkeypatch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 0)
+    small = problem((8, 512, 7, 7), (512, 512, 3, 3), padding=1)     # split-K's partial sums
+    split = plan_for(small)
+    assert split.x_in_place and split.inner.splits > 1 and \
+        split.inner.kernel.startswith("im2win_ffma_split<") and \
+        split.inner.kernel.endswith(", true>")
+    # An NHWC problem on a channels-last view of an NCHW array takes the strided form itself.
+    nhwc = problem((8, 56, 56, 64), (128, 3, 3, 64), layout="NHWC", padding=1)
+    view = make_plan(nhwc, x_strides=(64 * 56 * 56, 56 * 56, 56, 1), w_aligned=True,
+                     x_aligned=False)
+    assert view.file == "im2win_ffma" and view.kernel.endswith(", true>")
+    assert make_plan(nhwc, x_strides=(64 * 56 * 56, 56 * 56, 56, 1), w_aligned=True,
+                     options=Options(conflict_free=False)).file == "im2win_conv"
 
 
 def test_tma_problems_with_few_tiles_split_long_reductions(monkeypatch):
@@ -1225,11 +1268,12 @@ def test_float32_nhwc_fused_windows_of_8_channels_run_on_the_ffma_kernel():
     nhwc = problem((2, 9, 9, 32), (64, 3, 3, 32), layout="NHWC", padding=1)
     plan = plan_for(nhwc)
     assert plan.file == "im2win_ffma" and plan.tile.BK == 16 and not plan.taps
-    assert plan.kernel == "im2win_ffma<64, 128, 16, true, true>" and plan.workspace_bytes == 0
+    assert plan.kernel == "im2win_ffma<64, 128, 16, true, true, false>" and \
+        plan.workspace_bytes == 0
     eight = plan_for(problem((2, 9, 9, 24), (64, 3, 3, 24), layout="NHWC"))
     assert eight.file == "im2win_ffma" and eight.tile.name == "f64x128k8"
     off = plan_for(nhwc, options=Options(conflict_free=False, double_buffer=False))
-    assert off.kernel == "im2win_ffma<64, 128, 16, false, false>"
+    assert off.kernel == "im2win_ffma<64, 128, 16, false, false, false>"
     for other in (plan_for(nhwc, options=Options(ffma=False)),
                   plan_for(nhwc, options=Options(vector_loads=False)),
                   plan_for(nhwc, algorithm="im2win"),
@@ -1261,7 +1305,7 @@ def test_ffma_tiles_of_96_filters_where_they_cover_k_with_fewer_rows():
             assert plan.kernel.startswith(f"im2win_ffma<{rows}, 128, {depth},")
     cv1 = problem((2, 227, 227, 3), (96, 11, 11, 3), layout="NHWC", stride=4)
     assert plan_for(cv1).algorithm == "im2win_columns"
-    assert plan_for(cv1).inner.kernel == "im2win_ffma<96, 128, 8, true, true>"
+    assert plan_for(cv1).inner.kernel == "im2win_ffma<96, 128, 8, true, true, false>"
 
 
 def test_transpose_launch_picks_the_layout_kernel_and_its_grid():

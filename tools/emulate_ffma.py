@@ -2,8 +2,10 @@
 tools/emulate_rows.py (a block's threads as OS threads, __syncthreads a barrier, `__shared__`
 arrays static, so the threads of the block running share them), every tile of
 tuning.FFMA_TILES (the 96-filter ones also with each switch off alone, and writing an NCHW
-y in both forms) on float32 NHWC problems with tails of pixels and filters, padding, stride
-and groups, each launched on the grid tools/ffma_dev.py gives it (blocks one after another).
+y in both forms; and the strided form, kStridedX, reading x from an NCHW array with two
+channels more than the problem's, as the NCHW twin reads x in place) on float32 NHWC problems
+with tails of pixels and filters, padding, stride and groups, each launched on the grid
+tools/ffma_dev.py gives it (blocks one after another).
 Each result is checked against the float64 reference with y poisoned (NaN) first: an output
 not written, or one written from the wrong window, fails. Checks indexing (the partial last
 pass of the 96-filter tiles' loads, the swizzle, the tails) and barriers, not speed.
@@ -22,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from im2win import reference
-from im2win.cuda.plan import GEOMETRY, geometry
-from im2win.cuda.tuning import FFMA_TILES
+from im2win.cuda.plan import GEOMETRY, ffma_kernel_name, geometry
+from im2win.cuda.tuning import FFMA_TILES, Options
 from im2win.problem import make_problem
 from im2win.testing import allowed_error
 
@@ -40,10 +42,15 @@ PROBLEMS = [
     ((3, 12, 12, 16), (68, 3, 3, 16), dict(padding=1)),         # P*Q = 144: float4 NCHW y
 ]
 
-# Kernels: (tile, double_buffer, conflict_free, NCHW y form: 0 none, 1 float4, 2 staged)
-FORMS = [(name, True, True, 0) for name in FFMA_TILES] + [
-    ("f96x128", False, True, 0), ("f96x128", True, False, 0), ("f96x128k8", False, False, 0),
-    ("f96x128", True, True, 1), ("f96x128k8", True, True, 2)]
+# Kernels: (tile, double_buffer, conflict_free, NCHW y form: 0 none, 1 float4, 2 staged,
+# x read by the strided form)
+FORMS = [(name, True, True, 0, False) for name in FFMA_TILES] + [
+    ("f96x128", False, True, 0, False), ("f96x128", True, False, 0, False),
+    ("f96x128k8", False, False, 0, False), ("f96x128", True, True, 1, False),
+    ("f96x128k8", True, True, 2, False),
+    ("f64x128", True, True, 1, True), ("f96x128", True, True, 1, True),
+    ("f96x128k8", True, True, 2, True), ("f64x64k8", True, True, 0, True),
+    ("f128x128", True, True, 0, True)]
 
 EXTRA = r"""
 struct alignas(16) float4 { float x, y, z, w; };
@@ -88,12 +95,10 @@ DISPATCH
 """
 
 
-def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int) -> str:
-    t = FFMA_TILES[tile]
-    flags = f"{t.BM}, {t.BN}, {t.BK}, {str(double).lower()}, {str(swizzle).lower()}"
-    if nchw_y:
-        return f"im2win_ffma_to_nchw<{flags}, {str(nchw_y == 2).lower()}>"
-    return f"im2win_ffma<{flags}>"
+def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int, strided: bool) -> str:
+    return ffma_kernel_name(FFMA_TILES[tile], Options(double_buffer=double,
+                                                      conflict_free=swizzle),
+                            nchw_y=nchw_y, strided=strided)
 
 
 def source() -> str:
@@ -113,7 +118,7 @@ def source() -> str:
 
 def run(case: int, form: int, workdir: Path, rng) -> int:
     x_shape, w_shape, kwargs = PROBLEMS[case]
-    tile, double, swizzle, nchw_y = FORMS[form]
+    tile, double, swizzle, nchw_y, strided = FORMS[form]
     t = FFMA_TILES[tile]
     if w_shape[3] % t.BK:
         return 0
@@ -125,6 +130,14 @@ def run(case: int, form: int, workdir: Path, rng) -> int:
         return 0                     # the NCHW y forms take one group (an NCHW twin's)
     n, h, wd, c = (s // 4 for s in x.strides)
     geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
+    x_in = x
+    if strided:                      # x[:, :, :, c] at x_in[n, c + 1, h, w]: NCHW, 2 more
+        N, H, W, C = x.shape
+        x_in = np.full((N, C + 2, H, W), np.nan, np.float32)
+        x_in[:, 1:C + 1] = x.transpose(0, 3, 1, 2)
+        n, c, h, wd = (s // 4 for s in x_in.strides)
+        geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
+        geo = geo._replace(base0=geo.base0 + c)
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
                            layout="NHWC", **kwargs)
     if nchw_y:
@@ -132,9 +145,9 @@ def run(case: int, form: int, workdir: Path, rng) -> int:
     grid = (-(-geo.npix // t.BN), -(-prob.Kg // t.BM), prob.G)
     args = [form, *grid, t.BM * t.BN // 64]
     err = emulate(workdir, "ffma", source, args,
-                  [np.array([tuple(geo)], GEOMETRY), x, w, b,
+                  [np.array([tuple(geo)], GEOMETRY), x_in, w, b,
                    np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
-    label = (f"{kernel_name(tile, double, swizzle, nchw_y)} x {x_shape} w {w_shape} "
+    label = (f"{kernel_name(tile, double, swizzle, nchw_y, strided)} x {x_shape} w {w_shape} "
              f"{kwargs} grid {grid}")
     return report(label, err, allowed_error(np.float32, prob.reduction))
 

@@ -1,11 +1,15 @@
 """float32 NCHW through channels-last plans, in one process on the GPU machine: each layer's
 planned call (`algorithm="auto"`) with `Options.nchw_epilogue` on (the kernel writes the NCHW
-y) and off (a channels-last y transposed into y), and on with scalar stores where P*Q is not a
-multiple of 4 (`plan.FFMA_STAGED_NCHW` off: im2win_ffma_to_nchw in place of its staged form);
-for the stems (C not a multiple of 8) "im2win_columns" the three ways; against cuDNN FP32
-(TF32 off, NCHW).
+y) and off (a channels-last y transposed into y), on with scalar stores where P*Q is not a
+multiple of 4 (`plan.FFMA_STAGED_NCHW` off: im2win_ffma_to_nchw in place of its staged form),
+and with `Options.x_in_place` off (x copied channels-last, not read in place by the strided
+form); for the stems (C not a multiple of 8) "im2win_columns" the three ways; against cuDNN
+FP32 (TF32 off, NCHW).
 
-``python3 tools/nchw_dev.py [--layers cv1,cv7,...] [--batch 128]``: each variant checked
+``python3 tools/nchw_dev.py [--layers cv1,cv7,...] [--batch 128] [--variants auto,xcopy]
+[--rounds 3]`` (variants: auto, scalar, ytrans, xcopy, columns, columns-scalar, columns-ytrans;
+default all but xcopy; rounds: the variants timed in turn that many times, the median kept):
+each variant checked
 against float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed with
 CUDA events (median, `bench.GPU.time`). Table last (TFLOPS, plan).
 """
@@ -39,6 +43,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default="cv1,cv2,cv3,cv7,cv4,cv8,cv9,cv10")
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--variants", default="auto,scalar,ytrans,columns,columns-scalar,"
+                                          "columns-ytrans")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     device = GPU()
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
@@ -46,9 +53,13 @@ def main():
     variants = {"auto": ("auto", Options()),
                 "auto, scalar": ("auto", Options()),
                 "auto, y transposed": ("auto", Options(nchw_epilogue=False)),
+                "auto, x copied": ("auto", Options(x_in_place=False)),
                 "columns": ("im2win_columns", Options()),
                 "columns, scalar": ("im2win_columns", Options()),
                 "columns, y transposed": ("im2win_columns", Options(nchw_epilogue=False))}
+    keys = dict(zip(("auto", "scalar", "ytrans", "xcopy", "columns", "columns-scalar",
+                     "columns-ytrans"), variants))
+    variants = {keys[k]: variants[keys[k]] for k in args.variants.split(",")}
     rows = []
     for name in args.layers.split(","):
         layer = LAYERS[name]
@@ -56,8 +67,8 @@ def main():
         x, w = cupy.asarray(x_host), cupy.asarray(w_host)
         kw = dict(layer.kwargs)
         flops = None
-        cells = {}
-        for label, (algorithm, options) in variants.items():
+        cells, times = {}, {}
+        for label, (algorithm, options) in list(variants.items()) * args.rounds:
             if algorithm == "im2win_columns" and layer.C % 8 == 0:
                 continue
             # ", scalar": im2win_ffma_to_nchw's scalar stores where P*Q % 4 != 0, in place of
@@ -71,7 +82,8 @@ def main():
             y = im2win.conv2d(x, w, algorithm=algorithm, options=options, out=y, **kw)
             err = relative_error(x, w, y, kw)
             flops = flops or 2 * y.size * layer.C * layer.R * layer.S
-            cells[label] = (flops / device.time(call) / 1e12, err)
+            times.setdefault(label, []).append(device.time(call))
+            cells[label] = (flops / float(np.median(times[label])) / 1e12, err)
             planning.FFMA_STAGED_NCHW = True
             cuda._calls.clear()
             del y

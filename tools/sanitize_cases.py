@@ -421,7 +421,7 @@ if HOPPER and runs("tma", "wgmma"):
 elif HOPPER and ONLY == "tf32":
     float32_on_tensor_cores()
 # float32 NHWC on CUDA cores: im2win_ffma.cu (every tile and switch; tails of pixels and
-# filters, padding, stride, groups), wgrad_ffma.cu (every tile, float4 and scalar x loads,
+# filters, padding, stride, groups; NCHW x read in place), wgrad_ffma.cu (every tile, float4 and scalar x loads,
 # one split and several), and window gradients of many channels (backward data, cv12's form).
 if runs("ffma"):
     from im2win.cuda import launch, wgrad_ffma
@@ -456,6 +456,13 @@ if runs("ffma"):
     prob = checked_problem(x, w, b, layout="NCHW", padding=1)[0]
     buffer = cupy.empty(int(np.prod(prob.y_shape)) + 1, np.float32)
     cuda.conv2d(prob, x, w, b, buffer[1:].reshape(prob.y_shape), algorithm="im2win_nhwc")
+    # x read in place (kStridedX, Plan.x_in_place) from channels 2-17 of a 20-channel x, every
+    # tile (the loops above read whole NCHW arrays in place under the full set)
+    big = cupy.asarray(rng.uniform(-1, 1, (2, 20, 9, 7)).astype(np.float32))
+    prob = checked_problem(big[:, 2:18], w, b, layout="NCHW", padding=1)[0]
+    assert cuda._plan(prob, big[:, 2:18], w, "im2win_nhwc", None, None).x_in_place
+    for tile in FFMA_TILES:
+        cuda.conv2d(prob, big[:, 2:18], w, b, algorithm="im2win_nhwc", tile=tile)
     # Split-K forced (the planner splits a GFLOP or more): 9 slices of 16 in 2, 4 and 8 ranges
     # (odd first slices, empty last ranges), partial sums and split_reduce, bias and tails;
     # NCHW on the NHWC twin (transpose_narrow's filter, split_reduce_nchw's y).

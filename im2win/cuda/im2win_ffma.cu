@@ -32,9 +32,17 @@
 // partial[split][pixel][filter] (a range past the last slice writes zeros), and
 // split_reduce (gemm.cuh) adds them in order of the split, then the bias, into y.
 //
-// Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC, fused, C/G % BK == 0, x 16-byte
-// aligned with element strides (n, h, w) multiples of 4 and channels contiguous, w contiguous and
-// 16-byte aligned. Stores are float4 where K/G % 4 == 0 and y is 16-byte aligned (checked here).
+// kStridedX (every entry's last flag): x's channels geo.sc apart and each row's pixels
+// contiguous, as an NCHW x lies: the NCHW problem's NHWC twin reads its x in place, with no
+// channels-last copy. A pixel's part of a slice is then BK scalar loads, sc apart, and a warp's
+// lanes take consecutive pixels, so each load instruction reads a run of one channel's row;
+// the same predicate per pixel and slice, the same shared-memory tile (docs/hopper.md, step 21).
+//
+// Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC (or kStridedX), fused, C/G % BK == 0,
+// x 16-byte aligned with element strides (n, h, w) multiples of 4 and channels contiguous (or
+// kStridedX: any 4-byte aligned x, C/G times the channel stride within 32 bits), w contiguous
+// and 16-byte aligned. Stores are float4 where K/G % 4 == 0 and y is 16-byte aligned (checked
+// here).
 
 __device__ __forceinline__ float4 load4(const float* __restrict__ p) {
   return __ldg(reinterpret_cast<const float4*>(p));
@@ -54,7 +62,8 @@ __device__ __forceinline__ void image_of(const Geometry& geo, i64 pix, i64& n, i
 
 // The kernel's body; the entry points below give it y (NHWC, or NCHW in two forms), or
 // split-K's partial sums.
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY = 0>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY,
+          bool kStridedX>
 __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ y,
                                           const Geometry& geo, int g0) {
@@ -76,8 +85,13 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int tx = (warp % (BN / 64)) * 8 + lane % 8, ty = (warp / (BN / 64)) * 4 + lane / 8;
   const int quad = tid % Q4, row = tid / Q4;     // this thread's float4 of its loaded rows
+  // x's: the same, or with kStridedX (channels geo.sc apart, a row's pixels contiguous: an
+  // NCHW x read in place) a warp's lanes along the pixels, so that each of the four scalar
+  // loads of a float4 reads consecutive pixels of one channel.
+  const int xquad = kStridedX ? tid / ROWS : quad, xrow = kStridedX ? tid % ROWS : row;
+  const int xc = kStridedX ? (int)geo.sc : 1;    // x's channel stride (ffma_refusal: 32 bits)
   // Whether load i's row is in the tile (known at compile time but for a partial last pass).
-  auto x_loads = [&](int i) { return BN % ROWS == 0 || i + 1 < XL || row + i * ROWS < BN; };
+  auto x_loads = [&](int i) { return BN % ROWS == 0 || i + 1 < XL || xrow + i * ROWS < BN; };
   auto w_loads = [&](int i) { return BM % ROWS == 0 || i + 1 < WL || row + i * ROWS < BM; };
   const int g = g0 + blockIdx.z / SPLITS, split = blockIdx.z % SPLITS;
   const int m0 = blockIdx.y * BM;
@@ -91,7 +105,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   for (int i = 0; i < XL; ++i) {
     // A pixel past the launch's (or a filter past the group's) loads its last one's data: its
     // outputs are never stored, and no predicate is needed for it.
-    const i64 j = min(j0 + row + i * ROWS, geo.npix - 1);
+    const i64 j = min(j0 + xrow + i * ROWS, geo.npix - 1);
     i64 n;
     int p, q;
     if (geo.npix <= 0x7fffffff) {
@@ -105,7 +119,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       p = pq / geo.Q;
       q = pq - p * geo.Q;
     }
-    xbase[i] = n * geo.sn + g * geo.sg + p * geo.sp + q * geo.sq + geo.base0 + quad * 4;
+    xbase[i] = n * geo.sn + g * geo.sg + p * geo.sp + q * geo.sq + geo.base0 + xquad * 4 * xc;
     h0[i] = p * geo.sh - geo.pt;
     w0[i] = q * geo.sw - geo.pl;
   }
@@ -132,8 +146,14 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     for (int i = 0; i < XL; ++i) {
       const bool in = (unsigned)(h0[i] + dr) < (unsigned)geo.H &&
                       (unsigned)(w0[i] + ds) < (unsigned)geo.W;
-      if (x_loads(i))
+      if (!x_loads(i)) continue;
+      if constexpr (kStridedX) {
+        const float* at = x + xbase[i] + toff;
+        xv[i] = in ? make_float4(__ldg(at), __ldg(at + xc), __ldg(at + 2 * xc), __ldg(at + 3 * xc))
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+      } else {
         xv[i] = in ? load4(x + xbase[i] + toff) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
     }
 #pragma unroll
     for (int i = 0; i < WL; ++i)
@@ -142,10 +162,10 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   auto advance = [&]() {
     t0 += BK;
     c0 += BK;
-    toff += BK;
+    toff += BK * xc;
     if (c0 == geo.Cg) {
       c0 = 0;
-      toff += geo.ss - geo.Cg;
+      toff += geo.ss - geo.Cg * xc;
       ds += geo.dw;
       if (++s == geo.S) {
         s = 0;
@@ -157,9 +177,9 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   };
   constexpr int SW = 32 / Q4;                    // the swizzle's step between float4 columns
   auto col = [&](int c, int kk) { return kSwizzle ? c ^ ((kk / 4) % Q4) * SW : c; };
-  // v, four consecutive t of tile column c, down rows quad*4 .. quad*4 + 3 (transposed).
-  auto put = [&](float* tile, int width, int c, float4 v) {
-    float* at = tile + quad * 4 * width + col(c, quad * 4);
+  // v, four consecutive t of tile column c, down rows q*4 .. q*4 + 3 (transposed).
+  auto put = [&](float* tile, int width, int q, int c, float4 v) {
+    float* at = tile + q * 4 * width + col(c, q * 4);
     at[0] = v.x;
     at[width] = v.y;
     at[2 * width] = v.z;
@@ -168,10 +188,10 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   auto store = [&](int buf) {
 #pragma unroll
     for (int i = 0; i < XL; ++i)
-      if (x_loads(i)) put(&Xs[buf][0][0], BN, row + i * ROWS, xv[i]);
+      if (x_loads(i)) put(&Xs[buf][0][0], BN, xquad, xrow + i * ROWS, xv[i]);
 #pragma unroll
     for (int i = 0; i < WL; ++i)
-      if (w_loads(i)) put(&Ws[buf][0][0], BM, row + i * ROWS, wv[i]);
+      if (w_loads(i)) put(&Ws[buf][0][0], BM, quad, row + i * ROWS, wv[i]);
   };
   auto compute = [&](int buf) {
 #pragma unroll
@@ -190,7 +210,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     s = tap - r * geo.S;
     dr = r * geo.dh;
     ds = s * geo.dw;
-    toff = (int)(r * geo.sr + s * geo.ss + c0);   // within 32 bits: ffma_refusal
+    toff = (int)(r * geo.sr + s * geo.ss + (i64)c0 * xc);   // within 32 bits: ffma_refusal
   }
   if (k0 < k1) {
     load();
@@ -378,13 +398,13 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   }
 }
 
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStridedX>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y,
                 const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1>(x, w, bias, y, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 0, kStridedX>(x, w, bias, y, geo, g0);
 }
 
 // The same writing the NCHW y[n, k, pq] (Geometry.y_nchw: an NCHW problem's NHWC twin, or a
@@ -392,23 +412,23 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
 // pixels (scalars where y is not 16-byte aligned), or with kStaged, for P*Q not a multiple of
 // 4, through shared memory. An entry of its own, so that im2win_ffma's code (whose speed hangs
 // on ptxas's register choice) stays as it was, and each form's main loop too.
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStaged>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStaged, bool kStridedX>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma_to_nchw(const float* __restrict__ x, const float* __restrict__ w,
                         const float* __restrict__ bias, float* __restrict__ y,
                         const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1>(x, w, bias, y, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1, kStridedX>(x, w, bias, y, geo, g0);
 }
 
 // Split-K: FP32 partial sums into `partial` (SPLITS x N*P*Q x K, no bias), which split_reduce
 // then adds into y; one group.
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, bool kStridedX>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma_split(const float* __restrict__ x, const float* __restrict__ w,
                       const float* __restrict__ bias, float* __restrict__ y,
                       float* __restrict__ partial, Geometry geo, int g0) {
   (void)bias;
   (void)y;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS>(x, w, nullptr, partial, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS, 0, kStridedX>(x, w, nullptr, partial, geo, g0);
 }

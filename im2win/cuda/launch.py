@@ -486,13 +486,16 @@ class Executable:
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
         """The NCHW problem on its NHWC twin: x and w copied channels-last into scratch, the
         twin's kernel into a channels-last y, and that copied into y (contiguous NCHW); or,
-        where the twin's plan says so (Geometry.y_nchw), the kernel into y itself."""
+        where the twin's plan says so (Geometry.y_nchw), the kernel into y itself; x not
+        copied where the twin reads it in place (Plan.x_in_place)."""
         prob = self.prob
         N, C, K = prob.N, prob.C, prob.K
         HW, RS = prob.H * prob.W, prob.R * prob.S
-        xn, xc, xh, xw = element_strides(x, "NCHW")
-        x_t = scratch.empty((N, prob.H, prob.W, C), prob.dtype)
-        self._transpose(x, x_t, N, C, HW, xn, xc, xw if prob.W > 1 else xh)
+        x_t = x
+        if not self.plan.x_in_place:
+            xn, xc, xh, xw = element_strides(x, "NCHW")
+            x_t = scratch.empty((N, prob.H, prob.W, C), prob.dtype)
+            self._transpose(x, x_t, N, C, HW, xn, xc, xw if prob.W > 1 else xh)
         w_t = scratch.empty((K, prob.R, prob.S, prob.Cg), prob.dtype)
         self._transpose(w, w_t, K, prob.Cg, RS, prob.Cg * RS, RS, 1)
         return self._inner_into(x_t, w_t, bias, y, scratch)

@@ -118,6 +118,8 @@ class Plan:
             "3xtf32" (Tensor Cores, the wgmma kernel); "float32" for the other dtypes too.
         resident: TMA plans with the filter tile kept in shared memory (resident_slices):
             its slices; 0: none.
+        x_in_place: "im2win_nhwc": the inner plan reads the NCHW x itself (im2win_ffma.cu's
+            strided form, its Geometry on x's own strides), so x is not copied channels-last.
     """
 
     algorithm: str
@@ -135,6 +137,7 @@ class Plan:
     splits: int = 1
     precision: str = "float32"
     resident: int = 0
+    x_in_place: bool = False
 
     @property
     def tables(self) -> bool:
@@ -505,35 +508,56 @@ def ffma_refusal(prob: Problem, options: Options, x_strides, x_aligned: bool, w_
     """Why im2win_ffma.cu cannot run `prob` (None: it can): float32, NHWC, fused windows,
     C/G a multiple of 8 (of the tile's BK when one is forced), channels contiguous in x and
     its other element strides multiples of 4, x and w 16-byte aligned, tap offsets within 32
-    bits; Options with ffma, smem, micro_kernel and vector_loads on."""
+    bits; or x's channels apart and each row's pixels contiguous (an NCHW x read in place by
+    the strided form, `ffma_strided`: no condition on x's alignment, double_buffer and
+    conflict_free on); Options with ffma, smem, micro_kernel and vector_loads on."""
     xn, xc, xh, xw = x_strides
     slice_depth = FFMA_TILES[tile].BK if tile is not None else 8
-    tap_reach = abs((prob.R - 1) * prob.dh * xh) + abs((prob.S - 1) * prob.dw * xw) + prob.Cg
+    tap_reach = abs((prob.R - 1) * prob.dh * xh) + abs((prob.S - 1) * prob.dw * xw) + \
+        prob.Cg * abs(xc)
     if not (options.ffma and options.smem and options.micro_kernel and options.vector_loads):
         return "Options switch off ffma, smem, micro_kernel or vector_loads"
     if prob.dtype.name != "float32" or prob.layout != "NHWC" or not fused:
         return "it takes float32 NHWC problems with fused windows only"
     if prob.Cg % slice_depth:
         return f"C/groups = {prob.Cg} is not a multiple of {slice_depth}"
-    if xc != 1 or xn % 4 or xh % 4 or xw % 4 or not x_aligned or not w_aligned:
+    if not ffma_strided(x_strides) and (xc != 1 or xn % 4 or xh % 4 or xw % 4 or
+                                        not x_aligned):
         return ("x needs contiguous channels, strides that are multiples of 4 elements and "
-                "16-byte alignment, and w 16-byte alignment")
+                "16-byte alignment, or contiguous rows")
+    if ffma_strided(x_strides) and not (options.double_buffer and options.conflict_free):
+        # (the ablation's variants of the kernel read x with contiguous channels only, so
+        # `specializations` compiles the strided form fully on alone)
+        return "its form for x's channels apart runs with double_buffer and conflict_free on"
+    if not w_aligned:
+        return "w needs 16-byte alignment"
     if tap_reach > INT32_MAX:
         return "a tap's offset in x does not fit 32 bits"
     return None
 
 
-def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int = 0) -> str:
+def ffma_strided(x_strides) -> bool:
+    """Whether im2win_ffma.cu reads x by its strided form (kStridedX): channels apart, each
+    row's pixels contiguous (an NCHW x, or a channels-last view of one)."""
+    xn, xc, xh, xw = x_strides
+    return xc != 1 and xw == 1
+
+
+def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int = 0,
+                     strided: bool = False) -> str:
     """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
     split-K's ranges). nchw_y: 0, an NHWC y (im2win_ffma); 1, im2win_ffma_to_nchw writing
     an NCHW y (Geometry.y_nchw) with float4 along the pixels; 2, its form through shared
-    memory (kStaged)."""
+    memory (kStaged). strided: x read by the strided form (ffma_strided)."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
     if splits > 1:
-        return f"im2win_ffma_split<{', '.join(str(f).lower() for f in flags + [splits])}>"
-    if nchw_y:
-        return f"im2win_ffma_to_nchw<{', '.join(str(f).lower() for f in flags + [nchw_y == 2])}>"
-    return f"im2win_ffma<{', '.join(str(f).lower() for f in flags)}>"
+        flags.append(splits)
+    elif nchw_y:
+        flags.append(nchw_y == 2)
+    text = ", ".join(str(f).lower() for f in flags + [strided])
+    kernel = "im2win_ffma_split" if splits > 1 else \
+        "im2win_ffma_to_nchw" if nchw_y else "im2win_ffma"
+    return f"{kernel}<{text}>"
 
 
 def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
@@ -546,7 +570,7 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
     chunk = max(prob.N, 1)
     geo = geometry(prob, True, chunk, x_strides)
     splits = ffma_split_count(prob, chosen, options, workspace_limit, sms or PLAN_SMS)
-    name = ffma_kernel_name(chosen, options, splits)
+    name = ffma_kernel_name(chosen, options, splits, strided=ffma_strided(x_strides))
     workspace = split_workspace(prob, splits) if splits > 1 else 0
     return Plan("im2win_fused", chosen, options, "im2win_ffma", name, chunk, geo, b"", workspace,
                 splits=splits)
@@ -2050,9 +2074,10 @@ def nchw_groups_plan(prob: Problem, x_strides, options: Options, workspace_limit
 TWIN_BYTES_PER_FLOP = 0.02
 
 
-def nhwc_workspace(prob: Problem, y: bool = True) -> int:
-    """Bytes of the channels-last copies of x, w and (`y`) y that "im2win_nhwc" allocates."""
-    elements = prob.N * prob.H * prob.W * prob.C + prob.K * prob.reduction + \
+def nhwc_workspace(prob: Problem, y: bool = True, x: bool = True) -> int:
+    """Bytes of the channels-last copies of (`x`) x, w and (`y`) y that "im2win_nhwc"
+    allocates."""
+    elements = (prob.N * prob.H * prob.W * prob.C if x else 0) + prob.K * prob.reduction + \
         (prob.N * prob.P * prob.Q * prob.K if y else 0)
     return elements * prob.dtype.itemsize
 
@@ -2109,11 +2134,41 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
     if refusal:
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
     twin, strides = nhwc_twin(prob)
+    if x_in_place(twin, x_strides, options, tile, precision):
+        inner = ffma_plan(twin, options, x_strides, tile, None if workspace_limit is None else
+                          workspace_limit - nhwc_workspace(prob, x=False), sms)
+        return around(prob, "im2win_nhwc", inner, options,
+                      functools.partial(nhwc_workspace, x=False), x_in_place=True)
     inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
                       options=options, tile=tile, arch=arch, precision=precision, sms=sms,
                       workspace_limit=None if workspace_limit is None else
                       workspace_limit - nhwc_workspace(prob))
     return around(prob, "im2win_nhwc", inner, options, nhwc_workspace)
+
+
+# The NCHW twin reads x in place (im2win_ffma.cu's strided form) where x has at least this
+# many bytes a FLOP; below it, x is copied channels-last first. The strided form's main loop
+# runs 4.5% more instructions (1314 against 1258 a slice, sm_90 SASS of the 64 x 128 x 16
+# tile: 4-byte loads, each with its own address), paid on every FLOP, where the copy moves
+# x's bytes once. Read off `tools/nchw_dev.py --variants auto,xcopy --rounds 3` (H100,
+# float32 NCHW, batch 128, TFLOPS in place / copied; x bytes a FLOP): cv9 38.3 / 37.0
+# (0.0037), cv4 43.4 / 42.1 (0.0027), cv10 37.0 / 37.5 (0.0020), cv8 41.4 / 42.2 (0.0018),
+# cv11 37.9 / 37.6 (0.0012), cv12 33.7 / 33.4 (0.0009), cv6 36.9 / 36.9 (0.0006), cv5 38.9
+# / 41.2 (0.0005). Where it reads x in place, the call needs no workspace for x.
+X_IN_PLACE_BYTES_PER_FLOP = 0.0025
+
+
+def x_in_place(twin: Problem, x_strides, options: Options, tile: str | None,
+               precision: str) -> bool:
+    """Whether the NHWC twin `twin` reads the NCHW problem's x in place: float32 at FP32
+    precision on im2win_ffma.cu's strided form (ffma_strided), which x's strides and the tile
+    allow (ffma_refusal: with the kernel's own switches on), Options.x_in_place on, where x
+    has X_IN_PLACE_BYTES_PER_FLOP or more bytes a FLOP."""
+    x_bytes = twin.N * twin.C * twin.H * twin.W * twin.dtype.itemsize
+    return (options.x_in_place and precision == "float32" and ffma_strided(x_strides) and
+            x_bytes >= X_IN_PLACE_BYTES_PER_FLOP * twin.flops and
+            (tile is None or tile in FFMA_TILES) and
+            ffma_refusal(twin, options, x_strides, False, True, True, tile) is None)
 
 
 # im2win_ffma.cu's NCHW y where P*Q is not a multiple of 4 (no float4 along the pixels):
@@ -2126,14 +2181,14 @@ FFMA_STAGED_NCHW = True
 
 
 def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
-           copies: Callable[..., int]) -> Plan:
+           copies: Callable[..., int], x_in_place: bool = False) -> Plan:
     """The plan of `algorithm` (copies around an NHWC problem's plan `inner`): for an NCHW
     `prob`, `inner` writing the NCHW y (Geometry.y_nchw) where it can (Options.nchw_epilogue):
     the wgmma kernel's epilogue in one work item a tile, im2win_ffma.cu's (im2win_ffma_to_nchw),
     and split-K's sum of the partial sums (split_reduce_nchw, either kernel); workspace:
     `copies(prob, y=...)` bytes, with the channels-last y or without, and the inner plan's.
     The workspace limit is still checked against the copies with y (nhwc_refusal,
-    columns_refusal), a bound."""
+    columns_refusal), a bound. x_in_place: `inner` reads x itself (Plan.x_in_place)."""
     direct = prob.layout == "NCHW" and options.nchw_epilogue and (
         inner.file in (WGMMA.file, "im2win_ffma") or inner.splits > 1)
     if direct:
@@ -2141,9 +2196,10 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
         if inner.file == "im2win_ffma" and inner.splits == 1:
             staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
-                inner.tile, inner.options, nchw_y=2 if staged else 1))
+                inner.tile, inner.options, nchw_y=2 if staged else 1, strided=x_in_place))
     return Plan(algorithm, inner.tile, options, None, None, max(prob.N, 1), None, b"",
-                copies(prob, y=not direct) + inner.workspace_bytes, inner=inner)
+                copies(prob, y=not direct) + inner.workspace_bytes, inner=inner,
+                x_in_place=x_in_place)
 
 
 def columns_stage(prob: Problem, wide: bool = True, precision: str = "float32") -> Problem:
@@ -2719,8 +2775,13 @@ def specializations() -> list[tuple[str, str]]:
             for nchw_y in (0, 1, 2):
                 out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name],
                                                          nchw_y=nchw_y)))
-        for splits in SPLITS:                  # split-K, fully on
-            out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), splits)))
+        for nchw_y in (0, 1, 2):               # x read in place (kStridedX), fully on
+            out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,
+                                                     strided=True)))
+        for splits in SPLITS:                  # split-K, fully on, either x
+            for strided in (False, True):
+                out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), splits,
+                                                         strided=strided)))
     out.add(("im2win_ffma", "split_reduce<float>"))
     out.add(("im2win_ffma", "split_reduce_nchw<float>"))
     out |= tf32_specializations()

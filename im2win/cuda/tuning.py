@@ -202,6 +202,9 @@ class Options:
             predicate per pixel and slice, offsets by addition; it needs smem, micro_kernel
             and vector_loads, and has no table, so index_tables does not apply to it; off:
             im2win_conv.cu).
+        x_in_place: a float32 NCHW problem run on its NHWC twin on im2win_ffma.cu reads x
+            itself by the kernel's strided form (kStridedX: 4-byte loads a channel apart,
+            lanes along a row's pixels; off: layout.cu copies x channels-last first).
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores; in
@@ -231,6 +234,7 @@ class Options:
     ping_pong: bool = True
     window_columns: bool = True
     nchw_epilogue: bool = True
+    x_in_place: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -253,7 +257,7 @@ class Options:
 
 
 CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "vector_loads",
-                      "conflict_free", "ffma")
+                      "conflict_free", "ffma", "x_in_place")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
