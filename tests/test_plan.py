@@ -1075,7 +1075,16 @@ def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel
                         groups=2)                                           # copies outweigh it
     assert nhwc_workspace(pointwise) > TWIN_BYTES_PER_FLOP * pointwise.flops
     assert plan_for(pointwise).algorithm == "im2win_fused"
-    assert plan_for(cv8, workspace_limit=nhwc_workspace(cv8) - 1).algorithm == "im2win_fused"
+    # Where x's copy alone keeps it from a workspace limit, the twin reads x in place.
+    tight = plan_for(cv8, workspace_limit=nhwc_workspace(cv8) - 1)
+    assert tight.algorithm == "im2win_nhwc" and tight.x_in_place and not plan_for(cv8).x_in_place
+    assert tight.workspace_bytes <= nhwc_workspace(cv8) - 1
+    assert plan_for(cv8, workspace_limit=nhwc_workspace(cv8, x=False) - 1).algorithm == \
+        "im2win_fused"
+    assert plan_for(cv8, workspace_limit=nhwc_workspace(cv8) - 1,
+                    options=Options(x_in_place=False)).algorithm == "im2win_fused"
+    with pytest.raises(ValueError, match="copies of w and y take"):
+        plan_for(cv8, algorithm="im2win_nhwc", workspace_limit=1000)
 
 
 def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form(monkeypatch):

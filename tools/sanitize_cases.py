@@ -421,8 +421,9 @@ if HOPPER and runs("tma", "wgmma"):
 elif HOPPER and ONLY == "tf32":
     float32_on_tensor_cores()
 # float32 NHWC on CUDA cores: im2win_ffma.cu (every tile and switch; tails of pixels and
-# filters, padding, stride, groups; NCHW x read in place), wgrad_ffma.cu (every tile, float4 and scalar x loads,
-# one split and several), and window gradients of many channels (backward data, cv12's form).
+# filters, padding, stride, groups; NCHW x read in place), wgrad_ffma.cu (every tile, float4
+# and scalar x loads, one split and several), and window gradients of many channels (backward
+# data, cv12's form).
 if runs("ffma"):
     from im2win.cuda import launch, wgrad_ffma
     from im2win.cuda.tuning import FFMA_TILES

@@ -2082,20 +2082,23 @@ def nhwc_workspace(prob: Problem, y: bool = True, x: bool = True) -> int:
     return elements * prob.dtype.itemsize
 
 
-def nhwc_refusal(prob: Problem, x_strides, workspace_limit: int | None) -> str | None:
+def nhwc_refusal(prob: Problem, x_strides, workspace_limit: int | None,
+                 in_place: bool = False) -> str | None:
     """Why "im2win_nhwc" cannot run `prob` (None: it can): an NCHW problem in float16 or
     bfloat16 (the twin runs on Tensor Cores) or float32 (on im2win_ffma.cu where it takes the
     twin), each of x's channels one evenly strided run of pixels (layout.cu reads H*W as one
-    axis), the copies within `workspace_limit`."""
+    axis), the copies within `workspace_limit` (those of w and y alone where the twin can
+    read x `in_place`)."""
     if prob.layout != "NCHW" or prob.dtype.name not in TENSOR_CORE_DTYPES + ("float32",):
         return "it runs float16, bfloat16 and float32 NCHW problems on their NHWC twin"
     xn, xc, xh, xw = x_strides
     if prob.H > 1 and prob.W > 1 and xh != prob.W * xw:
         return ("it reads each channel of x as one run of pixels, so x's rows must be evenly "
                 "strided (an NCHW array, or a slice of one along N or C)")
-    if workspace_limit is not None and nhwc_workspace(prob) > workspace_limit:
-        return (f"its channels-last copies of x, w and y take {nhwc_workspace(prob)} bytes, "
-                f"more than workspace_limit={workspace_limit}")
+    copies = nhwc_workspace(prob, x=not in_place)
+    if workspace_limit is not None and copies > workspace_limit:
+        return (f"its channels-last copies of {'' if in_place else 'x, '}w and y take "
+                f"{copies} bytes, more than workspace_limit={workspace_limit}")
     return None
 
 
@@ -2107,8 +2110,9 @@ def nhwc_auto_plan(prob: Problem, x_strides, options: Options, workspace_limit: 
     batch 128, docs/hopper.md step 5): the twelve layers' geometric mean went from 0.47x to
     0.84x cuDNN's (cv8 95 -> 202 TFLOPS); the C = 3 layers stay NCHW (their twin gathers
     too). float32, on any device: where the twin runs im2win_ffma.cu and the copies are at
-    most TWIN_BYTES_PER_FLOP bytes a FLOP."""
-    if nhwc_refusal(prob, x_strides, workspace_limit) is not None:
+    most TWIN_BYTES_PER_FLOP bytes a FLOP (x's counted, read in place or not)."""
+    in_place = reads_in_place(nhwc_twin(prob)[0], x_strides, options, None, "float32")
+    if nhwc_refusal(prob, x_strides, workspace_limit, in_place) is not None:
         return None
     if prob.dtype.name == "float32":
         if not options.ffma or nhwc_workspace(prob) > TWIN_BYTES_PER_FLOP * prob.flops:
@@ -2129,12 +2133,16 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
     `precision`: "tf32" and "3xtf32" run NCHW this way only) writes a channels-last y, and
     layout.cu copies that into y. Where the twin runs the wgmma kernel in one work item a tile,
     or splits its reduction (Options.nchw_epilogue: `around`), the epilogue or split-K's sum
-    writes the NCHW y itself (Geometry.y_nchw): no y copy, no transpose."""
-    refusal = nhwc_refusal(prob, x_strides, workspace_limit)
+    writes the NCHW y itself (Geometry.y_nchw): no y copy, no transpose. float32's
+    im2win_ffma.cu reads x in place where that pays (in_place_pays), or where only the copy of x
+    keeps the plan from `workspace_limit`."""
+    twin, strides = nhwc_twin(prob)
+    can = reads_in_place(twin, x_strides, options, tile, precision)
+    refusal = nhwc_refusal(prob, x_strides, workspace_limit, can)
     if refusal:
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
-    twin, strides = nhwc_twin(prob)
-    if x_in_place(twin, x_strides, options, tile, precision):
+    copy_fits = workspace_limit is None or nhwc_workspace(prob) <= workspace_limit
+    if can and (in_place_pays(twin) or not copy_fits):
         inner = ffma_plan(twin, options, x_strides, tile, None if workspace_limit is None else
                           workspace_limit - nhwc_workspace(prob, x=False), sms)
         return around(prob, "im2win_nhwc", inner, options,
@@ -2158,15 +2166,19 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
 X_IN_PLACE_BYTES_PER_FLOP = 0.0025
 
 
-def x_in_place(twin: Problem, x_strides, options: Options, tile: str | None,
-               precision: str) -> bool:
-    """Whether the NHWC twin `twin` reads the NCHW problem's x in place: float32 at FP32
-    precision on im2win_ffma.cu's strided form (ffma_strided), which x's strides and the tile
-    allow (ffma_refusal: with the kernel's own switches on), Options.x_in_place on, where x
-    has X_IN_PLACE_BYTES_PER_FLOP or more bytes a FLOP."""
+def in_place_pays(twin: Problem) -> bool:
+    """Whether reading x in place pays for the NHWC twin `twin` of an NCHW problem: x holds
+    X_IN_PLACE_BYTES_PER_FLOP or more bytes a FLOP."""
     x_bytes = twin.N * twin.C * twin.H * twin.W * twin.dtype.itemsize
+    return x_bytes >= X_IN_PLACE_BYTES_PER_FLOP * twin.flops
+
+
+def reads_in_place(twin: Problem, x_strides, options: Options, tile: str | None,
+                   precision: str) -> bool:
+    """Whether the NHWC twin `twin` can read the NCHW problem's x in place: float32 at FP32
+    precision on im2win_ffma.cu's strided form (ffma_strided), which x's strides and the tile
+    allow (ffma_refusal: with the kernel's own switches on), Options.x_in_place on."""
     return (options.x_in_place and precision == "float32" and ffma_strided(x_strides) and
-            x_bytes >= X_IN_PLACE_BYTES_PER_FLOP * twin.flops and
             (tile is None or tile in FFMA_TILES) and
             ffma_refusal(twin, options, x_strides, False, True, True, tile) is None)
 
