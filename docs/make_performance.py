@@ -333,8 +333,11 @@ layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.
 although cuDNN's Winograd layers (cv5 136, cv10 77, cv11 61 TFLOPS) stay out of it (over the
 other nine layers the NCHW table's geometric mean is 1.13x). The NHWC path's own rates
 against cuDNN's NCHW times would be 0.97x: the rest of the gap to NHWC is the twin's copy of
-x into channels-last memory (cv4 0.50 ms of its 7.18, cv8 0.20 of 5.38, cv9 to cv12
-0.06-0.11), and on cv1 and cv2 the window columns from NCHW x and the NCHW y (0.04-0.06 ms).
+x into channels-last memory (cv8 0.24 ms of its 5.38, cv10 to cv12 0.02-0.04, cv5 and cv6
+0.03; cv4's 0.46 and cv9's 0.07 are gone since x is read in place there, for 4.5% more
+instructions in the main loop, which is why the layers of fewer bytes a FLOP still copy
+it: hopper.md, step 21), and on cv1 and cv2 the window columns from NCHW x and the NCHW y
+(0.04-0.06 ms).
 Below 45 are the stems (cv1 and cv2 26-27 TFLOPS, cv7 22, cv3 29: short or padded reductions)
 and the small maps (cv9 37, cv12 30: the tiles' prologue and epilogue against 576-4608
 products).

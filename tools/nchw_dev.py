@@ -2,16 +2,17 @@
 planned call (`algorithm="auto"`) with `Options.nchw_epilogue` on (the kernel writes the NCHW
 y) and off (a channels-last y transposed into y), on with scalar stores where P*Q is not a
 multiple of 4 (`plan.FFMA_STAGED_NCHW` off: im2win_ffma_to_nchw in place of its staged form),
-and with `Options.x_in_place` off (x copied channels-last, not read in place by the strided
-form); for the stems (C not a multiple of 8) "im2win_columns" the three ways; against cuDNN
+with `Options.x_in_place` off (x copied channels-last, not read in place by the strided
+form) and with x read in place whatever its bytes a FLOP (`plan.X_IN_PLACE_BYTES_PER_FLOP`
+0); for the stems (C not a multiple of 8) "im2win_columns" the three ways; against cuDNN
 FP32 (TF32 off, NCHW).
 
 ``python3 tools/nchw_dev.py [--layers cv1,cv7,...] [--batch 128] [--variants auto,xcopy]
-[--rounds 3]`` (variants: auto, scalar, ytrans, xcopy, columns, columns-scalar, columns-ytrans;
-default all but xcopy; rounds: the variants timed in turn that many times, the median kept):
-each variant checked
-against float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed with
-CUDA events (median, `bench.GPU.time`). Table last (TFLOPS, plan).
+[--rounds 3]`` (variants: auto, scalar, ytrans, xcopy, xplace, columns, columns-scalar,
+columns-ytrans; default all but xcopy and xplace; rounds: the variants timed in turn that many
+times, the median kept): each variant checked against float64 (PyTorch on the GPU, first 2
+images) with y poisoned first, then timed with CUDA events (median, `bench.GPU.time`). Table
+last (TFLOPS, plan).
 """
 
 import argparse
@@ -54,13 +55,14 @@ def main():
                 "auto, scalar": ("auto", Options()),
                 "auto, y transposed": ("auto", Options(nchw_epilogue=False)),
                 "auto, x copied": ("auto", Options(x_in_place=False)),
+                "auto, x in place": ("auto", Options()),
                 "columns": ("im2win_columns", Options()),
                 "columns, scalar": ("im2win_columns", Options()),
                 "columns, y transposed": ("im2win_columns", Options(nchw_epilogue=False))}
-    keys = dict(zip(("auto", "scalar", "ytrans", "xcopy", "columns", "columns-scalar",
-                     "columns-ytrans"), variants))
+    keys = dict(zip(("auto", "scalar", "ytrans", "xcopy", "xplace", "columns",
+                     "columns-scalar", "columns-ytrans"), variants))
     variants = {keys[k]: variants[keys[k]] for k in args.variants.split(",")}
-    rows = []
+    rows, place = [], planning.X_IN_PLACE_BYTES_PER_FLOP
     for name in args.layers.split(","):
         layer = LAYERS[name]
         x_host, w_host = make_inputs(layer, args.batch, "float32", "NCHW")
@@ -74,6 +76,7 @@ def main():
             # ", scalar": im2win_ffma_to_nchw's scalar stores where P*Q % 4 != 0, in place of
             # its staged form (plan.FFMA_STAGED_NCHW off while planned)
             planning.FFMA_STAGED_NCHW = not label.endswith(", scalar")
+            planning.X_IN_PLACE_BYTES_PER_FLOP = 0 if label.endswith("in place") else place
             cuda._calls.clear()
             call = (lambda a=algorithm, o=options:
                     im2win.conv2d(x, w, algorithm=a, options=o, **kw))
@@ -85,6 +88,7 @@ def main():
             times.setdefault(label, []).append(device.time(call))
             cells[label] = (flops / float(np.median(times[label])) / 1e12, err)
             planning.FFMA_STAGED_NCHW = True
+            planning.X_IN_PLACE_BYTES_PER_FLOP = place
             cuda._calls.clear()
             del y
         call, _ = bench.bind(bench.CUDNN, [x], w, "NCHW", layer.kwargs)
