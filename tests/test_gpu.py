@@ -225,14 +225,14 @@ def test_ffma_reads_nchw_views_in_place(rng, in_place):
                                **kwargs)
         assert_close(cupy.asnumpy(out), ref, np.float32, prob.reduction)
         assert cupy.array_equal(x, before)
-    # Without the threshold: where only x's copy would pass the workspace limit.
-    from im2win.cuda.plan import X_IN_PLACE_BYTES_PER_FLOP, nhwc_workspace
+    # Where it would not pay, but only x's copy would pass the workspace limit.
+    from im2win.cuda.plan import nhwc_workspace
     x = base[:, 8:24]
     prob = make_problem(x, w, b, **kwargs)
     limit = nhwc_workspace(prob) - 1
     with pytest.MonkeyPatch.context() as patch:
         from im2win.cuda import plan as planning
-        patch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 10 * X_IN_PLACE_BYTES_PER_FLOP)
+        patch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 1.0)    # no problem reaches it
         assert cuda._plan(prob, x, w, "im2win_nhwc", None, limit).x_in_place
         y = im2win.conv2d(x, w, b, algorithm="im2win_nhwc", workspace_limit=limit, **kwargs)
     ref = reference.conv2d(*(cupy.asnumpy(a).astype(np.float64) for a in (x, w, b)), **kwargs)
