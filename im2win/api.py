@@ -96,9 +96,9 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
             processed in chunks of whole images to respect it), and the most the channels-last
-            copies of "im2win_nhwc", the window columns of "im2win_columns" and the gathered
-            pixels of a strided "gemm" may take ("auto" runs the general kernels past it);
-            None: no limit.
+            copies of "im2win_nhwc" (float32 reads x in place where x's copy would not fit),
+            the window columns of "im2win_columns" and the gathered pixels of a strided
+            "gemm" may take ("auto" runs the general kernels past it); None: no limit.
         precision: float32 inputs only: None or "float32" (IEEE FP32 fused multiply-adds, the
             default), "3xtf32" (Tensor Cores, each operand split into two TF32 parts and
             three products accumulated in FP32: FP32-accurate) or "tf32" (one TF32 product:
