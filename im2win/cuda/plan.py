@@ -524,7 +524,7 @@ def ffma_refusal(prob: Problem, options: Options, x_strides, x_aligned: bool, w_
     if not ffma_strided(x_strides) and (xc != 1 or xn % 4 or xh % 4 or xw % 4 or
                                         not x_aligned):
         return ("x needs contiguous channels, strides that are multiples of 4 elements and "
-                "16-byte alignment, or contiguous rows")
+                "16-byte alignment, or its channels apart with each row's pixels contiguous")
     if ffma_strided(x_strides) and not (options.double_buffer and options.conflict_free):
         # (the ablation's variants of the kernel read x with contiguous channels only, so
         # `specializations` compiles the strided form fully on alone)
