@@ -330,9 +330,9 @@ tensor, so the fused mode is the default.
 What issue 11's float32 NCHW target (1.0x) asks, against this run's cuDNN NCHW column: every
 layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.21x, at 50
 (cuBLAS's SGEMM on these GEMMs) 1.35x, so the target is not out of a direct method's reach
-although cuDNN's Winograd layers (cv5 136, cv10 77, cv11 61 TFLOPS) stay out of it (over the
-other nine layers the NCHW table's geometric mean is 1.13x). The NHWC path's own rates
-against cuDNN's NCHW times would be 0.97x: the rest of the gap to NHWC is the twin's copy of
+although cuDNN's Winograd layers (cv5 139, cv10 78, cv11 64 TFLOPS) stay out of it (over the
+other nine layers the NCHW table's geometric mean is 1.16x). The NHWC path's own rates
+against cuDNN's NCHW times would be 0.96x: the rest of the gap to NHWC is the twin's copy of
 x into channels-last memory (cv8 0.24 ms of its 5.38, cv10 to cv12 0.02-0.04, cv5 and cv6
 0.03; cv4's 0.46 and cv9's 0.07 are gone since x is read in place there, for 4.5% more
 instructions in the main loop, which is why the layers of fewer bytes a FLOP still copy
