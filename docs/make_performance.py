@@ -329,7 +329,7 @@ tensor, so the fused mode is the default.
 
 What issue 11's float32 NCHW target (1.0x) asks, against this run's cuDNN NCHW column: every
 layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.21x, at 50
-(cuBLAS's SGEMM on these GEMMs) 1.35x, so the target is not out of a direct method's reach
+(cuBLAS's SGEMM on these GEMMs) 1.34x, so the target is not out of a direct method's reach
 although cuDNN's Winograd layers (cv5 139, cv10 78, cv11 64 TFLOPS) stay out of it (over the
 other nine layers the NCHW table's geometric mean is 1.16x). The NHWC path's own rates
 against cuDNN's NCHW times would be 0.96x: the rest of the gap to NHWC is the twin's copy of
@@ -338,8 +338,8 @@ x into channels-last memory (cv8 0.24 ms of its 5.38, cv10 to cv12 0.02-0.04, cv
 instructions in the main loop, which is why the layers of fewer bytes a FLOP still copy
 it: hopper.md, step 21), and on cv1 and cv2 the window columns from NCHW x and the NCHW y
 (0.04-0.06 ms).
-Below 45 are the stems (cv1 and cv2 26-27 TFLOPS, cv7 22, cv3 29: short or padded reductions)
-and the small maps (cv9 37, cv12 30: the tiles' prologue and epilogue against 576-4608
+Below 45 are the stems (cv1 and cv2 26-27 TFLOPS, cv7 23, cv3 29: short or padded reductions)
+and the small maps (cv9 38, cv12 31: the tiles' prologue and epilogue against 576-4608
 products).
 
 float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
