@@ -15,7 +15,7 @@ from im2win.cuda import TILES, Options
 from im2win.cuda.plan import (CUDA_TYPES, GEOMETRY_64BIT, KERNEL_DIR, DepthwiseTile, Geometry,
                               depthwise_tile, geometry, graph_plan, make_plan, reduction_taps,
                               reduction_tables, specializations, window_bytes)
-from im2win.cuda.tuning import NO_MICRO_KERNEL, WGMMA_TILES, choose_tile
+from im2win.cuda.tuning import FFMA_TILES, NO_MICRO_KERNEL, WGMMA_TILES, choose_tile
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
 
@@ -1115,6 +1115,23 @@ def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form(monkeypatch
         assert copied.algorithm == "im2win_nhwc" and not copied.x_in_place
         assert copied.workspace_bytes >= nhwc_workspace(cv9, y=False)
     assert plan_for(cv9, options=Options(x_in_place=False)).inner.kernel.endswith(", false>")
+    # Tiles whose strided x stores would conflict (a warp over two quads) copy x.
+    from im2win.cuda.plan import strided_tile
+    assert {name for name, tile in FFMA_TILES.items() if not strided_tile(tile)} == \
+        {"f64x64", "f96x128"}
+    k96 = problem((32, 64, 56, 56), (96, 64, 3, 3), padding=1, stride=2)     # pays
+    assert plan_for(k96).inner.tile.name == "f96x128" and not plan_for(k96).x_in_place
+    k96c24 = problem((32, 24, 56, 56), (96, 24, 3, 3), padding=1, stride=2)
+    assert plan_for(k96c24).inner.tile.name == "f96x128k8" and plan_for(k96c24).x_in_place
+    assert not plan_for(cv9, algorithm="im2win_nhwc", tile="f64x64").x_in_place
+    # Rows not evenly strided (x sliced along W): no copy can read them, the twin reads x.
+    narrow = (64 * 56 * 60, 56 * 60, 60, 1)
+    cut = make_plan(cv8, x_strides=narrow, w_aligned=True, algorithm="im2win_nhwc")
+    assert cut.x_in_place and not plan_for(cv8).x_in_place
+    assert make_plan(cv8, x_strides=narrow, w_aligned=True).algorithm == "im2win_nhwc"
+    with pytest.raises(ValueError, match="evenly strided"):
+        make_plan(cv8, x_strides=narrow, w_aligned=True, algorithm="im2win_nhwc",
+                  options=Options(x_in_place=False))
     monkeypatch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 0)
     small = problem((8, 512, 7, 7), (512, 512, 3, 3), padding=1)     # split-K's partial sums
     split = plan_for(small)
@@ -1126,8 +1143,9 @@ def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form(monkeypatch
     view = make_plan(nhwc, x_strides=(64 * 56 * 56, 56 * 56, 56, 1), w_aligned=True,
                      x_aligned=False)
     assert view.file == "im2win_ffma" and view.kernel.endswith(", true>")
-    assert make_plan(nhwc, x_strides=(64 * 56 * 56, 56 * 56, 56, 1), w_aligned=True,
-                     options=Options(conflict_free=False)).file == "im2win_conv"
+    for off in (Options(conflict_free=False), Options(x_in_place=False)):
+        assert make_plan(nhwc, x_strides=(64 * 56 * 56, 56 * 56, 56, 1), w_aligned=True,
+                         options=off).file == "im2win_conv"
 
 
 def test_tma_problems_with_few_tiles_split_long_reductions(monkeypatch):

@@ -48,7 +48,7 @@ FORMS = [(name, True, True, 0, False) for name in FFMA_TILES] + [
     ("f96x128", False, True, 0, False), ("f96x128", True, False, 0, False),
     ("f96x128k8", False, False, 0, False), ("f96x128", True, True, 1, False),
     ("f96x128k8", True, True, 2, False),
-    ("f64x128", True, True, 1, True), ("f96x128", True, True, 1, True),
+    ("f64x128", True, True, 1, True), ("f128x64", True, True, 1, True),
     ("f96x128k8", True, True, 2, True), ("f64x64k8", True, True, 0, True),
     ("f128x128", True, True, 0, True)]
 

@@ -460,10 +460,11 @@ if runs("ffma"):
     # x read in place (kStridedX, Plan.x_in_place) from channels 2-17 of a 20-channel x, every
     # tile (the loops above read whole NCHW arrays in place under the full set)
     big = cupy.asarray(rng.uniform(-1, 1, (2, 20, 9, 7)).astype(np.float32))
-    prob = checked_problem(big[:, 2:18], w, b, layout="NCHW", padding=1)[0]
-    assert cuda._plan(prob, big[:, 2:18], w, "im2win_nhwc", None, None).x_in_place
+    w40, b40 = w[:40].copy(), b[:40].copy()          # 40 filters: tiles of 64 rows
+    prob = checked_problem(big[:, 2:18], w40, b40, layout="NCHW", padding=1)[0]
+    assert cuda._plan(prob, big[:, 2:18], w40, "im2win_nhwc", None, None).x_in_place
     for tile in FFMA_TILES:
-        cuda.conv2d(prob, big[:, 2:18], w, b, algorithm="im2win_nhwc", tile=tile)
+        cuda.conv2d(prob, big[:, 2:18], w40, b40, algorithm="im2win_nhwc", tile=tile)
     # Split-K forced (the planner splits a GFLOP or more): 9 slices of 16 in 2, 4 and 8 ranges
     # (odd first slices, empty last ranges), partial sums and split_reduce, bias and tails;
     # NCHW on the NHWC twin (transpose_narrow's filter, split_reduce_nchw's y).

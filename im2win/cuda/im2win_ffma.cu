@@ -36,7 +36,9 @@
 // contiguous, as an NCHW x lies: the NCHW problem's NHWC twin reads its x in place, with no
 // channels-last copy. A pixel's part of a slice is then BK scalar loads, sc apart, and a warp's
 // lanes take consecutive pixels, so each load instruction reads a run of one channel's row;
-// the same predicate per pixel and slice, the same shared-memory tile (docs/hopper.md, step 21).
+// the same predicate per pixel and slice, the same shared-memory tile (docs/hopper.md, step 21),
+// its stores free of bank conflicts where a load pass covers a multiple of 32 pixels (a warp
+// then stores one quad; plan.strided_tile keeps the others off this form).
 //
 // Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC (or kStridedX), fused, C/G % BK == 0,
 // x 16-byte aligned with element strides (n, h, w) multiples of 4 and channels contiguous (or

@@ -525,10 +525,16 @@ def ffma_refusal(prob: Problem, options: Options, x_strides, x_aligned: bool, w_
                                         not x_aligned):
         return ("x needs contiguous channels, strides that are multiples of 4 elements and "
                 "16-byte alignment, or its channels apart with each row's pixels contiguous")
-    if ffma_strided(x_strides) and not (options.double_buffer and options.conflict_free):
-        # (the ablation's variants of the kernel read x with contiguous channels only, so
-        # `specializations` compiles the strided form fully on alone)
-        return "its form for x's channels apart runs with double_buffer and conflict_free on"
+    if ffma_strided(x_strides):
+        if not (options.x_in_place and options.double_buffer and options.conflict_free):
+            # (the ablation's variants of the kernel read x with contiguous channels only, so
+            # `specializations` compiles the strided form fully on alone)
+            return ("its form for x's channels apart runs with x_in_place, double_buffer and "
+                    "conflict_free on")
+        chosen = FFMA_TILES[tile or choose_ffma_tile(prob.Cg, prob.Kg)]
+        if not strided_tile(chosen):
+            return (f"its form for x's channels apart would store tile {chosen.name}'s x "
+                    f"with bank conflicts")
     if not w_aligned:
         return "w needs 16-byte alignment"
     if tap_reach > INT32_MAX:
@@ -541,6 +547,14 @@ def ffma_strided(x_strides) -> bool:
     row's pixels contiguous (an NCHW x, or a channels-last view of one)."""
     xn, xc, xh, xw = x_strides
     return xc != 1 and xw == 1
+
+
+def strided_tile(tile: Tile) -> bool:
+    """Whether the strided form's x stores are free of bank conflicts on `tile`: a warp's
+    lanes take consecutive pixels of one quad only where the pixels a load pass covers (its
+    threads over BK/4) are a multiple of 32; where a warp spans two quads (64 x 64: 16 pixels
+    a pass; 96 x 128 x 16: 48) both halves write the same 16 banks."""
+    return tile.BM * tile.BN // 64 // (tile.BK // 4) % 32 == 0
 
 
 def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int = 0,
@@ -2087,12 +2101,12 @@ def nhwc_refusal(prob: Problem, x_strides, workspace_limit: int | None,
     """Why "im2win_nhwc" cannot run `prob` (None: it can): an NCHW problem in float16 or
     bfloat16 (the twin runs on Tensor Cores) or float32 (on im2win_ffma.cu where it takes the
     twin), each of x's channels one evenly strided run of pixels (layout.cu reads H*W as one
-    axis), the copies within `workspace_limit` (those of w and y alone where the twin can
-    read x `in_place`)."""
+    axis), the copies within `workspace_limit` (where the twin can read x `in_place`: any
+    strides, and the copies of w and y alone)."""
     if prob.layout != "NCHW" or prob.dtype.name not in TENSOR_CORE_DTYPES + ("float32",):
         return "it runs float16, bfloat16 and float32 NCHW problems on their NHWC twin"
     xn, xc, xh, xw = x_strides
-    if prob.H > 1 and prob.W > 1 and xh != prob.W * xw:
+    if not in_place and prob.H > 1 and prob.W > 1 and xh != prob.W * xw:
         return ("it reads each channel of x as one run of pixels, so x's rows must be evenly "
                 "strided (an NCHW array, or a slice of one along N or C)")
     copies = nhwc_workspace(prob, x=not in_place)
@@ -2134,15 +2148,15 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
     layout.cu copies that into y. Where the twin runs the wgmma kernel in one work item a tile,
     or splits its reduction (Options.nchw_epilogue: `around`), the epilogue or split-K's sum
     writes the NCHW y itself (Geometry.y_nchw): no y copy, no transpose. float32's
-    im2win_ffma.cu reads x in place where that pays (in_place_pays), or where only the copy of x
-    keeps the plan from `workspace_limit`."""
+    im2win_ffma.cu reads x in place where that pays (in_place_pays), or where x's copy cannot
+    run (past `workspace_limit`, or x's rows not evenly strided)."""
     twin, strides = nhwc_twin(prob)
     can = reads_in_place(twin, x_strides, options, tile, precision)
     refusal = nhwc_refusal(prob, x_strides, workspace_limit, can)
     if refusal:
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
-    copy_fits = workspace_limit is None or nhwc_workspace(prob) <= workspace_limit
-    if can and (in_place_pays(twin) or not copy_fits):
+    copies = nhwc_refusal(prob, x_strides, workspace_limit) is None    # x's copy can run
+    if can and (in_place_pays(twin) or not copies):
         inner = ffma_plan(twin, options, x_strides, tile, None if workspace_limit is None else
                           workspace_limit - nhwc_workspace(prob, x=False), sms)
         return around(prob, "im2win_nhwc", inner, options,
@@ -2787,11 +2801,12 @@ def specializations() -> list[tuple[str, str]]:
             for nchw_y in (0, 1, 2):
                 out.add(("im2win_ffma", ffma_kernel_name(tile, Options.ablations()[name],
                                                          nchw_y=nchw_y)))
-        for nchw_y in (0, 1, 2):               # x read in place (kStridedX), fully on
-            out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,
-                                                     strided=True)))
-        for splits in SPLITS:                  # split-K, fully on, either x
-            for strided in (False, True):
+        for strided in (False, True) if strided_tile(tile) else (False,):
+            if strided:                        # x read in place (kStridedX), fully on
+                out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,
+                                                            strided=True))
+                           for nchw_y in (0, 1, 2))
+            for splits in SPLITS:              # split-K, fully on, either x
                 out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), splits,
                                                          strided=strided)))
     out.add(("im2win_ffma", "split_reduce<float>"))
