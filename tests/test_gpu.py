@@ -205,7 +205,8 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng, in_place):
 
 def test_ffma_reads_nchw_views_in_place(rng, in_place):
     """The strided form (kStridedX) on views: an NCHW x sliced along C (channel runs of a
-    larger array), along N at a step, starting 4 bytes past 16, and an NHWC problem on the
+    larger array), along N at a step, starting 4 bytes past 16, along W (rows not evenly
+    strided, which no copy reads), and an NHWC problem on the
     channels-last view of an NCHW array, each into a NaN-poisoned out, against the float64
     reference; x is not written."""
     from im2win import cuda
@@ -216,7 +217,7 @@ def test_ffma_reads_nchw_views_in_place(rng, in_place):
     shifted = flat[1:].reshape(2, 16, 13, 11)
     assert shifted.data.ptr % 16 == 4
     kwargs = dict(padding=(1, 2), stride=(1, 2))
-    for x in (base[:, 8:24], base[::2, 3:19, :, :], shifted):
+    for x in (base[:, 8:24], base[::2, 3:19, :, :], shifted, base[:, 8:24, :, 1:10]):
         before = x.copy()
         prob = make_problem(x, w, b, **kwargs)
         plan = cuda._plan(prob, x, w, "im2win_nhwc", None, None)

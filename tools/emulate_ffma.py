@@ -3,7 +3,8 @@ tools/emulate_rows.py (a block's threads as OS threads, __syncthreads a barrier,
 arrays static, so the threads of the block running share them), every tile of
 tuning.FFMA_TILES (the 96-filter ones also with each switch off alone, and writing an NCHW
 y in both forms; and the strided form, kStridedX, reading x from an NCHW array with two
-channels more than the problem's, as the NCHW twin reads x in place) on float32 NHWC problems
+channels and three columns more than the problem's, NaN there, as the NCHW twin reads x in
+place) on float32 NHWC problems
 with tails of pixels and filters, padding, stride and groups, each launched on the grid
 tools/ffma_dev.py gives it (blocks one after another).
 Each result is checked against the float64 reference with y poisoned (NaN) first: an output
@@ -131,13 +132,13 @@ def run(case: int, form: int, workdir: Path, rng) -> int:
     n, h, wd, c = (s // 4 for s in x.strides)
     geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
     x_in = x
-    if strided:                      # x[:, :, :, c] at x_in[n, c + 1, h, w]: NCHW, 2 more
-        N, H, W, C = x.shape
-        x_in = np.full((N, C + 2, H, W), np.nan, np.float32)
-        x_in[:, 1:C + 1] = x.transpose(0, 3, 1, 2)
+    if strided:                      # x[n, h, w, c] at x_in[n, c + 1, h, w + 2]: NCHW rows
+        N, H, W, C = x.shape         # of W + 3, two channels more
+        x_in = np.full((N, C + 2, H, W + 3), np.nan, np.float32)
+        x_in[:, 1:C + 1, :, 2:W + 2] = x.transpose(0, 3, 1, 2)
         n, c, h, wd = (s // 4 for s in x_in.strides)
         geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
-        geo = geo._replace(base0=geo.base0 + c)
+        geo = geo._replace(base0=geo.base0 + c + 2)
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
                            layout="NHWC", **kwargs)
     if nchw_y:
