@@ -206,9 +206,8 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng, in_place):
 def test_ffma_reads_nchw_views_in_place(rng, in_place):
     """The strided form (kStridedX) on views: an NCHW x sliced along C (channel runs of a
     larger array), along N at a step, starting 4 bytes past 16, along W (rows not evenly
-    strided, which no copy reads), and an NHWC problem on the
-    channels-last view of an NCHW array, each into a NaN-poisoned out, against the float64
-    reference; x is not written."""
+    strided, which no copy reads), and an NHWC problem on the channels-last view of an NCHW
+    array, each into a NaN-poisoned out, against the float64 reference; x is not written."""
     from im2win import cuda
     base = cupy.asarray(rng.standard_normal((6, 40, 13, 11)).astype(np.float32))
     w = cupy.asarray(rng.standard_normal((36, 16, 3, 3)).astype(np.float32))
