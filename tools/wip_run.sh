@@ -14,7 +14,9 @@
 #                                    # kernel, host; the filter's copy by transpose_taps and by
 #                                    # transpose_narrow), gemm32 (resnet50's float32 1x1 layers
 #                                    # on cuBLAS with CUBLAS_COMPUTE_32F beside the planned
-#                                    # pedantic type); those
+#                                    # pedantic type), strided (strided-swizzle: the
+#                                    # float32 NCHW twin in place, copied and in place
+#                                    # whatever its bytes a FLOP, on cv4, cv9, cv8); those
 #                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
 #                                    # sanitize_cases.py's MODES (depthwise ffma), within 540 s
@@ -24,8 +26,8 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES=""      # docs/wip/README.md: the nineteenth session's were landed or dropped (its time
-# steps: spread needs ffma-spread-stores, the rest run on the tree as it is)
+PATCHES="strided-swizzle"   # docs/wip/README.md, twenty-third session (the time steps but
+# strided run on the tree as it is; spread needed the dropped ffma-spread-stores)
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -59,7 +61,7 @@ if [[ $step == test ]]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == time ]]; then
-  only=" ${2:-spread vec7 rv2 v26 twin32 gemm32} "
+  only=" ${2:-strided vec7 rv2 v26 twin32 gemm32} "
   run() {                          # NAME, then the tool and its arguments: within 540 s a call
     local name=$1 left=$((540 - (SECONDS - start))); shift
     [[ $only == *" $name "* ]] || return 0
@@ -85,6 +87,7 @@ if [[ $step == time ]]; then
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
   run twin32 tools/twin_dev.py --dtype float32 --layers cv4,cv5,cv6,cv8,cv9,cv10,cv11,cv12
   run gemm32 tools/suite_profile.py float32 NCHW 1x1 --network resnet50 --compute32f
+  run strided tools/nchw_dev.py --layers cv4,cv9,cv8 --variants auto,xcopy,xplace --rounds 3
 fi
 if [[ $step == sanitize ]]; then
   for mode in ${2:-depthwise ffma}; do
