@@ -82,8 +82,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             (plan.graph_plan: only GPU time is replayed there).
             "im2win_nhwc": a float16, bfloat16 or float32 NCHW problem run on its NHWC twin
             (x, w and y copied through channels-last workspace; the kernel writes the NCHW y
-            itself where it can, and float32's im2win_ffma.cu reads x in place where x holds
-            plan.X_IN_PLACE_BYTES_PER_FLOP or more bytes a FLOP); "auto" takes it on Hopper
+            itself where it can, and float32's im2win_ffma.cu reads x in place wherever its
+            strided form runs: no copy of x); "auto" takes it on Hopper
             where the twin runs the wgmma kernel, and for float32 where it runs im2win_ffma.cu
             and the copies are small against the work (plan.TWIN_BYTES_PER_FLOP).
             "im2win_columns": a float16, bfloat16 or float32 stem (one group, S*C at most 64)
@@ -96,7 +96,7 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
             processed in chunks of whole images to respect it), and the most the channels-last
-            copies of "im2win_nhwc" (float32 reads x in place where x's copy would not fit),
+            copies of "im2win_nhwc" (float32 on im2win_ffma.cu reads x in place),
             the window columns of "im2win_columns" and the gathered pixels of a strided
             "gemm" may take ("auto" runs the general kernels past it); None: no limit.
         precision: float32 inputs only: None or "float32" (IEEE FP32 fused multiply-adds, the

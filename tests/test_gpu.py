@@ -130,7 +130,6 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
     from im2win import cuda
     from im2win.cuda import launch, plan as planning
     monkeypatch.setattr(planning, "ffma_split_count", lambda *args, **kw: splits)
-    monkeypatch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 0)      # NCHW: x in place
     algorithm = "im2win_nhwc" if layout == "NCHW" else "auto"
     cuda._calls.clear()                                # plans remembered with other counts
     launch._executables.clear()
@@ -154,12 +153,11 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
 
 
 @pytest.fixture
-def in_place(monkeypatch):
-    """Every float32 NCHW twin on im2win_ffma.cu reads x in place (the strided form) while
-    the test runs: plan.X_IN_PLACE_BYTES_PER_FLOP 0, the plans remembered before forgotten."""
+def in_place():
+    """The plans remembered before the test forgotten (the float32 NCHW twins on
+    im2win_ffma.cu read x in place, the strided form)."""
     from im2win import cuda
-    from im2win.cuda import launch, plan as planning
-    monkeypatch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 0)
+    from im2win.cuda import launch
     cuda._calls.clear()
     launch._executables.clear()
     yield
@@ -227,16 +225,13 @@ def test_ffma_reads_nchw_views_in_place(rng, in_place):
                                **kwargs)
         assert_close(cupy.asnumpy(out), ref, np.float32, prob.reduction)
         assert cupy.array_equal(x, before)
-    # Where it would not pay, but only x's copy would pass the workspace limit.
+    # Under a workspace limit that x's copy would pass.
     from im2win.cuda.plan import nhwc_workspace
     x = base[:, 8:24]
     prob = make_problem(x, w, b, **kwargs)
     limit = nhwc_workspace(prob) - 1
-    with pytest.MonkeyPatch.context() as patch:
-        from im2win.cuda import plan as planning
-        patch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 1.0)    # no problem reaches it
-        assert cuda._plan(prob, x, w, "im2win_nhwc", None, limit).x_in_place
-        y = im2win.conv2d(x, w, b, algorithm="im2win_nhwc", workspace_limit=limit, **kwargs)
+    assert cuda._plan(prob, x, w, "im2win_nhwc", None, limit).x_in_place
+    y = im2win.conv2d(x, w, b, algorithm="im2win_nhwc", workspace_limit=limit, **kwargs)
     ref = reference.conv2d(*(cupy.asnumpy(a).astype(np.float64) for a in (x, w, b)), **kwargs)
     assert_close(cupy.asnumpy(y), ref, np.float32, prob.reduction)
     view = base[:, 8:24].transpose(0, 2, 3, 1)                    # NHWC, channels apart

@@ -1075,9 +1075,9 @@ def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel
                         groups=2)                                           # copies outweigh it
     assert nhwc_workspace(pointwise) > TWIN_BYTES_PER_FLOP * pointwise.flops
     assert plan_for(pointwise).algorithm == "im2win_fused"
-    # Where x's copy alone keeps it from a workspace limit, the twin reads x in place.
+    # The twin reads x in place: x's copy does not count against a workspace limit.
     tight = plan_for(cv8, workspace_limit=nhwc_workspace(cv8) - 1)
-    assert tight.algorithm == "im2win_nhwc" and tight.x_in_place and not plan_for(cv8).x_in_place
+    assert tight.algorithm == "im2win_nhwc" and tight.x_in_place and plan_for(cv8).x_in_place
     assert tight.workspace_bytes <= nhwc_workspace(cv8) - 1
     assert plan_for(cv8, workspace_limit=nhwc_workspace(cv8, x=False) - 1).algorithm == \
         "im2win_fused"
@@ -1087,17 +1087,15 @@ def test_float32_nchw_runs_on_its_nhwc_twin_where_the_twin_takes_the_ffma_kernel
         plan_for(cv8, algorithm="im2win_nhwc", workspace_limit=1000)
 
 
-def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form(monkeypatch):
-    """The twin's im2win_ffma.cu reads the NCHW x itself (kStridedX, Plan.x_in_place) where
-    x has X_IN_PLACE_BYTES_PER_FLOP or more bytes a FLOP: its Geometry on x's own strides, no
-    channels-last x in the workspace; the forms and options it does not cover, and layers of
-    fewer bytes a FLOP, copy x as before."""
-    from im2win.cuda import plan as planning
-    from im2win.cuda.plan import X_IN_PLACE_BYTES_PER_FLOP, nhwc_workspace
-    cv9 = problem((32, 64, 56, 56), (64, 64, 3, 3), padding=1)      # 4 / (2 * 64 * 9) B/FLOP
-    cv8 = problem((32, 64, 56, 56), (128, 64, 3, 3), padding=1)     # half that
-    assert 4 / (2 * 128 * 9) < X_IN_PLACE_BYTES_PER_FLOP <= 4 / (2 * 64 * 9)
-    assert not plan_for(cv8).x_in_place and plan_for(cv8).algorithm == "im2win_nhwc"
+def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form():
+    """The twin's im2win_ffma.cu reads the NCHW x itself (kStridedX, Plan.x_in_place)
+    wherever its strided form runs: its Geometry on x's own strides, no channels-last x in
+    the workspace; the forms, tiles and options it does not cover copy x as before."""
+    from im2win.cuda.plan import nhwc_workspace
+    cv9 = problem((32, 64, 56, 56), (64, 64, 3, 3), padding=1)
+    cv8 = problem((32, 64, 56, 56), (128, 64, 3, 3), padding=1)
+    assert plan_for(cv8).x_in_place and plan_for(cv8).algorithm == "im2win_nhwc"
+    assert plan_for(cv8).workspace_bytes == nhwc_workspace(cv8, y=False, x=False)
     plan = plan_for(cv9)
     assert plan.algorithm == "im2win_nhwc" and plan.x_in_place
     assert plan.inner.kernel == "im2win_ffma_to_nchw<64, 128, 16, true, true, false, true>"
@@ -1127,12 +1125,11 @@ def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form(monkeypatch
     # Rows not evenly strided (x sliced along W): no copy can read them, the twin reads x.
     narrow = (64 * 56 * 60, 56 * 60, 60, 1)
     cut = make_plan(cv8, x_strides=narrow, w_aligned=True, algorithm="im2win_nhwc")
-    assert cut.x_in_place and not plan_for(cv8).x_in_place
+    assert cut.x_in_place
     assert make_plan(cv8, x_strides=narrow, w_aligned=True).algorithm == "im2win_nhwc"
     with pytest.raises(ValueError, match="evenly strided"):
         make_plan(cv8, x_strides=narrow, w_aligned=True, algorithm="im2win_nhwc",
                   options=Options(x_in_place=False))
-    monkeypatch.setattr(planning, "X_IN_PLACE_BYTES_PER_FLOP", 0)
     small = problem((8, 512, 7, 7), (512, 512, 3, 3), padding=1)     # split-K's partial sums
     split = plan_for(small)
     assert split.x_in_place and split.inner.splits > 1 and \

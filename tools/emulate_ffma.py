@@ -31,7 +31,7 @@ from im2win.problem import make_problem
 from im2win.testing import allowed_error
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from emulate_rows import SHIM, emulate, report  # noqa: E402
+from emulate_rows import SHIM, cp_async_emulated, emulate, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,11 +65,12 @@ inline float add(float a, float b) { return std::fma(a, 1.f, b); }
 
 MAIN = r"""
 int main(int argc, char** argv) {
-  // argv: form gx gy gz threads, then files geometry x w bias y
+  // argv: form gx gy gz threads late, then files geometry x w bias y
   int a = 1;
   const int form = atoi(argv[a++]);
   gridDim.x = atoi(argv[a++]); gridDim.y = atoi(argv[a++]); gridDim.z = atoi(argv[a++]);
   blockDim.x = atoi(argv[a++]);
+  LATE = atoi(argv[a++]);
   auto load = [](const char* path) {
     FILE* f = fopen(path, "rb"); fseek(f, 0, SEEK_END); const long n = ftell(f);
     std::vector<unsigned char> v(n); fseek(f, 0, SEEK_SET);
@@ -110,6 +111,7 @@ def source() -> str:
     ffma = (ROOT / "im2win" / "cuda" / "im2win_ffma.cu").read_text()
     outer = common[common.index("template <bool kBlocks = false>"):]
     struct = gemm[gemm.index("struct Geometry {"):gemm.index("struct Pixel {")]
+    ffma = cp_async_emulated(ffma)
     for text in (outer, struct, ffma):
         assert "asm" not in text, "an asm statement the emulation does not know"
     dispatch = "\n".join(f"            case {i}: {kernel_name(*form)}(x, w, bias, y, nullptr, "
@@ -117,7 +119,7 @@ def source() -> str:
     return SHIM + EXTRA + struct + outer + ffma + MAIN.replace("DISPATCH", dispatch)
 
 
-def run(case: int, form: int, workdir: Path, rng) -> int:
+def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
     x_shape, w_shape, kwargs = PROBLEMS[case]
     tile, double, swizzle, nchw_y, strided = FORMS[form]
     t = FFMA_TILES[tile]
@@ -144,12 +146,12 @@ def run(case: int, form: int, workdir: Path, rng) -> int:
     if nchw_y:
         ref = ref.transpose(0, 3, 1, 2)
     grid = (-(-geo.npix // t.BN), -(-prob.Kg // t.BM), prob.G)
-    args = [form, *grid, t.BM * t.BN // 64]
+    args = [form, *grid, t.BM * t.BN // 64, int(late)]
     err = emulate(workdir, "ffma", source, args,
                   [np.array([tuple(geo)], GEOMETRY), x_in, w, b,
                    np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
     label = (f"{kernel_name(tile, double, swizzle, nchw_y, strided)} x {x_shape} w {w_shape} "
-             f"{kwargs} grid {grid}")
+             f"{kwargs} grid {grid}{' (copies late)' if late else ''}")
     return report(label, err, allowed_error(np.float32, prob.reduction))
 
 
@@ -161,6 +163,8 @@ def main(argv=None) -> int:
         for form in range(len(FORMS)):
             for case in range(len(PROBLEMS)):
                 failures += run(case, form, Path(tmp), rng)
+                if FORMS[form][4]:     # the strided form's cp.async copies landing at the wait
+                    failures += run(case, form, Path(tmp), rng, late=True)
     print("all correct" if not failures else f"{failures} WRONG")
     return 1 if failures else 0
 

@@ -3,16 +3,18 @@ planned call (`algorithm="auto"`) with `Options.nchw_epilogue` on (the kernel wr
 y) and off (a channels-last y transposed into y), on with scalar stores where P*Q is not a
 multiple of 4 (`plan.FFMA_STAGED_NCHW` off: im2win_ffma_to_nchw in place of its staged form),
 with `Options.x_in_place` off (x copied channels-last, not read in place by the strided
-form) and with x read in place whatever its bytes a FLOP (`plan.X_IN_PLACE_BYTES_PER_FLOP`
-0); for the stems (C not a multiple of 8) "im2win_columns" the three ways; against cuDNN
-FP32 (TF32 off, NCHW).
+form) and with im2win_ffma's kernels from a copy of the file (xplace-base); for the stems (C
+not a multiple of 8) "im2win_columns" the three ways; against cuDNN FP32 (TF32 off, NCHW).
 
 ``python3 tools/nchw_dev.py [--layers cv1,cv7,...] [--batch 128] [--variants auto,xcopy]
-[--rounds 3]`` (variants: auto, scalar, ytrans, xcopy, xplace, columns, columns-scalar,
-columns-ytrans; default all but xcopy and xplace; rounds: the variants timed in turn that many
-times, the median kept): each variant checked against float64 (PyTorch on the GPU, first 2
-images) with y poisoned first, then timed with CUDA events (median, `bench.GPU.time`). Table
-last (TFLOPS, plan).
+[--rounds 3] [--base FILE]`` (variants: auto, scalar, ytrans, xcopy, xplace-base, columns,
+columns-scalar, columns-ytrans; default all but xcopy and xplace-base; rounds: the variants
+timed in turn that many times, the median kept; xplace-base: "auto" with im2win_ffma's kernels
+from FILE.cu, a copy of im2win_ffma.cu in im2win/cuda, e.g. `git show
+HEAD:im2win/cuda/im2win_ffma.cu > im2win/cuda/im2win_ffma__head.cu` with --base
+im2win_ffma__head, timed against the tree's): each variant checked against float64 (PyTorch
+on the GPU, first 2 images) with y poisoned first, then timed with CUDA events (median,
+`bench.GPU.time`). Table last (TFLOPS, plan).
 """
 
 import argparse
@@ -25,7 +27,7 @@ import im2win
 from im2win import bench
 from im2win.bench import GPU, make_inputs
 from im2win import cuda
-from im2win.cuda import plan as planning
+from im2win.cuda import launch, plan as planning
 from im2win.cuda.tuning import Options
 from im2win.layers import LAYERS
 
@@ -47,6 +49,7 @@ def main():
     ap.add_argument("--variants", default="auto,scalar,ytrans,columns,columns-scalar,"
                                           "columns-ytrans")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--base", default="im2win_ffma__head")
     args = ap.parse_args()
     device = GPU()
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
@@ -55,14 +58,14 @@ def main():
                 "auto, scalar": ("auto", Options()),
                 "auto, y transposed": ("auto", Options(nchw_epilogue=False)),
                 "auto, x copied": ("auto", Options(x_in_place=False)),
-                "auto, x in place": ("auto", Options()),
+                f"auto ({args.base})": ("auto", Options()),
                 "columns": ("im2win_columns", Options()),
                 "columns, scalar": ("im2win_columns", Options()),
                 "columns, y transposed": ("im2win_columns", Options(nchw_epilogue=False))}
-    keys = dict(zip(("auto", "scalar", "ytrans", "xcopy", "xplace", "columns",
+    keys = dict(zip(("auto", "scalar", "ytrans", "xcopy", "xplace-base", "columns",
                      "columns-scalar", "columns-ytrans"), variants))
     variants = {keys[k]: variants[keys[k]] for k in args.variants.split(",")}
-    rows, place = [], planning.X_IN_PLACE_BYTES_PER_FLOP
+    rows, kernel = [], launch.kernel
     for name in args.layers.split(","):
         layer = LAYERS[name]
         x_host, w_host = make_inputs(layer, args.batch, "float32", "NCHW")
@@ -76,7 +79,9 @@ def main():
             # ", scalar": im2win_ffma_to_nchw's scalar stores where P*Q % 4 != 0, in place of
             # its staged form (plan.FFMA_STAGED_NCHW off while planned)
             planning.FFMA_STAGED_NCHW = not label.endswith(", scalar")
-            planning.X_IN_PLACE_BYTES_PER_FLOP = 0 if label.endswith("in place") else place
+            if label.endswith(f"({args.base})"):      # im2win_ffma's kernels from the copy
+                launch.kernel = (lambda file, expression: kernel(
+                    args.base if file == "im2win_ffma" else file, expression))
             cuda._calls.clear()
             call = (lambda a=algorithm, o=options:
                     im2win.conv2d(x, w, algorithm=a, options=o, **kw))
@@ -88,7 +93,7 @@ def main():
             times.setdefault(label, []).append(device.time(call))
             cells[label] = (flops / float(np.median(times[label])) / 1e12, err)
             planning.FFMA_STAGED_NCHW = True
-            planning.X_IN_PLACE_BYTES_PER_FLOP = place
+            launch.kernel = kernel
             cuda._calls.clear()
             del y
         call, _ = bench.bind(bench.CUDNN, [x], w, "NCHW", layer.kwargs)

@@ -34,11 +34,14 @@
 //
 // kStridedX (every entry's last flag): x's channels geo.sc apart and each row's pixels
 // contiguous, as an NCHW x lies: the NCHW problem's NHWC twin reads its x in place, with no
-// channels-last copy. A pixel's part of a slice is then BK scalar loads, sc apart, and a warp's
-// lanes take consecutive pixels, so each load instruction reads a run of one channel's row;
-// the same predicate per pixel and slice, the same shared-memory tile (docs/hopper.md, step 21),
-// its stores free of bank conflicts where a load pass covers a multiple of 32 pixels (a warp
-// then stores one quad; plan.strided_tile keeps the others off this form).
+// channels-last copy. A pixel's part of a slice is then BK elements, sc apart, each copied
+// straight to its place in the transposed tile by a 4-byte cp.async (zeros in the padding; no
+// registers, no shared stores: 16 LDGSTS a 64 x 128 x 16 slice against the contiguous form's 4
+// float4 loads and 16 stores), and a warp's lanes take consecutive pixels, so each copy
+// instruction reads a run of one channel's row; the same predicate per pixel and slice, the
+// same tile (docs/hopper.md, steps 21 and 22), written free of bank conflicts where a load pass
+// covers a multiple of 32 pixels (a warp then writes one quad; plan.strided_tile keeps the
+// others off this form). The copies land before the slice's barrier (cp.async.wait_group).
 //
 // Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC (or kStridedX), fused, C/G % BK == 0,
 // x 16-byte aligned with element strides (n, h, w) multiples of 4 and channels contiguous (or
@@ -48,6 +51,15 @@
 
 __device__ __forceinline__ float4 load4(const float* __restrict__ p) {
   return __ldg(reinterpret_cast<const float4*>(p));
+}
+
+// kStridedX's copy of one element of x straight into the shared tile: a 4-byte cp.async through
+// L1 (a window reads each element once a tap), zeros where !valid (nothing read from src).
+__device__ __forceinline__ void copy4(void* dst, const void* src, bool valid) {
+  constexpr int TB = 4;
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(src), "n"(TB),
+               "r"(valid ? TB : 0));
 }
 
 // Launch pixel `pix`'s image n and its index pq within the image (32-bit division while the
@@ -142,8 +154,13 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
 
   // The slice's tap and channel offset, advanced by additions.
   int c0 = 0, s = 0, dr = 0, ds = 0, t0 = 0, toff = 0;
-  float4 xv[XL], wv[WL];
-  auto load = [&]() {
+  constexpr int SW = 32 / Q4;                    // the swizzle's step between float4 columns
+  auto col = [&](int c, int kk) { return kSwizzle ? c ^ ((kk / 4) % Q4) * SW : c; };
+  // The next slice's loads: into registers (stored by `store` after this slice's products),
+  // or with kStridedX x's part by cp.async straight into the tile Xs[xbuf], transposed (each
+  // element to its own place), where `landed` waits for it before the barrier.
+  float4 xv[kStridedX ? 1 : XL], wv[WL];
+  auto load = [&](int xbuf) {
 #pragma unroll
     for (int i = 0; i < XL; ++i) {
       const bool in = (unsigned)(h0[i] + dr) < (unsigned)geo.H &&
@@ -151,15 +168,20 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       if (!x_loads(i)) continue;
       if constexpr (kStridedX) {
         const float* at = x + xbase[i] + toff;
-        xv[i] = in ? make_float4(__ldg(at), __ldg(at + xc), __ldg(at + 2 * xc), __ldg(at + 3 * xc))
-                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        float* to = &Xs[xbuf][xquad * 4][col(xrow + i * ROWS, xquad * 4)];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) copy4(to + e * BN, at + e * xc, in);
       } else {
         xv[i] = in ? load4(x + xbase[i] + toff) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
+    if constexpr (kStridedX) asm volatile("cp.async.commit_group;\n" ::);
 #pragma unroll
     for (int i = 0; i < WL; ++i)
       if (w_loads(i)) wv[i] = wok[i] ? load4(wrow[i] + t0) : make_float4(0.f, 0.f, 0.f, 0.f);
+  };
+  auto landed = [&]() {
+    if constexpr (kStridedX) asm volatile("cp.async.wait_group 0;\n" ::);
   };
   auto advance = [&]() {
     t0 += BK;
@@ -177,8 +199,6 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       }
     }
   };
-  constexpr int SW = 32 / Q4;                    // the swizzle's step between float4 columns
-  auto col = [&](int c, int kk) { return kSwizzle ? c ^ ((kk / 4) % Q4) * SW : c; };
   // v, four consecutive t of tile column c, down rows q*4 .. q*4 + 3 (transposed).
   auto put = [&](float* tile, int width, int q, int c, float4 v) {
     float* at = tile + q * 4 * width + col(c, q * 4);
@@ -188,9 +208,10 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     at[3 * width] = v.w;
   };
   auto store = [&](int buf) {
+    if constexpr (!kStridedX)
 #pragma unroll
-    for (int i = 0; i < XL; ++i)
-      if (x_loads(i)) put(&Xs[buf][0][0], BN, xquad, xrow + i * ROWS, xv[i]);
+      for (int i = 0; i < XL; ++i)
+        if (x_loads(i)) put(&Xs[buf][0][0], BN, xquad, xrow + i * ROWS, xv[i]);
 #pragma unroll
     for (int i = 0; i < WL; ++i)
       if (w_loads(i)) put(&Ws[buf][0][0], BM, quad, row + i * ROWS, wv[i]);
@@ -215,8 +236,9 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     toff = (int)(r * geo.sr + s * geo.ss + (i64)c0 * xc);   // within 32 bits: ffma_refusal
   }
   if (k0 < k1) {
-    load();
+    load(0);
     store(0);
+    landed();
     __syncthreads();
   }
   if (kDouble) {
@@ -242,7 +264,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       const int buf = (k - k0) & 1;
       if (more) {
         advance();
-        load();                    // in flight while this slice is computed
+        load(buf ^ 1);             // in flight while this slice is computed
       }
 #pragma unroll
       for (int kk = 0; kk + 1 < BK; ++kk) {
@@ -250,6 +272,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
         math(kk & 1);
       }
       if (more) store(buf ^ 1);    // buf ^ 1 was last read before the last barrier
+      landed();
       __syncthreads();
       if (more) frag(0, buf ^ 1, 0);
       math((BK - 1) & 1);          // BK is even: the next slice's kk = 0 went to set 0
@@ -260,8 +283,9 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       __syncthreads();
       if (k + 1 < k1) {
         advance();
-        load();
+        load(0);
         store(0);
+        landed();
         __syncthreads();
       }
     }

@@ -2148,15 +2148,14 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
     layout.cu copies that into y. Where the twin runs the wgmma kernel in one work item a tile,
     or splits its reduction (Options.nchw_epilogue: `around`), the epilogue or split-K's sum
     writes the NCHW y itself (Geometry.y_nchw): no y copy, no transpose. float32's
-    im2win_ffma.cu reads x in place where that pays (in_place_pays), or where x's copy cannot
-    run (past `workspace_limit`, or x's rows not evenly strided)."""
+    im2win_ffma.cu reads x in place wherever its strided form can (reads_in_place): no x
+    copy."""
     twin, strides = nhwc_twin(prob)
     can = reads_in_place(twin, x_strides, options, tile, precision)
     refusal = nhwc_refusal(prob, x_strides, workspace_limit, can)
     if refusal:
         raise ValueError(f"algorithm='im2win_nhwc' cannot run this problem: {refusal}")
-    copies = nhwc_refusal(prob, x_strides, workspace_limit) is None    # x's copy can run
-    if can and (in_place_pays(twin) or not copies):
+    if can:
         inner = ffma_plan(twin, options, x_strides, tile, None if workspace_limit is None else
                           workspace_limit - nhwc_workspace(prob, x=False), sms)
         return around(prob, "im2win_nhwc", inner, options,
@@ -2168,30 +2167,18 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
     return around(prob, "im2win_nhwc", inner, options, nhwc_workspace)
 
 
-# The NCHW twin reads x in place (im2win_ffma.cu's strided form) where x has at least this
-# many bytes a FLOP; below it, x is copied channels-last first. The strided form's main loop
-# runs 4.5% more instructions (1314 against 1258 a slice, sm_90 SASS of the 64 x 128 x 16
-# tile: 4-byte loads, each with its own address), paid on every FLOP, where the copy moves
-# x's bytes once. Read off `tools/nchw_dev.py --variants auto,xcopy --rounds 3` (H100,
-# float32 NCHW, batch 128, TFLOPS in place / copied; x bytes a FLOP): cv9 38.3 / 37.0
-# (0.0037), cv4 43.4 / 42.1 (0.0027), cv10 37.0 / 37.5 (0.0020), cv8 41.4 / 42.2 (0.0018),
-# cv11 37.9 / 37.6 (0.0012), cv12 33.7 / 33.4 (0.0009), cv6 36.9 / 36.9 (0.0006), cv5 38.9
-# / 41.2 (0.0005). Where it reads x in place, the call needs no workspace for x.
-X_IN_PLACE_BYTES_PER_FLOP = 0.0025
-
-
-def in_place_pays(twin: Problem) -> bool:
-    """Whether reading x in place pays for the NHWC twin `twin` of an NCHW problem: x holds
-    X_IN_PLACE_BYTES_PER_FLOP or more bytes a FLOP."""
-    x_bytes = twin.N * twin.C * twin.H * twin.W * twin.dtype.itemsize
-    return x_bytes >= X_IN_PLACE_BYTES_PER_FLOP * twin.flops
-
-
 def reads_in_place(twin: Problem, x_strides, options: Options, tile: str | None,
                    precision: str) -> bool:
     """Whether the NHWC twin `twin` can read the NCHW problem's x in place: float32 at FP32
     precision on im2win_ffma.cu's strided form (ffma_strided), which x's strides and the tile
-    allow (ffma_refusal: with the kernel's own switches on), Options.x_in_place on."""
+    allow (ffma_refusal: with the kernel's own switches on), Options.x_in_place on. Where it
+    can, it does: since its elements go to shared memory by cp.async, the strided form beat x's
+    channels-last copy on every benchmark layer whose twin runs im2win_ffma.cu, down to cv5's
+    0.0005 bytes of x a FLOP (`tools/nchw_dev.py --variants auto,xcopy,xplace,xplace-base
+    --rounds 2`, H100, batch 128, TFLOPS in place / copied / in place by the loads before:
+    cv8 44.1 / 42.6 / 41.6, cv9 41.0 / 37.1 / 38.4, cv10 40.1 / 37.8 / 37.6, cv5 42.0 / 41.5 /
+    39.4, cv11 39.0 / 37.9 / 38.3, cv12 34.6 / 33.8 / 34.0, cv6 38.5 / 37.9 / 37.8; docs/hopper.md,
+    step 22)."""
     return (options.x_in_place and precision == "float32" and ffma_strided(x_strides) and
             (tile is None or tile in FFMA_TILES) and
             ffma_refusal(twin, options, x_strides, False, True, True, tile) is None)

@@ -204,9 +204,9 @@ class Options:
             im2win_conv.cu).
         x_in_place: im2win_ffma.cu reads an x whose channels lie apart (a float32 NCHW
             problem run on its NHWC twin, or an NHWC view of NCHW memory) itself, by the
-            kernel's strided form (kStridedX: 4-byte loads a channel apart, lanes along a
-            row's pixels; off: layout.cu copies the twin's x channels-last first, and such
-            a view runs on im2win_conv.cu).
+            kernel's strided form (kStridedX: each element copied into the shared tile by a
+            4-byte cp.async, lanes along a row's pixels; off: layout.cu copies the twin's x
+            channels-last first, and such a view runs on im2win_conv.cu).
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores; in
