@@ -409,6 +409,14 @@ twin reads x in place where x holds 0.0025 bytes a FLOP or more (`Plan.x_in_plac
 43.5 against 42.7 with x copied, cv9 38.4 against 37.7. The other layers' paths did not
 change; their moves (cv6 36.7 -> 38.1, cv11 35.9 -> 38.0) are the runs' spread. Issue 11's
 45 TFLOPS in NCHW: cv4 43.7, cv8 42.9.
+
+After it (twenty-fourth session; hopper.md, step 22) the strided form copies x into its shared
+tile by 4-byte cp.async and the twin reads x in place on every benchmark layer it runs; no
+H200 was lent for the benchmark, so the table above is still step 21's. On an **H100**, the
+same command (`logs/bench-float32-NCHW-h100-step22.log`, cuDNN on the same card): NCHW
+**0.93x** (34.4 against 37.0 TFLOPS; the last H100 run, twenty-second session, 0.89x): cv4
+44.9, cv8 44.3 (cuDNN 42.1), cv9 40.9, cv10 39.9, cv11 38.8, cv12 34.2, cv5 41.7, cv6 38.3,
+cv1 24.7, cv2 25.8, cv3 28.3, cv7 22.3; 48 of 48 correct.
 """
 
 

@@ -36,7 +36,8 @@ def ffma(tile: str, double=True, swizzle=True):
     im2win/cuda/im2win_ffma__head.cu`, then --tiles 64x128x16,im2win_ffma__head:64x128x16."""
     file, _, tile = tile.rpartition(":")
     BM, BN, BK = map(int, tile.split("x"))
-    name = f"im2win_ffma<{BM}, {BN}, {BK}, {str(double).lower()}, {str(swizzle).lower()}>"
+    name = (f"im2win_ffma<{BM}, {BN}, {BK}, {str(double).lower()}, {str(swizzle).lower()}, "
+            "false>")                                 # x's channels contiguous (NHWC)
     fn = launch.kernel(file or "im2win_ffma", name)
 
     def run(x, w, bias, y, **kw):

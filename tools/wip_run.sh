@@ -15,8 +15,9 @@
 #                                    # transpose_narrow), gemm32 (resnet50's float32 1x1 layers
 #                                    # on cuBLAS with CUBLAS_COMPUTE_32F beside the planned
 #                                    # pedantic type), strided (strided-swizzle: the
-#                                    # float32 NCHW twin in place, copied and in place
-#                                    # whatever its bytes a FLOP, on cv4, cv9, cv8); those
+#                                    # float32 NCHW twin in place with the patch, x
+#                                    # copied, and in place on main's kernel, on cv4, cv9,
+#                                    # cv8); those
 #                                    # past 540 s are skipped: name them in the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
 #                                    # sanitize_cases.py's MODES (depthwise ffma), within 540 s
@@ -26,8 +27,9 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES="strided-swizzle"   # docs/wip/README.md, twenty-third session (the time steps but
-# strided run on the tree as it is; spread needed the dropped ffma-spread-stores)
+PATCHES="strided-swizzle"   # docs/wip/README.md, twenty-third session, rebased in the
+# twenty-fourth (the time steps but strided run on the tree as it is; spread needed the
+# dropped ffma-spread-stores)
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -87,7 +89,10 @@ if [[ $step == time ]]; then
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
   run twin32 tools/twin_dev.py --dtype float32 --layers cv4,cv5,cv6,cv8,cv9,cv10,cv11,cv12
   run gemm32 tools/suite_profile.py float32 NCHW 1x1 --network resnet50 --compute32f
-  run strided tools/nchw_dev.py --layers cv4,cv9,cv8 --variants auto,xcopy,xplace --rounds 3
+  # main's kernel beside the patched one (the 64 x 128 tiles' strided form changes with it)
+  git show HEAD:im2win/cuda/im2win_ffma.cu > im2win/cuda/im2win_ffma__head.cu
+  run strided tools/nchw_dev.py --layers cv4,cv9,cv8 --variants auto,xcopy,xplace-base \
+    --base im2win_ffma__head --rounds 3
 fi
 if [[ $step == sanitize ]]; then
   for mode in ${2:-depthwise ffma}; do
