@@ -264,7 +264,8 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       const int buf = (k - k0) & 1;
       if (more) {
         advance();
-        load(buf ^ 1);             // in flight while this slice is computed
+        load(buf ^ 1);             // in flight while this slice is computed (kStridedX's
+                                   // copies write buf ^ 1 already: see store's comment)
       }
 #pragma unroll
       for (int kk = 0; kk + 1 < BK; ++kk) {
