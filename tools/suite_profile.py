@@ -6,7 +6,7 @@ host time per call (issued without waiting), and GPU time from a CUDA graph of t
 ``python3 tools/suite_profile.py DTYPE LAYOUT [KIND|all] [--network NET] [--profile NAME]`` on the GPU machine
 (KIND one of `NetConv.kinds`: 1x1, 3x3, depthwise, ...; default 1x1). Implementations: im2win's
 default ("auto", its plan's kernel and grid printed), im2win's cuBLAS GEMM where a layer can
-take it ("gemm"), and cuDNN through PyTorch as `bench.CUDNN` times it. `--profile NAME`: a
+take it ("gemm"), in NCHW the NHWC twin where "auto" does not take it ("nhwc"), and cuDNN through PyTorch as `bench.CUDNN` times it. `--profile NAME`: a
 cProfile of 300 host calls of im2win's default on that layer, the top entries by own time.
 `--compute32f` (float32): also the same cuBLAS GEMM with CUBLAS_COMPUTE_32F in place of the
 plan's CUBLAS_COMPUTE_32F_PEDANTIC ("gemm32f"), while the handle's math mode allows no TF32
@@ -180,6 +180,14 @@ def main():
         impls = {"auto": im2win.conv2d}
         if gemm_refusal(prob, cuda.launch.element_strides(x, args.layout)) is None:
             impls["gemm"] = lambda x, w, **kw: im2win.conv2d(x, w, algorithm="gemm", **kw)
+        if args.layout == "NCHW" and plan.algorithm != "im2win_nhwc":
+            try:                                   # the NHWC twin, where "auto" does not take it
+                twin = cuda._plan(prob, x, w, "im2win_nhwc", None, None)
+                impls["nhwc"] = lambda x, w, **kw: im2win.conv2d(x, w, algorithm="im2win_nhwc",
+                                                                 **kw)
+                print(f"  {name} nhwc: {(twin.inner or twin).kernel} in place {twin.x_in_place}")
+            except ValueError:
+                pass
         if args.compute32f and "gemm" in impls:
             impls["gemm32f"] = gemm_compute(prob, x, w, args.layout)
         if have_torch:
