@@ -334,9 +334,9 @@ although cuDNN's Winograd layers (cv5 139, cv10 78, cv11 64 TFLOPS) stay out of 
 other nine layers the NCHW table's geometric mean is 1.16x). The NHWC path's own rates
 against cuDNN's NCHW times would be 0.96x: the rest of the gap to NHWC is the twin's copy of
 x into channels-last memory (cv8 0.24 ms of its 5.38, cv10 to cv12 0.02-0.04, cv5 and cv6
-0.03; cv4's 0.46 and cv9's 0.07 are gone since x is read in place there, for 4.5% more
-instructions in the main loop, which is why the layers of fewer bytes a FLOP still copy
-it: hopper.md, step 21), and on cv1 and cv2 the window columns from NCHW x and the NCHW y
+0.03; cv4's 0.46 and cv9's 0.07 were gone in this run, x read in place there for 4.5% more
+instructions in the main loop, the layers of fewer bytes a FLOP still copying it: hopper.md,
+step 21; since step 22 every one reads x in place), and on cv1 and cv2 the window columns from NCHW x and the NCHW y
 (0.04-0.06 ms).
 Below 45 are the stems (cv1 and cv2 26-27 TFLOPS, cv7 23, cv3 29: short or padded reductions)
 and the small maps (cv9 38, cv12 31: the tiles' prologue and epilogue against 576-4608

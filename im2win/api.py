@@ -96,7 +96,8 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
             processed in chunks of whole images to respect it), and the most the channels-last
-            copies of "im2win_nhwc" (float32 on im2win_ffma.cu reads x in place),
+            copies of "im2win_nhwc" (float32 on im2win_ffma.cu reads x in place where its
+            strided form runs),
             the window columns of "im2win_columns" and the gathered pixels of a strided
             "gemm" may take ("auto" runs the general kernels past it); None: no limit.
         precision: float32 inputs only: None or "float32" (IEEE FP32 fused multiply-adds, the

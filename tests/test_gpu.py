@@ -153,7 +153,7 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
 
 
 @pytest.fixture
-def in_place():
+def fresh_plans():
     """The plans remembered before the test forgotten (the float32 NCHW twins on
     im2win_ffma.cu read x in place, the strided form)."""
     from im2win import cuda
@@ -165,7 +165,7 @@ def in_place():
     launch._executables.clear()
 
 
-def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng, in_place):
+def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng, fresh_plans):
     """float32 NCHW through channels-last copies onto im2win_ffma.cu (what "auto" takes for
     large layers of 8 or more channels a group), and onto im2win_conv.cu where C/G is not.
     im2win_ffma_to_nchw writes the NCHW y: float4 along the pixels where P*Q is a multiple of
@@ -201,7 +201,7 @@ def test_float32_nchw_on_its_nhwc_twin_matches_reference(rng, in_place):
     assert_close(cupy.asnumpy(out), ref, np.float32, 16 * 9)
 
 
-def test_ffma_reads_nchw_views_in_place(rng, in_place):
+def test_ffma_reads_nchw_views_in_place(rng, fresh_plans):
     """The strided form (kStridedX) on views: an NCHW x sliced along C (channel runs of a
     larger array), along N at a step, starting 4 bytes past 16, along W (rows not evenly
     strided, which no copy reads), and an NHWC problem on the channels-last view of an NCHW
@@ -225,7 +225,7 @@ def test_ffma_reads_nchw_views_in_place(rng, in_place):
                                **kwargs)
         assert_close(cupy.asnumpy(out), ref, np.float32, prob.reduction)
         assert cupy.array_equal(x, before)
-    # Under a workspace limit that x's copy would pass.
+    # Under a workspace limit that x's copy would exceed.
     from im2win.cuda.plan import nhwc_workspace
     x = base[:, 8:24]
     prob = make_problem(x, w, b, **kwargs)

@@ -1117,7 +1117,7 @@ def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form():
     from im2win.cuda.plan import strided_tile
     assert {name for name, tile in FFMA_TILES.items() if not strided_tile(tile)} == \
         {"f64x64", "f96x128"}
-    k96 = problem((32, 64, 56, 56), (96, 64, 3, 3), padding=1, stride=2)     # pays
+    k96 = problem((32, 64, 56, 56), (96, 64, 3, 3), padding=1, stride=2)
     assert plan_for(k96).inner.tile.name == "f96x128" and not plan_for(k96).x_in_place
     k96c24 = problem((32, 24, 56, 56), (96, 24, 3, 3), padding=1, stride=2)
     assert plan_for(k96c24).inner.tile.name == "f96x128k8" and plan_for(k96c24).x_in_place

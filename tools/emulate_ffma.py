@@ -4,9 +4,9 @@ arrays static, so the threads of the block running share them), every tile of
 tuning.FFMA_TILES (the 96-filter ones also with each switch off alone, and writing an NCHW
 y in both forms; and the strided form, kStridedX, reading x from an NCHW array with two
 channels and three columns more than the problem's, NaN there, as the NCHW twin reads x in
-place) on float32 NHWC problems
-with tails of pixels and filters, padding, stride and groups, each launched on the grid
-tools/ffma_dev.py gives it (blocks one after another).
+place, its cp.async copies landing when issued and, run again, only at the wait) on float32
+NHWC problems with tails of pixels and filters, padding, stride and groups, each launched on
+the grid tools/ffma_dev.py gives it (blocks one after another).
 Each result is checked against the float64 reference with y poisoned (NaN) first: an output
 not written, or one written from the wrong window, fails. Checks indexing (the partial last
 pass of the 96-filter tiles' loads, the swizzle, the tails) and barriers, not speed.

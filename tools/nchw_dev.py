@@ -83,6 +83,7 @@ def main():
                 launch.kernel = (lambda file, expression: kernel(
                     args.base if file == "im2win_ffma" else file, expression))
             cuda._calls.clear()
+            launch._executables.clear()
             call = (lambda a=algorithm, o=options:
                     im2win.conv2d(x, w, algorithm=a, options=o, **kw))
             y = call()
@@ -95,6 +96,7 @@ def main():
             planning.FFMA_STAGED_NCHW = True
             launch.kernel = kernel
             cuda._calls.clear()
+            launch._executables.clear()
             del y
         call, _ = bench.bind(bench.CUDNN, [x], w, "NCHW", layer.kwargs)
         cells["cudnn"] = (flops / device.time(call) / 1e12, 0.0)

@@ -186,7 +186,7 @@ def main():
                 impls["nhwc"] = lambda x, w, **kw: im2win.conv2d(x, w, algorithm="im2win_nhwc",
                                                                  **kw)
                 print(f"  {name} nhwc: {(twin.inner or twin).kernel} in place {twin.x_in_place}")
-            except ValueError:
+            except (ValueError, TypeError):       # it cannot, or not this dtype
                 pass
         if args.compute32f and "gemm" in impls:
             impls["gemm32f"] = gemm_compute(prob, x, w, args.layout)

@@ -89,10 +89,12 @@ if [[ $step == time ]]; then
   run grouped tools/suite_profile.py float32 NCHW grouped --network resnext50_32x4d
   run twin32 tools/twin_dev.py --dtype float32 --layers cv4,cv5,cv6,cv8,cv9,cv10,cv11,cv12
   run gemm32 tools/suite_profile.py float32 NCHW 1x1 --network resnet50 --compute32f
-  # main's kernel beside the patched one (the 64 x 128 tiles' strided form changes with it)
-  git show HEAD:im2win/cuda/im2win_ffma.cu > im2win/cuda/im2win_ffma__head.cu
+  if [[ $only == *" strided "* ]]; then # main's kernel beside the patched one (the 64 x 128
+    git show HEAD:im2win/cuda/im2win_ffma.cu > im2win/cuda/im2win_ffma__head.cu   # tiles'
+  fi                                     # strided form changes with it)
   run strided tools/nchw_dev.py --layers cv4,cv9,cv8 --variants auto,xcopy,xplace-base \
     --base im2win_ffma__head --rounds 3
+  rm -f im2win/cuda/im2win_ffma__head.cu
 fi
 if [[ $step == sanitize ]]; then
   for mode in ${2:-depthwise ffma}; do

@@ -23,8 +23,8 @@
 // memory as float4. The tiles are stored transposed (Xs[t][pixel], Ws[t][filter]); with kSwizzle
 // the column of row t is XORed with (t/4 % (BK/4)) * (32/(BK/4)), which keeps float4 groups whole
 // and makes both the transposing stores and the fragment reads free of bank conflicts. kDouble: two
-// shared buffers, the next slice's loads in flight in registers while this one is computed, one
-// barrier per slice, and the shared fragments double-buffered in registers across it (off: load,
+// shared buffers, the next slice's loads in flight in registers (kStridedX's x: as cp.async
+// copies into the other buffer) while this one is computed, one barrier per slice, and the shared fragments double-buffered in registers across it (off: load,
 // barrier, compute, barrier).
 //
 // Split-K (im2win_ffma_split, SPLITS of 2, 4 or 8, one group): grid z holds SPLITS
