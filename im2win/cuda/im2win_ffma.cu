@@ -24,8 +24,9 @@
 // the column of row t is XORed with (t/4 % (BK/4)) * (32/(BK/4)), which keeps float4 groups whole
 // and makes both the transposing stores and the fragment reads free of bank conflicts. kDouble: two
 // shared buffers, the next slice's loads in flight in registers (kStridedX's x: as cp.async
-// copies into the other buffer) while this one is computed, one barrier per slice, and the shared fragments double-buffered in registers across it (off: load,
-// barrier, compute, barrier).
+// copies into the other buffer) while this one is computed, one barrier per slice, and the
+// shared fragments double-buffered in registers across it (off: load, barrier, compute,
+// barrier).
 //
 // Split-K (im2win_ffma_split, SPLITS of 2, 4 or 8, one group): grid z holds SPLITS
 // consecutive ranges of each tile's slices; each block writes its range's FP32 sums to
@@ -100,8 +101,8 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   const int tx = (warp % (BN / 64)) * 8 + lane % 8, ty = (warp / (BN / 64)) * 4 + lane / 8;
   const int quad = tid % Q4, row = tid / Q4;     // this thread's float4 of its loaded rows
   // x's: the same, or with kStridedX (channels geo.sc apart, a row's pixels contiguous: an
-  // NCHW x read in place) a warp's lanes along the pixels, so that each of the four scalar
-  // loads of a float4 reads consecutive pixels of one channel.
+  // NCHW x read in place) a warp's lanes along the pixels, so that each of the four 4-byte
+  // copies of a quad reads consecutive pixels of one channel.
   const int xquad = kStridedX ? tid / ROWS : quad, xrow = kStridedX ? tid % ROWS : row;
   const int xc = kStridedX ? (int)geo.sc : 1;    // x's channel stride (ffma_refusal: 32 bits)
   // Whether load i's row is in the tile (known at compile time but for a partial last pass).
