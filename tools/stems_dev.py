@@ -5,8 +5,11 @@ GPU machine.
 and layout, `im2win.conv2d` as "auto" plans it and with `algorithm="narrow"` forced (narrow_ffma.cu
 on tiles a multiple of 8 columns wide; "tn8": with 8 pixels a thread, never 7; "elems": the tile
 chosen by the window's elements copied, not by the lanes that copy them; "staged": with its filters
-a row at a time, never resident; "rows": NCHW tiles of whole output rows; "stage": NCHW y through
-each warp's stage; "rows+stage" both; "direct": NCHW y written directly), each checked against
+a row at a time, never resident; "resident": resident wherever they fit; "rows": NCHW tiles of
+whole output rows; "stage": NCHW y through each warp's stage; "rows+stage" both; "direct": NCHW y
+written directly; any of them as "VARIANT@FILE": narrow_ffma.cu's kernels from
+im2win/cuda/FILE.cu, a copy named narrow_ffma__SOMETHING, timed in the same process as the
+tree's), each checked against
 float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed back to back with
 CUDA events (`bench.GPU.time`, as the benchmark does), against cuDNN FP32 (TF32 off). Benchmark
 layers (cv*) at batch 128, network layers at 32. Table last (TFLOPS; the plan's kernel).
@@ -16,6 +19,8 @@ import argparse
 import pathlib
 import sys
 
+import im2win.cuda
+from im2win.cuda import launch
 from im2win.cuda import plan as cuda_plan
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -41,11 +46,13 @@ def main():
 
     def cells_of(prob, x, w, layout, kw, device):
         cells = {}
-        for variant in args.variants.split(","):
+        kernel = launch.kernel
+        for label in args.variants.split(","):
+            variant, _, copy = label.partition("@")
             if variant in NCHW_ONLY and layout != "NCHW":
                 continue
             cuda_plan.NARROW_FFMA_RESIDENT_BYTES = 0 if variant == "staged" else \
-                planned["NARROW_FFMA_RESIDENT_BYTES"]
+                1 << 20 if variant == "resident" else planned["NARROW_FFMA_RESIDENT_BYTES"]
             cuda_plan.NARROW_FFMA_NCHW_ROWS = 1 << 30 if "rows" in variant else \
                 planned["NARROW_FFMA_NCHW_ROWS"]
             cuda_plan.NARROW_FFMA_STAGE_NCHW = False if variant == "direct" else \
@@ -53,8 +60,15 @@ def main():
             cuda_plan.NARROW_FFMA_PIXELS = (8,) if variant == "tn8" else \
                 planned["NARROW_FFMA_PIXELS"]
             cuda_plan.narrow_ffma_fill = elements if variant == "elems" else fill
-            cells[variant] = measure(prob, x, w, layout, kw,
-                                     "auto" if variant == "auto" else "narrow", device)
+            if copy:                  # narrow_ffma's kernels from the copy, compiled afresh
+                launch.kernel = (lambda file, expression: kernel(
+                    copy if file == "narrow_ffma" else file, expression))
+            launch._executables.clear()
+            cells[label] = measure(prob, x, w, layout, kw,
+                                   "auto" if variant == "auto" else "narrow", device)
+            launch.kernel = kernel
+            launch._executables.clear()
+            im2win.cuda._calls.clear()
         for flag, value in planned.items():
             setattr(cuda_plan, flag, value)
         cuda_plan.narrow_ffma_fill = fill
