@@ -29,7 +29,8 @@
 //     filters of WP*TN*8 pixels, the idx-th pixel of the tile at (idx / TQ, idx % TQ) (past
 //     TP*TQ: computed on word 0, not stored). For each (r, s, c) in window order a thread
 //     loads its TN pixels' words (the 8 pixels of a load are consecutive columns: one 32-byte
-//     run) and 2 float4 of its filters, for 8*TN fused multiply-adds.
+//     run) and 2 float4 of its filters, for 8*TN fused multiply-adds (the C channels of a
+//     tap unrolled).
 //   - The outputs, bias added last: NHWC, two float4 a pixel (8 filters; where K % 4 == 0 and
 //     y is 16-byte aligned); NCHW, a filter's 8 consecutive pixels a store for 8 lanes, or
 //     with kStage through 4 x 72 words of shared memory a warp, a filter row a pass, a store
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(KB * WP, 2)
     for (int s = 0; s < S; ++s) {
       const char* xtap = reinterpret_cast<const char*>(
           xt + r * dh * C * row_pitch + phase * cw + entry);
-#pragma unroll 1
+#pragma unroll
       for (int c = 0; c < C; ++c) {
         const float4 wa = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB);
         const float4 wb = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB + 4);
