@@ -2085,6 +2085,11 @@ def nchw_groups_plan(prob: Problem, x_strides, options: Options, workspace_limit
 # an estimate (the copies at about 3 TB/s against the FP32 rate going from about 25 TFLOPS,
 # im2win_conv.cu's in NCHW, to about 38, im2win_ffma.cu's), which every benchmark layer of 8
 # or more channels passes (cv4: 0.004) and a 1x1 layer of 64 to 256 channels does not (0.04).
+# x's copy stays counted where the twin reads x in place: the grouped 3x3 layers it keeps off
+# the twin lost on it in place too (tools/suite_profile.py float32 NCHW grouped --network
+# resnext50_32x4d, H100, batch 32, us "auto" / twin one call at a time: resnext50_32x4d.7 241
+# / 248, .11 228 / 242, .13 112 / 129, .17 103 / 125, .19 91 / 106; the twin's host time 22
+# us against 11; docs/data/logs/suite-profile-resnext50-grouped-float32-NCHW-h100.log).
 TWIN_BYTES_PER_FLOP = 0.02
 
 
