@@ -64,11 +64,13 @@ def main():
                 launch.kernel = (lambda file, expression: kernel(
                     copy if file == "narrow_ffma" else file, expression))
             launch._executables.clear()
-            cells[label] = measure(prob, x, w, layout, kw,
-                                   "auto" if variant == "auto" else "narrow", device)
-            launch.kernel = kernel
-            launch._executables.clear()
-            im2win.cuda._calls.clear()
+            try:
+                cells[label] = measure(prob, x, w, layout, kw,
+                                       "auto" if variant == "auto" else "narrow", device)
+            finally:
+                launch.kernel = kernel
+                launch._executables.clear()
+                im2win.cuda._calls.clear()
         for flag, value in planned.items():
             setattr(cuda_plan, flag, value)
         cuda_plan.narrow_ffma_fill = fill
