@@ -99,15 +99,15 @@ if [[ $step == time ]]; then
   run strided tools/nchw_dev.py --layers cv4,cv9,cv8 --variants auto,xcopy,xplace-base \
     --base im2win_ffma__head --rounds 3
   rm -f im2win/cuda/im2win_ffma__head.cu
-  if [[ $only == *" stems "* ]]; then   # main's narrow_ffma.cu, with the first patch, and
-    git show HEAD:im2win/cuda/narrow_ffma.cu > im2win/cuda/narrow_ffma__head.cu   # with two
+  if [[ $only == *" stems "* ]]; then   # main's narrow_ffma.cu, then each patch on the last
+    cu=im2win/cuda/narrow_ffma
+    git show HEAD:$cu.cu > ${cu}__head.cu
+    prev=head
     for copy in runs:narrow-ffma-runs-offsets float4:narrow-ffma-float4-stage; do
-      git show HEAD:im2win/cuda/narrow_ffma.cu > im2win/cuda/narrow_ffma__${copy%%:*}.cu
-      for p in narrow-ffma-runs-offsets narrow-ffma-float4-stage; do
-        sed "s|im2win/cuda/narrow_ffma.cu|im2win/cuda/narrow_ffma__${copy%%:*}.cu|g" \
-          docs/wip/$p.patch | git apply --include="*narrow_ffma__${copy%%:*}.cu" -
-        [[ $p == "${copy#*:}" ]] && break
-      done
+      cp ${cu}__$prev.cu ${cu}__${copy%%:*}.cu
+      sed "s|$cu.cu|${cu}__${copy%%:*}.cu|g" docs/wip/${copy#*:}.patch |
+        git apply --include="*narrow_ffma__${copy%%:*}.cu" -
+      prev=${copy%%:*}
     done
   fi
   run stems tools/stems_dev.py --layers cv7,cv3,resnet50.0,mobilenet_v2.0,convnext_tiny.0 \
