@@ -17,11 +17,8 @@
 #                                    # pedantic type), strided (strided-swizzle: the
 #                                    # float32 NCHW twin in place with the patch, x
 #                                    # copied, and in place on main's kernel, on cv4, cv9,
-#                                    # cv8), stems (narrow_ffma.cu with the three
-#                                    # narrow-ffma patches against main's, the first alone
-#                                    # and the first two, float32 stems in both layouts);
-#                                    # those
-#                                    # past 540 s are skipped: name them in the next call
+#                                    # cv8); those past 540 s are skipped: name them in
+#                                    # the next call
 #   bash tools/wip_run.sh sanitize [MODES]   # racecheck, memcheck, synccheck (TOOLS) on
 #                                    # sanitize_cases.py's MODES (depthwise ffma), within 540 s
 # Carry .cache (compiled kernels) as for tools/gpu_run.sh; CuPy's cache comes back in $OUT.
@@ -30,10 +27,10 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES="strided-swizzle narrow-ffma-runs-offsets narrow-ffma-float4-stage narrow-ffma-stage-order"
+PATCHES="strided-swizzle"
 # docs/wip/README.md: strided-swizzle from the twenty-third session, rebased in the
-# twenty-fourth; the narrow_ffma.cu three from the twenty-fifth (the time steps but strided and
-# stems run on the tree as it is; spread needed the dropped ffma-spread-stores)
+# twenty-fourth (the time steps but strided run on the tree as it is; spread needed the
+# dropped ffma-spread-stores)
 step=${1:-test}
 status=0
 start=$SECONDS
@@ -99,22 +96,6 @@ if [[ $step == time ]]; then
   run strided tools/nchw_dev.py --layers cv4,cv9,cv8 --variants auto,xcopy,xplace-base \
     --base im2win_ffma__head --rounds 3
   rm -f im2win/cuda/im2win_ffma__head.cu
-  if [[ $only == *" stems "* ]]; then   # main's narrow_ffma.cu, then each patch on the last
-    cu=im2win/cuda/narrow_ffma
-    git show HEAD:$cu.cu > ${cu}__head.cu
-    prev=head
-    for copy in runs:narrow-ffma-runs-offsets float4:narrow-ffma-float4-stage; do
-      cp ${cu}__$prev.cu ${cu}__${copy%%:*}.cu
-      sed "s|$cu.cu|${cu}__${copy%%:*}.cu|g" docs/wip/${copy#*:}.patch |
-        git apply --include="*narrow_ffma__${copy%%:*}.cu" -
-      prev=${copy%%:*}
-    done
-  fi
-  run stems tools/stems_dev.py --layers cv7,cv3,resnet50.0,mobilenet_v2.0,convnext_tiny.0 \
-    --layouts NCHW,NHWC --variants \
-    auto@narrow_ffma__head,auto@narrow_ffma__runs,auto@narrow_ffma__float4,auto,resident
-  rm -f im2win/cuda/narrow_ffma__head.cu im2win/cuda/narrow_ffma__runs.cu \
-    im2win/cuda/narrow_ffma__float4.cu
 fi
 if [[ $step == sanitize ]]; then
   for mode in ${2:-depthwise ffma}; do
