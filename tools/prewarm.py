@@ -29,23 +29,27 @@ from im2win.problem import make_problem
 OPTIONS = ("-std=c++17",)
 
 
+def shape_problem(layer, batch: int, dtype: str, layout: str):
+    """(prob, x's element strides) of `layer` for contiguous x and w, from shapes alone
+    (nothing allocated: zero-stride arrays stand in for x and w)."""
+    np_dtype = np.dtype(dtype_of(dtype))
+    x_shape, w_shape = layer.shapes(batch, layout)
+    x, w = (np.lib.stride_tricks.as_strided(np.empty(1, np_dtype), shape, (0,) * 4)
+            for shape in (x_shape, w_shape))
+    prob = make_problem(x, w, layout=layout, **layer.kwargs)
+    C, H, W = prob.C, prob.H, prob.W
+    return prob, ((C * H * W, H * W, W, 1) if layout == "NCHW" else (H * W * C, 1, W * C, C))
+
+
 def planned(dtypes, layouts, layers, batch, arch):
     """(file, expression) of every kernel the layers run, default and materialised."""
     out = set()
     for dtype in dtypes:
-        np_dtype = np.dtype(dtype_of(dtype))
         for layout in layouts:
             out.add(("window", f"image_to_window<{CUDA_TYPES[dtype][0]}, "
                                f"{str(layout == 'NHWC').lower()}>"))
             for layer in layers:
-                x_shape, w_shape = layer.shapes(batch, layout)
-                x = np.lib.stride_tricks.as_strided(np.empty(1, np_dtype), x_shape,
-                                                    (0,) * 4)
-                w = np.lib.stride_tricks.as_strided(np.empty(1, np_dtype), w_shape, (0,) * 4)
-                prob = make_problem(x, w, layout=layout, **layer.kwargs)
-                N, C, H, W = prob.N, prob.C, prob.H, prob.W
-                strides = (C * H * W, H * W, W, 1) if layout == "NCHW" else \
-                    (H * W * C, 1, W * C, C)
+                prob, strides = shape_problem(layer, batch, dtype, layout)
                 for algorithm in ("auto", "im2win"):
                     try:
                         plan = make_plan(prob, x_strides=strides, w_aligned=True,

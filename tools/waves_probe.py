@@ -13,6 +13,8 @@ checked against the float64 GPU path. Table last.
 """
 
 import argparse
+import pathlib
+import sys
 
 import cupy
 import numpy as np
@@ -21,22 +23,19 @@ import im2win
 from im2win import bench
 from im2win.cuda import launch, plan as planning
 from im2win.cuda.tuning import Options
-from im2win.problem import make_problem
+from im2win.layers import LAYERS
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from prewarm import shape_problem  # noqa: E402
 
 NO_SPLIT = Options(split_k=False)
-from im2win.layers import LAYERS
 
 
 def blocks(layer, batch: int, layout: str, sms: int, options: Options) -> tuple[str, int, int]:
     """(kernel, blocks launched, blocks an SM) of the planned im2win_ffma.cu launch for a
     contiguous x and w, or (algorithm, 0, 0) for another plan (shapes only: nothing
     allocated)."""
-    x_shape, w_shape = layer.shapes(batch, layout)
-    x, w = (np.lib.stride_tricks.as_strided(np.empty(1, np.float32), shape, (0,) * 4)
-            for shape in (x_shape, w_shape))
-    prob = make_problem(x, w, layout=layout, **layer.kwargs)
-    C, H, W = prob.C, prob.H, prob.W
-    strides = (C * H * W, H * W, W, 1) if layout == "NCHW" else (H * W * C, 1, W * C, C)
+    prob, strides = shape_problem(layer, batch, "float32", layout)
     p = planning.make_plan(prob, x_strides=strides, w_aligned=True, arch=90, sms=sms,
                            options=options)
     inner = p.inner if p.inner is not None else p
