@@ -968,13 +968,16 @@ NARROW_FFMA_CASES = [  # float32 stems (narrow_ffma.cu): x (N, C, H, W), w (K, C
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", NARROW_FFMA_CASES)
 @pytest.mark.parametrize("bias", [False, True])
 def test_narrow_ffma_matches_reference(rng, monkeypatch, layout, x_shape, w_shape, kwargs, bias):
-    """Every form: filters resident and a row at a time, NCHW y direct and staged."""
+    """Every form: filters resident and a row at a time, NCHW y direct and staged, the window
+    packed and a plane a channel."""
     from im2win import cuda
     from im2win.cuda import plan as cuda_plan
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0], bias=bias)
-    for resident, stage in ((0, False), (1 << 30, layout == "NCHW")):
+    for (resident, stage), packed in itertools.product(
+            ((0, False), (1 << 30, layout == "NCHW")), (0, 1 << 30)):
         monkeypatch.setattr(cuda_plan, "NARROW_FFMA_RESIDENT_BYTES", resident)
         monkeypatch.setattr(cuda_plan, "NARROW_FFMA_STAGE_NCHW", stage)
+        monkeypatch.setattr(cuda_plan, "NARROW_FFMA_PACKED_REDUCTION", packed)
         monkeypatch.setattr(cuda, "_calls", {})
         run(x, w, b, layout, kwargs, algorithm="narrow")
 

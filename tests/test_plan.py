@@ -357,7 +357,7 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     # NCHW y staged
     assert plan_for(problem((2, 9, 9, 3), (8, 3, 3, 3), layout="NHWC")).file == "narrow_ffma"
     assert plan_for(problem((2, 3, 9, 9), (8, 3, 3, 3))).kernel == \
-        "narrow_ffma<3, 32, 8, 7, true, true, true>"
+        "narrow_ffma<3, 32, 8, 7, true, true, true, false>"
     assert plan_for(problem((2, 55, 55, 3), (96, 11, 11, 3), layout="NHWC",
                             stride=4)).file != "narrow_ffma"                  # 363 products
     with pytest.raises(TypeError, match="algorithm='narrow' takes float16, bfloat16, float32 "
@@ -376,18 +376,19 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
 
 
 def test_float32_stems_get_narrow_ffma_when_forced():
-    from im2win.cuda.plan import (NARROW_FFMA_FORMS, NARROW_FFMA_RESIDENT_BYTES,
+    from im2win.cuda.plan import (NARROW_FFMA_FORMS, NARROW_FFMA_PACKED_REDUCTION,
+                                  NARROW_FFMA_PACKED_RESIDENT, NARROW_FFMA_RESIDENT_BYTES,
                                   narrow_ffma_smem, smem_limits)
     compiled = {expr for _, expr in specializations()}
     for prob, kernel in (
             (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4),      # 55 x 55: tiles of
-             "narrow_ffma<3, 96, 2, 7, true, false, true>"),             # 2 x 56 of 112 slots
+             "narrow_ffma<3, 96, 2, 7, true, false, true, true>"),       # 2 x 56 of 112 slots
             (problem((32, 224, 224, 3), (64, 7, 7, 3), layout="NHWC", stride=2, padding=3),
-             "narrow_ffma<3, 64, 4, 8, false, false, false>"),           # 37.6 KB of filters
+             "narrow_ffma<3, 64, 4, 7, false, true, false, true>"),      # 37.6 KB, packed
             (problem((2, 1, 9, 40), (200, 1, 3, 2), dilation=(2, 3)),
-             "narrow_ffma<1, 32, 8, 7, true, true, true>"),
+             "narrow_ffma<1, 32, 8, 7, true, true, true, false>"),
             (problem((3, 4, 7, 6), (128, 4, 5, 5), stride=(2, 1), padding=2),
-             "narrow_ffma<4, 128, 2, 7, true, false, true>")):           # 51 KB of filters
+             "narrow_ffma<4, 128, 2, 7, true, false, true, true>")):     # 51 KB of filters
         plan = plan_for(prob, algorithm="narrow", arch=90)
         args = plan.geometry
         assert (plan.algorithm, plan.file, plan.kernel) == ("narrow", "narrow_ffma", kernel)
@@ -399,11 +400,14 @@ def test_float32_stems_get_narrow_ffma_when_forced():
         assert args.block == (kb * wp, 1, 1) and tp * tq <= wp * tn * 8
         assert args.tiles == prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
         assert args.channel_blocks == -(-prob.K // kb)
-        resident = kernel.split(", ")[5] == "true"
-        assert args.smem == narrow_ffma_smem(prob, kb, tp, tq, resident, prob.layout == "NCHW") \
-            <= smem_limits(90)[0]
-        # resident filters: where they take at most NARROW_FFMA_RESIDENT_BYTES
-        assert resident == (4 * prob.reduction * kb <= NARROW_FFMA_RESIDENT_BYTES)
+        resident, packed = (kernel.rstrip(">").split(", ")[i] == "true" for i in (5, 7))
+        assert args.smem == narrow_ffma_smem(prob, kb, tp, tq, resident, prob.layout == "NCHW",
+                                             packed) <= smem_limits(90)[0]
+        # the window packed for C > 1 and long reductions; resident filters where they take at
+        # most NARROW_FFMA_RESIDENT_BYTES (packed: a multiple of it)
+        assert packed == (prob.C > 1 and prob.reduction >= NARROW_FFMA_PACKED_REDUCTION)
+        assert resident == (4 * prob.reduction * kb <= NARROW_FFMA_RESIDENT_BYTES *
+                            (NARROW_FFMA_PACKED_RESIDENT if packed else 1))
     # a problem whose window cannot fit refuses; so do other channel counts and groups
     for refused in (problem((1, 3, 400, 400), (32, 3, 64, 64), dilation=5),
                     problem((2, 5, 9, 9), (8, 5, 3, 3)),

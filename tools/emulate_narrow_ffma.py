@@ -7,7 +7,8 @@ filters planner.narrow_ffma_plan gives it (on either count of pixels a thread, N
 where the tile fits its slots, and on small tiles), on a grid of fewer blocks than tiles (each block
 loops over several), in NCHW with the y written directly and through each warp's stage, with the
 filters resident (the next tile's window copied while one is computed) and a filter row at a time,
-and with the copies done when issued ("early": a buffer overwritten while still read shows) and as
+with the window as planned (packed for the 147- and 363-product stems) and for 2 and 4 channels
+packed too, and with the copies done when issued ("early": a buffer overwritten while still read shows) and as
 late as the waits allow ("late": a row read before its copy was waited for shows). Each result is
 checked against the float64 reference with y poisoned (NaN) first. Checks indexing and barriers, not
 speed.
@@ -54,6 +55,7 @@ SMALL_TILE = (3, 5)  # each problem again on tiles of 3 x 5 outputs (rows split 
 EXTRA = r"""
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct alignas(8) float2 { float x, y; };
 inline float add(float a, float b) { return std::fma(a, 1.f, b); }
 alignas(16) unsigned char narrow_ffma_smem[1 << 20];
 """
@@ -117,22 +119,30 @@ def problem_plan(case: int, rng):
     return prob, plan, x, buffer, w, b
 
 
-def form_of(kernel: str, tn: int, resident: bool, stage: bool) -> str:
+def form_of(kernel: str, tn: int, resident: bool, stage: bool, packed: bool) -> str:
     """The kernel's name with TN pixels a thread, its filters resident or not, its NCHW y staged
-    or not."""
+    or not, its window packed or not."""
     head = kernel.split(", ")[:5]
     nchw = head[4] == "true"
     return ", ".join(head[:3] + [str(tn), head[4], str(resident).lower(),
-                                 str(nchw and stage).lower()]) + ">"
+                                 str(nchw and stage).lower(), str(packed).lower()]) + ">"
+
+
+def packings(prob, plan) -> tuple[bool, ...]:
+    """The window forms a case runs: the plan's, and packed too for 2 and 4 channels (the
+    planner packs only long reductions: the 3-channel cases of 147 and 363 products)."""
+    planned = plan.kernel.rstrip(">").split(", ")[7] == "true"
+    return tuple(sorted({planned} | ({True} if prob.C in (2, 4) else set())))
 
 
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     rng = np.random.default_rng(0)
     cases = [problem_plan(case, rng) for case in range(len(PROBLEMS))]
-    kernels = sorted({form_of(plan.kernel, tn, resident, stage) for _, plan, *_ in cases
-                      for tn in NARROW_FFMA_PIXELS for resident in (False, True)
-                      for stage in (False, True)})
+    kernels = sorted({form_of(plan.kernel, tn, resident, stage, packed)
+                      for prob, plan, *_ in cases for tn in NARROW_FFMA_PIXELS
+                      for resident in (False, True) for stage in (False, True)
+                      for packed in packings(prob, plan)})
     dispatch = "\n".join(
         f"          case {i}: {name}(x, w, bias, y, {', '.join(f'v[{j}]' for j in range(18))}, "
         f"st[0], st[1], st[2], st[3]); break;" for i, name in enumerate(kernels))
@@ -151,16 +161,16 @@ def main(argv=None) -> int:
                                    **kwargs)
             offset = (x.__array_interface__["data"][0] -
                       buffer.__array_interface__["data"][0]) // 4
-            for tn, tile, resident, stage in itertools.product(
+            for tn, tile, resident, stage, packed in itertools.product(
                     NARROW_FFMA_PIXELS, (args.ints[-2:], SMALL_TILE), (False, True),
-                    (False, True) if layout == "NCHW" else (False,)):
+                    (False, True) if layout == "NCHW" else (False,), packings(prob, plan)):
                 tp, tq = tile
                 kb = int(plan.kernel.split(", ")[1])
                 if tp * tq > args.block[0] // kb * tn * 8:
                     continue            # the planner's tile for one TN on the other's fewer slots
                 tiles = prob.N * -(-prob.P // tp) * -(-prob.Q // tq)
-                kernel = form_of(plan.kernel, tn, resident, stage)
-                smem = narrow_ffma_smem(prob, kb, tp, tq, resident, stage)
+                kernel = form_of(plan.kernel, tn, resident, stage, packed)
+                smem = narrow_ffma_smem(prob, kb, tp, tq, resident, stage, packed)
                 grid = (min(tiles, GRID_X), args.channel_blocks)
                 for late in (0, 1):
                     err = emulate(Path(tmp), "narrow_ffma", source,

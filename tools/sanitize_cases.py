@@ -203,13 +203,18 @@ for (x_shape, w_shape, kwargs), layout, one_sm in itertools.product(
     im2win.conv2d(x, w, cupy.asarray(b), layout=layout, algorithm="narrow", **kwargs)
     im2win.conv2d(x[:, ::-1] if layout == "NHWC" else x[:, :, ::-1], w, layout=layout,
                   algorithm="narrow", **kwargs)                 # a view: rows in reverse
-    # the other filter form (resident or a row at a time) and the other NCHW y (staged or not)
-    forms = (cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_STAGE_NCHW)
+    # the other filter form (resident or a row at a time), the other NCHW y (staged or not)
+    # and the other window (packed or a plane a channel)
+    forms = (cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_STAGE_NCHW,
+             cuda_plan.NARROW_FFMA_PACKED_REDUCTION)
     cuda_plan.NARROW_FFMA_RESIDENT_BYTES = 0 if forms[0] else 1 << 30
     cuda_plan.NARROW_FFMA_STAGE_NCHW = not forms[1]
+    packed = w_shape[1] > 1 and int(np.prod(w_shape[1:])) >= forms[2]
+    cuda_plan.NARROW_FFMA_PACKED_REDUCTION = 1 << 30 if packed else 0
     cuda._calls.clear()
     im2win.conv2d(x, w, cupy.asarray(b), layout=layout, algorithm="narrow", **kwargs)
-    cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_STAGE_NCHW = forms
+    (cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_STAGE_NCHW,
+     cuda_plan.NARROW_FFMA_PACKED_REDUCTION) = forms
 launch.sm_count = sms
 launch._executables.clear()
 cuda._calls.clear()

@@ -7,7 +7,8 @@ on tiles a multiple of 8 columns wide; "tn8": with 8 pixels a thread, never 7; "
 chosen by the window's elements copied, not by the lanes that copy them; "staged": with its filters
 a row at a time, never resident; "resident": resident wherever they fit; "rows": NCHW tiles of
 whole output rows; "stage": NCHW y through each warp's stage; "rows+stage" both; "direct": NCHW y
-written directly; any of them as "VARIANT@FILE": narrow_ffma.cu's kernels from
+written directly; "planes": the window a plane a channel, never packed, and the filters resident
+by the unpacked rule; "auto-planes": "auto"'s plan so, main's before the packed window); any of them as "VARIANT@FILE": narrow_ffma.cu's kernels from
 im2win/cuda/FILE.cu, a copy named narrow_ffma__SOMETHING, timed in the same process as the
 tree's), each checked against
 float64 (PyTorch on the GPU, first 2 images) with y poisoned first, then timed back to back with
@@ -37,7 +38,7 @@ def main():
     ap.add_argument("--variants", default="auto,narrow,staged")
     args = ap.parse_args()
     flags = ("NARROW_FFMA_RESIDENT_BYTES", "NARROW_FFMA_NCHW_ROWS", "NARROW_FFMA_STAGE_NCHW",
-             "NARROW_FFMA_PIXELS")
+             "NARROW_FFMA_PIXELS", "NARROW_FFMA_PACKED_REDUCTION")
     planned = {flag: getattr(cuda_plan, flag) for flag in flags}
     fill = cuda_plan.narrow_ffma_fill
 
@@ -59,6 +60,8 @@ def main():
                 True if "stage" in variant else planned["NARROW_FFMA_STAGE_NCHW"]
             cuda_plan.NARROW_FFMA_PIXELS = (8,) if variant == "tn8" else \
                 planned["NARROW_FFMA_PIXELS"]
+            cuda_plan.NARROW_FFMA_PACKED_REDUCTION = 1 << 30 if "planes" in variant else \
+                planned["NARROW_FFMA_PACKED_REDUCTION"]
             cuda_plan.narrow_ffma_fill = elements if variant == "elems" else fill
             if copy:                  # narrow_ffma's kernels from the copy, compiled afresh
                 launch.kernel = (lambda file, expression: kernel(
@@ -66,7 +69,8 @@ def main():
             launch._executables.clear()
             try:
                 cells[label] = measure(prob, x, w, layout, kw,
-                                       "auto" if variant == "auto" else "narrow", device)
+                                       "auto" if variant.startswith("auto") else "narrow",
+                                       device)
             finally:
                 launch.kernel = kernel
                 launch._executables.clear()

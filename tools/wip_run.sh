@@ -27,10 +27,10 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=$PWD/.cache/cupy
 OUT=${OUT:-/tmp/im2win-out}
 mkdir -p "$CUPY_CACHE_DIR" "$OUT"
-PATCHES="strided-swizzle narrow-ffma-packed"
+PATCHES="strided-swizzle"
 # docs/wip/README.md: strided-swizzle from the twenty-third session, rebased in the
-# twenty-fourth; narrow-ffma-packed from the twenty-sixth (the time steps but strided run on
-# the tree as it is; spread needed the dropped ffma-spread-stores)
+# twenty-fourth (the time steps but strided run on the tree as it is; spread needed the
+# dropped ffma-spread-stores)
 step=${1:-test}
 status=0
 start=$SECONDS

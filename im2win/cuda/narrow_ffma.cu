@@ -15,10 +15,12 @@
 // image, looping over the tiles blockIdx.x + i*gridDim.x:
 //   - The tile's input window (its rows (TP-1)*sh + (R-1)*dh + 1 and columns (TQ-1)*sw +
 //     (S-1)*dw + 1, zeros outside x: the R rows im2win's window interleaves under each output
-//     row, each read once from x) sits in shared memory as [row][channel][column], the
-//     columns of a row stored by phase (column c at (c % sw) * ceil(cols / sw) + c / sw), so
-//     that consecutive output columns read consecutive words at every tap and stride. Copied
-//     by cp.async, 4 bytes an element.
+//     row, each read once from x) sits in shared memory as [row][channel][column], or with
+//     kPacked as [row][column][CP], a column's C channels in CP words (C rounded up to 2 or
+//     4: a 3-channel column is one float4, its fourth word never read); the columns of a row
+//     stored by phase (column c at (c % sw) * ceil(cols / sw) + c / sw), so that consecutive
+//     output columns read consecutive words (entries) at every tap and stride. Copied by
+//     cp.async, 4 bytes an element, a lane a column.
 //   - kResident: the block's filters ([r][s][c][KB], zeros past K) are copied once, and each
 //     next tile's window while one is computed (two window buffers, one barrier a tile).
 //     Otherwise (filters too large to stay) they come a filter row at a time, [s][c][KB],
@@ -29,8 +31,10 @@
 //     filters of WP*TN*8 pixels, the idx-th pixel of the tile at (idx / TQ, idx % TQ) (past
 //     TP*TQ: computed on word 0, not stored). For each (r, s, c) in window order a thread
 //     loads its TN pixels' words (the 8 pixels of a load are consecutive columns: one 32-byte
-//     run) and 2 float4 of its filters, for 8*TN fused multiply-adds (the C channels of a
-//     tap unrolled).
+//     run) and 2 float4 of its filters, for 8*TN fused multiply-adds (the C channels of a tap
+//     unrolled); with kPacked, for each tap (r, s) its filters' 2 float4 a channel, then each
+//     pixel's C channels as one load and their 8*C products, c innermost (fewer instructions,
+//     but 4 lanes read each 16-byte entry: it pays on long reductions, plan.narrow_ffma_tile).
 //   - The outputs, bias added last: NHWC, two float4 a pixel (8 filters; where K % 4 == 0 and
 //     y is 16-byte aligned); NCHW, a filter's 8 consecutive pixels a store for 8 lanes, or
 //     with kStage through 4 x 72 words of shared memory a warp, a filter row a pass, a store
@@ -43,19 +47,36 @@ __device__ __forceinline__ void narrow_ffma_copy(void* dst, const void* src, boo
                "r"(valid ? TB : 0));
 }
 
-template <int C, int KB, int WP, int TN, bool kNCHW, bool kResident, bool kStage>
+// A window entry's CP words (a column's channels) as one shared load: v[u] = channel u's.
+template <int CP>
+__device__ __forceinline__ void narrow_ffma_entry(const char* p, float (&v)[CP]) {
+  if constexpr (CP == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+  } else if constexpr (CP == 2) {
+    const float2 t = *reinterpret_cast<const float2*>(p);
+    v[0] = t.x, v[1] = t.y;
+  } else {
+    v[0] = *reinterpret_cast<const float*>(p);
+  }
+}
+
+template <int C, int KB, int WP, int TN, bool kNCHW, bool kResident, bool kStage,
+          bool kPacked>
 __global__ void __launch_bounds__(KB * WP, 2)
     narrow_ffma(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y, int N, int Cx, int H,
                 int W, int K, int G, int R, int S, int P, int Q, int sh, int sw, int dh, int dw,
                 int pt, int pl, int TP, int TQ, i64 xn, i64 xc, i64 xh, i64 xw) {
   constexpr int THREADS = KB * WP, FW = KB / 32;
+  constexpr int CP = C == 3 ? 4 : C;                 // kPacked: words a window entry
+  constexpr int EW = kPacked ? CP : 1, PW = kPacked ? 1 : C;   // an entry's words, planes a row
   static_assert(C >= 1 && C <= 4 && KB % 32 == 0 && THREADS <= 256 && (TN == 7 || TN == 8),
                 "form");
   const int slice = S * C * KB;                      // one filter row's weights, [s][c][KB]
   const int rows = (TP - 1) * sh + (R - 1) * dh + 1, cols = (TQ - 1) * sw + (S - 1) * dw + 1;
   const int cw = (cols + sw - 1) / sw, row_pitch = cw * sw;   // entries per stored row
-  const int window = rows * C * row_pitch;           // a tile's window, words
+  const int window = rows * PW * row_pitch * EW;     // a tile's window, words
   const int tiles_q = (Q + TQ - 1) / TQ, tiles_p = (P + TP - 1) / TP;
   const int tiles = N * tiles_p * tiles_q;           // < 2^31: checked by the planner
   if ((int)blockIdx.x >= tiles) return;              // (no copy left in flight at exit)
@@ -63,7 +84,8 @@ __global__ void __launch_bounds__(KB * WP, 2)
 
   extern __shared__ __align__(16) unsigned char narrow_ffma_smem[];
   float* ws = reinterpret_cast<float*>(narrow_ffma_smem);    // kResident: R, else 2 filter rows
-  float* xs = ws + (kResident ? R : 2) * slice;             // [rows][C][row_pitch]
+  // the window: [rows][C][row_pitch], or kPacked [rows][row_pitch][CP]
+  float* xs = ws + (kResident ? R : 2) * slice;
   // kStage (NCHW): each warp's outputs pass through 4 x 72 words of its own, a filter row a
   // pass, so that a store writes 32 consecutive pixels of one filter
   float* stage = xs + (kResident ? 2 : 1) * window + (threadIdx.x / 32) * 4 * 72;
@@ -74,7 +96,7 @@ __global__ void __launch_bounds__(KB * WP, 2)
 #pragma unroll
   for (int j = 0; j < TN; ++j) {
     const int idx = ((warp / FW) * TN + j) * 8 + lane / 4, pr = idx / TQ, pc = idx - pr * TQ;
-    base[j] = 4 * (idx < TP * TQ ? pr * sh * C * row_pitch + pc : 0);
+    base[j] = 4 * EW * (idx < TP * TQ ? pr * sh * PW * row_pitch + pc : 0);
   }
   const bool vector_y = !kNCHW && K % 4 == 0 && reinterpret_cast<unsigned long long>(y) % 16 == 0;
 
@@ -97,14 +119,15 @@ __global__ void __launch_bounds__(KB * WP, 2)
     const int h0 = tp * TP * sh - pt, w0 = tq * TQ * sw - pl;
     for (int rp = warp; rp < rows * sw; rp += THREADS / 32) {
       const int ri = rp / sw, phase = rp - ri * sw, h = h0 + ri;
-      float* srow = to + ri * C * row_pitch + phase * cw;
+      float* srow = to + (ri * PW * row_pitch + phase * cw) * EW;
       for (int j = lane; j < cw; j += 32) {
         const int ci = j * sw + phase, c = w0 + ci;
         const bool in = ci < cols && h >= 0 && h < H && c >= 0 && c < W;
         const float* from = in ? xb + h * xh + c * xw : x;
 #pragma unroll
         for (int u = 0; u < C; ++u)
-          narrow_ffma_copy<4>(srow + u * row_pitch + j, from + (in ? u * xc : 0), in);
+          narrow_ffma_copy<4>(srow + (kPacked ? j * CP + u : u * row_pitch + j),
+                              from + (in ? u * xc : 0), in);
       }
     }
   };
@@ -118,18 +141,38 @@ __global__ void __launch_bounds__(KB * WP, 2)
 #pragma unroll 1
     for (int s = 0; s < S; ++s) {
       const char* xtap = reinterpret_cast<const char*>(
-          xt + r * dh * C * row_pitch + phase * cw + entry);
+          xt + (r * dh * PW * row_pitch + phase * cw + entry) * EW);
+      if constexpr (kPacked) {
+        float wv[C][8];
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const float4 wa = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB);
-        const float4 wb = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB + 4);
-        const float wv[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-        const char* xch = xtap + 4 * c * row_pitch;
+        for (int c = 0; c < C; ++c) {
+          const float4 wa = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB);
+          const float4 wb = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB + 4);
+          wv[c][0] = wa.x, wv[c][1] = wa.y, wv[c][2] = wa.z, wv[c][3] = wa.w;
+          wv[c][4] = wb.x, wv[c][5] = wb.y, wv[c][6] = wb.z, wv[c][7] = wb.w;
+        }
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-          const float xval = *reinterpret_cast<const float*>(xch + base[j]);
+          float xv[CP];                         // the pixel's C channels at the tap: one load
+          narrow_ffma_entry<CP>(xtap + base[j], xv);
 #pragma unroll
-          for (int f = 0; f < 8; ++f) acc[f][j] = madd(wv[f], xval, acc[f][j]);
+          for (int c = 0; c < C; ++c)
+#pragma unroll
+            for (int f = 0; f < 8; ++f) acc[f][j] = madd(wv[c][f], xv[c], acc[f][j]);
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          const float4 wa = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB);
+          const float4 wb = *reinterpret_cast<const float4*>(wr + (s * C + c) * KB + 4);
+          const float wv[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+          const char* xch = xtap + 4 * c * row_pitch;
+#pragma unroll
+          for (int j = 0; j < TN; ++j) {
+            const float xval = *reinterpret_cast<const float*>(xch + base[j]);
+#pragma unroll
+            for (int f = 0; f < 8; ++f) acc[f][j] = madd(wv[f], xval, acc[f][j]);
+          }
         }
       }
       phase += step_phase;

@@ -1568,6 +1568,16 @@ NARROW_FFMA_SMEM_LIMIT = 110 * 1024   # a block's shared memory, at most: two bl
 # mobilenet_v2.0 NHWC 9.5 / 9.4 (3.5 KB); cv3 NHWC 28.4 / 30.1, resnet50.0 NCHW 25.6 / 27.9
 # (37.6 KB).
 NARROW_FFMA_RESIDENT_BYTES = 32 * 1024
+# The window packed ([row][column][CP]: a tap's C channels one shared load, narrow_ffma.cu's
+# kPacked) for stems of C > 1 and at least this many products an output, their filters then
+# resident up to NARROW_FFMA_PACKED_RESIDENT times NARROW_FFMA_RESIDENT_BYTES (docs/hopper.md,
+# step 24; tools/stems_dev.py, H100, TFLOPS, planned before -> packed with filters resident,
+# cuDNN): cv3 NCHW 29.3 -> 32.7 (20.2), NHWC 32.2 -> 32.0 (19.3); resnet50.0 NCHW 29.2 ->
+# 30.8 (18.7), NHWC 29.8 -> 30.4 (17.6). Shorter stems lose (cv7, 27 products: NCHW 22.3 ->
+# 20.7, NHWC 24.8 -> 22.1) or move within the runs' spread (convnext_tiny.0, 48: NCHW 12.9 ->
+# 13.8, NHWC 14.1 -> 13.2), so they keep a plane a channel.
+NARROW_FFMA_PACKED_REDUCTION = 64
+NARROW_FFMA_PACKED_RESIDENT = 1.25
 # What "auto" gives it (tools/stems_dev.py, H100, float32, TFLOPS, before -> narrow_ffma, cuDNN;
 # cv* at batch 128, network stems at 32): stems of at most 147 products an output, in NHWC
 # (cv3 26.5 -> 30.1, 19.7; cv7 13.2 -> 20.9, 11.1; resnet50.0 23.7 -> 28.1, 18.3; mobilenet_v2.0
@@ -1591,8 +1601,8 @@ NARROW_FFMA_STAGE_NCHW = True
 
 class NarrowFfmaTile(NamedTuple):
     """A narrow_ffma.cu block: KB filters and WP pixel warps of TN pixels a thread over TP x TQ
-    outputs, whether its filters are resident and its NCHW y staged; smem its shared memory in
-    bytes; tiles: how many output tiles the problem has."""
+    outputs, whether its filters are resident, its NCHW y staged and its window packed; smem
+    its shared memory in bytes; tiles: how many output tiles the problem has."""
 
     kb: int
     wp: int
@@ -1603,16 +1613,18 @@ class NarrowFfmaTile(NamedTuple):
     stage: bool
     smem: int
     tiles: int
+    packed: bool = False
 
 
 def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool,
-                     stage: bool) -> int:
+                     stage: bool, packed: bool = False) -> int:
     """narrow_ffma.cu's shared memory in bytes: the filters (resident: all R rows, else two rows),
     the NCHW y's stage (`stage`: 4 x 72 words a warp) and the tile's window ([row][channel][column],
-    a row's columns stored by phase; resident: two of them)."""
+    or `packed` [row][column][CP], CP = C rounded up to 1, 2 or 4; a row's columns stored by
+    phase; resident: two of them)."""
     rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
     cols = (tq - 1) * prob.sw + (prob.S - 1) * prob.dw + 1
-    window = rows * prob.C * -(-cols // prob.sw) * prob.sw
+    window = rows * -(-cols // prob.sw) * prob.sw * (4 if packed and prob.C == 3 else prob.C)
     stage = kb * NARROW_FFMA_FORMS[kb] // 32 * 4 * 72 if stage else 0
     return 4 * ((prob.R if resident else 2) * prob.S * prob.C * kb +
                 (2 if resident else 1) * window + stage)
@@ -1620,8 +1632,10 @@ def narrow_ffma_smem(prob: Problem, kb: int, tp: int, tq: int, resident: bool,
 
 def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
     """The block for a float32 stem: the KB of NARROW_FFMA_FORMS that pads K least (the larger on a
-    tie: fewer blocks copy each window), its filters resident where they take at most
-    NARROW_FFMA_RESIDENT_BYTES and a tile fits so, then the TN of NARROW_FFMA_PIXELS and TP x TQ
+    tie: fewer blocks copy each window), its window packed for C > 1 and
+    NARROW_FFMA_PACKED_REDUCTION products or more, its filters resident where they take at most
+    NARROW_FFMA_RESIDENT_BYTES (packed: NARROW_FFMA_PACKED_RESIDENT times it) and a tile fits
+    so, then the TN of NARROW_FFMA_PIXELS and TP x TQ
     output tile of its WP*TN*8 pixels whose work over the grid is least (every pixel slot's
     products and loads, about ten instructions a lane copying the window (narrow_ffma_fill) and
     six a filter element copied), with its shared memory within `limit` bytes; None if none
@@ -1631,15 +1645,17 @@ def narrow_ffma_tile(prob: Problem, limit: int) -> NarrowFfmaTile | None:
         return None
     taps = prob.R * prob.S * prob.C
     stage = prob.layout == "NCHW" and NARROW_FFMA_STAGE_NCHW
-    if 4 * taps * kb <= NARROW_FFMA_RESIDENT_BYTES:
-        tile = narrow_ffma_tile_of(prob, kb, True, stage, limit)
+    packed = prob.C > 1 and prob.reduction >= NARROW_FFMA_PACKED_REDUCTION
+    if 4 * taps * kb <= NARROW_FFMA_RESIDENT_BYTES * (NARROW_FFMA_PACKED_RESIDENT if packed
+                                                      else 1):
+        tile = narrow_ffma_tile_of(prob, kb, True, stage, limit, packed)
         if tile is not None:
             return tile
-    return narrow_ffma_tile_of(prob, kb, False, stage, limit)
+    return narrow_ffma_tile_of(prob, kb, False, stage, limit, packed)
 
 
 def narrow_ffma_tile_of(prob: Problem, kb: int, resident: bool, stage: bool,
-                        limit: int) -> NarrowFfmaTile | None:
+                        limit: int, packed: bool = False) -> NarrowFfmaTile | None:
     """narrow_ffma_tile's choice of pixels a thread and output tile for one form of the block."""
     wp = NARROW_FFMA_FORMS[kb]
     taps = prob.R * prob.S * prob.C
@@ -1659,7 +1675,7 @@ def narrow_ffma_tile_of(prob: Problem, kb: int, resident: bool, stage: bool,
             tp = min(prob.P, capacity // tq)
             tp = -(-prob.P // -(-prob.P // tp))
             tiles = max(prob.N, 1) * -(-prob.P // tp) * -(-prob.Q // tq)
-            smem = narrow_ffma_smem(prob, kb, tp, tq, resident, stage)
+            smem = narrow_ffma_smem(prob, kb, tp, tq, resident, stage, packed)
             if smem > limit or tiles >= 2 ** 31:
                 continue
             rows = (tp - 1) * prob.sh + (prob.R - 1) * prob.dh + 1
@@ -1667,7 +1683,8 @@ def narrow_ffma_tile_of(prob: Problem, kb: int, resident: bool, stage: bool,
             work = tiles * (capacity * slot + 10 * narrow_ffma_fill(prob, rows, cols) +
                             (0 if resident else 6 * taps * kb))
             if best is None or work < best[0]:
-                best = (work, NarrowFfmaTile(kb, wp, tn, tp, tq, resident, stage, smem, tiles))
+                best = (work, NarrowFfmaTile(kb, wp, tn, tp, tq, resident, stage, smem, tiles,
+                                             packed))
     return None if best is None else best[1]
 
 
@@ -1709,8 +1726,8 @@ def narrow_ffma_refusal(prob: Problem, arch: int | None = None) -> str | None:
 
 
 def narrow_ffma_kernel_name(C: int, kb: int, wp: int, tn: int, nchw: bool, resident: bool,
-                            stage: bool) -> str:
-    flags = ", ".join(str(f).lower() for f in (nchw, resident, nchw and stage))
+                            stage: bool, packed: bool = False) -> str:
+    flags = ", ".join(str(f).lower() for f in (nchw, resident, nchw and stage, packed))
     return f"narrow_ffma<{C}, {kb}, {wp}, {tn}, {flags}>"
 
 
@@ -1727,7 +1744,7 @@ def narrow_ffma_plan(prob: Problem, options: Options, x_strides, arch: int | Non
                       tile.tiles, -(-prob.K // tile.kb), per_sm)
     return Plan("narrow", None, options, "narrow_ffma",
                 narrow_ffma_kernel_name(prob.C, tile.kb, tile.wp, tile.tn, prob.layout == "NCHW",
-                                        tile.resident, tile.stage),
+                                        tile.resident, tile.stage, tile.packed),
                 max(prob.N, 1), args, b"", 0)
 
 
@@ -2780,11 +2797,12 @@ def specializations() -> list[tuple[str, str]]:
                        for mt in mts)
         out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
                    for K in NARROW_WGMMA_FILTERS)
-    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, tn, nchw, resident, stage))
+    out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, tn, nchw, resident, stage,
+                                                       packed))
                for C in range(1, NARROW_FFMA_CHANNELS + 1)
                for kb, wp in NARROW_FFMA_FORMS.items() for tn in NARROW_FFMA_PIXELS
                for nchw in (False, True) for resident in (False, True)
-               for stage in {False, nchw})
+               for stage in {False, nchw} for packed in {False, C > 1})
     for dtype in POINTWISE_DTYPES:
         for K in range(8, POINTWISE_MAX_K + 1, 8):
             out.add(("pointwise", pointwise_kernel_name(dtype, K)))
