@@ -91,15 +91,21 @@ def conv2d(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layout
             q*sw + s*dw - pl, c] in workspace, the S*C values of a filter row one run of
             channels); "auto" takes it for C not a multiple of 8 where that problem runs the
             wgmma kernel (16-bit types, on Hopper) or im2win_ffma.cu (float32: NHWC, and NCHW
-            of at most 160 products an output, the kernel writing the NCHW y). On the
-            CPU: "auto" or "im2win" (the window path) or "im2col_gemm".
+            of at most 160 products an output, the kernel writing the NCHW y).
+            "im2win_runs": a float32 stem (one group, dw = 1, sw*R*C a multiple of 4) as the
+            im2win papers run it: the window tensor materialised in workspace (rows padded to
+            16 bytes), then one GEMM over each output pixel's whole run of S*R*C values (the
+            reduction padded once to 16, not each filter row's S*C to 8 as the window columns
+            pad it); "auto" takes it for such stems of at least 160 products that it pads
+            less than the columns (cv1, cv2). On the CPU: "auto" or "im2win" (the window
+            path) or "im2col_gemm".
         options: GPU only: an `im2win.cuda.Options` switching the kernels' optimisations.
         workspace_limit: GPU only: bytes the materialised window tensor may use (the batch is
             processed in chunks of whole images to respect it), and the most the channels-last
             copies of "im2win_nhwc" (float32 on im2win_ffma.cu reads x in place where its
-            strided form runs),
-            the window columns of "im2win_columns" and the gathered pixels of a strided
-            "gemm" may take ("auto" runs the general kernels past it); None: no limit.
+            strided form runs), the window columns of "im2win_columns", the window of
+            "im2win_runs" and the gathered pixels of a strided "gemm" may take ("auto" runs
+            the general kernels past it); None: no limit.
         precision: float32 inputs only: None or "float32" (IEEE FP32 fused multiply-adds, the
             default), "3xtf32" (Tensor Cores, each operand split into two TF32 parts and
             three products accumulated in FP32: FP32-accurate) or "tf32" (one TF32 product:

@@ -1303,6 +1303,59 @@ def test_stems_over_their_window_columns_read_views_and_write_views(rng):
             "narrow_dense_wgmma<half_t, 64, 4>"
 
 
+RUN_CASES = [  # x (N, C, H, W), w (K, C, R, S): float32 stems over their window's runs
+    ((2, 3, 29, 30), (96, 3, 11, 11), dict(stride=4, padding=1)),       # cv1's: 363 -> 368
+    ((3, 3, 21, 19), (40, 3, 4, 4), dict(stride=4, padding=(1, 2))),    # 48: no tail; K = 40
+    ((2, 1, 17, 23), (70, 1, 5, 8), dict(stride=(2, 4), padding=3)),    # C = 1, 40 -> 48
+    ((5, 2, 13, 70), (33, 2, 3, 6), dict(stride=2, dilation=(2, 1))),   # dh = 2, 36 -> 48
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", RUN_CASES)
+def test_stems_over_their_window_runs_match_reference(rng, layout, x_shape, w_shape, kwargs):
+    """algorithm='im2win_runs' (the window tensor with rows padded to 16 bytes, then
+    im2win_ffma.cu over each pixel's whole run: kTail where S*R*C is not a multiple of 16),
+    with and without bias; NCHW through its NCHW epilogue and through a channels-last y."""
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    for bias, options in ((b, None), (None, None), (b, Options(nchw_epilogue=False))):
+        run(x, w, bias, layout, kwargs, algorithm="im2win_runs", options=options)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_window_runs_mask_the_next_column_and_read_views(rng, layout):
+    """An infinity in the column just past some pixels' runs (the kernel reads it in the
+    run's padded last slice) reaches only the outputs whose windows hold it; x a view with
+    its rows reversed, out one element off 16 bytes; and what "auto" plans for cv1."""
+    from im2win import cuda
+    x, w, b = random_arrays(rng, (2, 3, 29, 30), (24, 3, 11, 11), 24, np.float32)
+    kwargs = dict(layout=layout, stride=4, padding=1)
+    # padded column 11 (x's column 10) follows the run of output column 0; row 3 lies under
+    # output row 1 as its tap r = 0 (padded row 4)
+    x[0, 1, 28 - 3, 10] = np.inf                      # x's row 3 once the rows are reversed
+    xs, ws = to_layout(layout, x, w)
+    view = cupy.asarray(xs)[:, :, ::-1] if layout == "NCHW" else cupy.asarray(xs)[:, ::-1]
+    flipped = cupy.asnumpy(view).astype(np.float64)
+    ref = reference.conv2d(flipped, ws.astype(np.float64), b.astype(np.float64), **kwargs)
+    prob = make_problem(view, ws, b, **kwargs)
+    base = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, cupy.float32)
+    out = base[1:].reshape(prob.y_shape)
+    im2win.conv2d(view, cupy.asarray(ws), cupy.asarray(b), out=out, algorithm="im2win_runs",
+                  **kwargs)
+    y = cupy.asnumpy(out)
+    finite = ref[0, :, 1, 0] if layout == "NCHW" else ref[0, 1, 0, :]
+    assert np.isfinite(finite).all()                  # output (1, 0) never holds it ...
+    assert (np.isfinite(y) == np.isfinite(ref)).all() and not np.isfinite(ref).all()
+    assert_close(np.where(np.isfinite(ref), y, 0), np.where(np.isfinite(ref), ref, 0),
+                 np.float32, prob.reduction)
+    cv1 = (cupy.zeros((128, 227, 227, 3), cupy.float32),
+           cupy.zeros((96, 11, 11, 3), cupy.float32))
+    cv1 = cv1 if layout == "NHWC" else tuple(a.transpose(0, 3, 1, 2) for a in cv1)
+    prob = make_problem(*cv1, layout=layout, stride=4)
+    plan = cuda._plan(prob, *cv1, "auto", None, None)
+    assert plan.algorithm == "im2win_runs" and plan.inner.kernel.endswith(", true>")
+
+
 SPLIT_CASES = [  # NHWC problems with few tiles: split-K (TMA copies: C/G a multiple of 64 or 32)
     ((2, 768, 7, 7), (160, 768, 1, 1), dict()),                     # 1x1: 4 ranges of 3 slices
                                                                     # (SPLIT_MIN_SLICES lowered)

@@ -130,6 +130,7 @@ def test_python_constants_match_the_kernel_files():
     """The sizes the Python side plans with that a kernel file also fixes: the same values."""
     from im2win.cuda import plan, wgrad
     assert wgrad.WINDOW_ROW == constexpr("layout", "WINDOW_ROW")
+    assert plan.WINDOW_RUN_ROW == constexpr("window", "WINDOW_RUN_ROW")
     assert plan.DEPTHWISE_MMA_TILE == tuple(constexpr("depthwise", f"DEPTHWISE_MMA_{name}")
                                             for name in ("CHANNELS", "ROWS", "COLUMNS"))
     assert plan.DEPTHWISE_MMA_THREADS == constexpr("depthwise", "DEPTHWISE_MMA_THREADS")

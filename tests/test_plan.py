@@ -203,7 +203,7 @@ def test_options_validate_themselves():
     with pytest.raises(TypeError, match="Options.smem must be a bool"):
         Options(smem=1)
     ablations = Options.ablations()
-    assert ablations["full"] == Options() and len(ablations) == 9
+    assert ablations["full"] == Options() and len(ablations) == 10
     assert not ablations["no_double_buffer"].double_buffer
     assert plan_for(problem((1, 5, 8, 8), (4, 5, 3, 3)),
                     options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
@@ -998,7 +998,9 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
         short = prob.reduction <= COLUMNS_NCHW_REDUCTION
         assert short == (name != "cv1")
         for arch in (None, 80, 90):
-            plan = plan_for(prob, arch=arch)
+            # (cv1 takes its window's runs where they run: test_stems_run_over_window_runs)
+            assert (plan_for(prob, arch=arch).algorithm == "im2win_runs") == (name == "cv1")
+            plan = plan_for(prob, arch=arch, options=Options(window_runs=False))
             assert plan.algorithm == "im2win_columns"
             assert plan.inner.tile.BM == (96 if name == "cv1" else 64)
             if plan.algorithm == "im2win_columns":
@@ -1013,7 +1015,8 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
         assert plan_for(singles["cv7"], options=Options(nchw_epilogue=False)).algorithm == \
             "im2win_fused"
     monkeypatch.setattr(tuning, "FFMA_96_ROWS", False)    # cv1 on tiles of 64: NHWC only
-    assert (plan_for(singles["cv1"]).algorithm == "im2win_columns") == (not nchw)
+    assert (plan_for(singles["cv1"], options=Options(window_runs=False)).algorithm ==
+            "im2win_columns") == (not nchw)
     monkeypatch.setattr(tuning, "FFMA_96_ROWS", True)
     # convnext_tiny.0 (4x4 at 4, 0.028 bytes a FLOP): its columns in NHWC only
     conv = next(c for c in NETWORKS["convnext_tiny"] if c.name == "convnext_tiny.0")
@@ -1332,8 +1335,67 @@ def test_ffma_tiles_of_96_filters_where_they_cover_k_with_fewer_rows():
             assert plan.file == "im2win_ffma" and (plan.tile.BM, plan.tile.BK) == (rows, depth)
             assert plan.kernel.startswith(f"im2win_ffma<{rows}, 128, {depth},")
     cv1 = problem((2, 227, 227, 3), (96, 11, 11, 3), layout="NHWC", stride=4)
-    assert plan_for(cv1).algorithm == "im2win_columns"
-    assert plan_for(cv1).inner.kernel == "im2win_ffma<96, 128, 8, true, true, false>"
+    columns = plan_for(cv1, options=Options(window_runs=False))
+    assert columns.algorithm == "im2win_columns"
+    assert columns.inner.kernel == "im2win_ffma<96, 128, 8, true, true, false>"
+    assert plan_for(cv1).inner.kernel == "im2win_ffma<96, 128, 16, true, true, false, true>"
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_stems_run_over_window_runs(layout):
+    """"im2win_runs": the 1 x 1 problem over x_win's rows padded to 16 bytes, each output
+    pixel's S*R*C run one "pixel" of channels, padded once to the slice (kTail only where it
+    is not a multiple of 16); "auto" takes it for float32 stems of at least RUNS_REDUCTION
+    products that it pads less than the window columns (cv1, cv2), and what it refuses."""
+    from im2win.cuda.plan import (RUNS_REDUCTION, WINDOW_RUN_ROW, runs_pitch, runs_stage,
+                                  runs_strides, runs_workspace)
+    nchw = layout == "NCHW"
+    x_shape, w_shape = LAYERS["cv1"].shapes(128, layout)
+    cv1 = problem(x_shape, w_shape, np.float32, layout=layout, **LAYERS["cv1"].kwargs)
+    inner = runs_stage(cv1)
+    assert (inner.layout, inner.C, inner.H, inner.W, inner.R, inner.S, inner.sw) == \
+        ("NHWC", 363, 55, 55, 1, 1, 1)
+    assert runs_pitch(cv1) == 7492 and runs_strides(cv1) == (55 * 7492, 1, 7492, 132)
+    for arch in (None, 80, 90):
+        plan = plan_for(cv1, arch=arch)
+        assert plan.algorithm == "im2win_runs" and plan.inner.file == "im2win_ffma"
+        geo = plan.inner.geometry
+        assert (geo.red, geo.redp, geo.sq, geo.sp, geo.y_nchw) == (363, 368, 132, 7492, nchw)
+        staged = nchw and cv1.P * cv1.Q % 4 != 0                  # 3025 pixels an image
+        assert plan.inner.kernel == (
+            "im2win_ffma_to_nchw<96, 128, 16, true, true, true, false, true>" if staged else
+            "im2win_ffma<96, 128, 16, true, true, false, true>")
+        assert plan.workspace_bytes == runs_workspace(cv1, y=False) == \
+            (128 * 55 * 7492 + 368 + 96 * 368) * 4
+    through_y = plan_for(cv1, options=Options(nchw_epilogue=False), algorithm="im2win_runs")
+    assert through_y.workspace_bytes == runs_workspace(cv1) and \
+        through_y.inner.geometry.y_nchw == 0
+    assert (plan_for(cv1, options=Options(nchw_epilogue=False)).algorithm ==
+            "im2win_runs") == (not nchw)
+    assert plan_for(cv1, options=Options(window_runs=False)).algorithm == "im2win_columns"
+    limit = runs_workspace(cv1, y=False) - 1
+    assert plan_for(cv1, workspace_limit=limit).algorithm != "im2win_runs"
+    # 48 products (a multiple of 16): no kTail; forced, below RUNS_REDUCTION
+    short = problem((2, 3, 21, 19), (40, 3, 4, 4), stride=4, layout="NCHW")
+    assert short.reduction < RUNS_REDUCTION and plan_for(short).algorithm != "im2win_runs"
+    forced = plan_for(short, algorithm="im2win_runs")
+    assert forced.inner.kernel == "im2win_ffma_to_nchw<64, 128, 16, true, true, false, false>"
+    refused = [
+        (problem((2, 3, 21, 19), (40, 3, 4, 4), np.float16, stride=4), "takes float32"),
+        (problem((2, 6, 21, 19), (40, 3, 4, 4), stride=4, groups=2), "one group"),
+        (problem((2, 3, 21, 19), (40, 3, 4, 4), stride=4, dilation=(1, 2)), "dw = 1"),
+        (problem((2, 3, 21, 19), (40, 3, 3, 3), stride=1), "sw\\*R\\*C = 9"),
+        (problem((1, 1, 8, WINDOW_RUN_ROW), (4, 1, 4, 4), stride=4), "exceeds"),
+    ]
+    for prob, match in refused:
+        with pytest.raises((ValueError, TypeError), match=match):
+            plan_for(prob, algorithm="im2win_runs")
+    with pytest.raises(ValueError, match="double_buffer"):
+        plan_for(cv1, algorithm="im2win_runs", options=Options(double_buffer=False))
+    with pytest.raises(ValueError, match="16-deep slices"):
+        plan_for(cv1, algorithm="im2win_runs", tile="f96x128k8")
+    with pytest.raises(ValueError, match="workspace_limit"):
+        plan_for(cv1, algorithm="im2win_runs", workspace_limit=limit)
 
 
 def test_transpose_launch_picks_the_layout_kernel_and_its_grid():

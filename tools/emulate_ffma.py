@@ -5,8 +5,10 @@ tuning.FFMA_TILES (the 96-filter ones also with each switch off alone, and writi
 y in both forms; and the strided form, kStridedX, reading x from an NCHW array with two
 channels and three columns more than the problem's, NaN there, as the NCHW twin reads x in
 place, its cp.async copies landing when issued and, run again, only at the wait) on float32
-NHWC problems with tails of pixels and filters, padding, stride and groups, each launched on
-the grid tools/ffma_dev.py gives it (blocks one after another).
+NHWC problems with tails of pixels and filters, padding, stride and groups, and kTail on
+stems over their window's runs (NaN past each run's row and after the last, where the last
+slice reads and must mask), each launched on the grid tools/ffma_dev.py gives it (blocks one
+after another).
 Each result is checked against the float64 reference with y poisoned (NaN) first: an output
 not written, or one written from the wrong window, fails. Checks indexing (the partial last
 pass of the 96-filter tiles' loads, the swizzle, the tails) and barriers, not speed.
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from im2win import reference
-from im2win.cuda.plan import GEOMETRY, ffma_kernel_name, geometry
+from im2win.cuda.plan import GEOMETRY, ffma_kernel_name, geometry, runs_pitch, runs_plan
 from im2win.cuda.tuning import FFMA_TILES, Options
 from im2win.problem import make_problem
 from im2win.testing import allowed_error
@@ -43,15 +45,25 @@ PROBLEMS = [
     ((3, 12, 12, 16), (68, 3, 3, 16), dict(padding=1)),         # P*Q = 144: float4 NCHW y
 ]
 
+# Stems over their window's runs (plan.runs_plan, kTail), NHWC x: 363 products padded to 368
+# (the last slice's float4 in part and whole masked; each row's last run ends where the row's
+# values do, so its padding reads the NaN past them), 48 (a multiple of 16: never masked).
+RUN_PROBLEMS = [
+    ((2, 29, 29, 3), (40, 11, 11, 3), dict(stride=4, padding=1)),
+    ((3, 21, 19, 3), (70, 4, 4, 3), dict(stride=4, padding=(1, 2))),
+]
+
 # Kernels: (tile, double_buffer, conflict_free, NCHW y form: 0 none, 1 float4, 2 staged,
-# x read by the strided form)
-FORMS = [(name, True, True, 0, False) for name in FFMA_TILES] + [
-    ("f96x128", False, True, 0, False), ("f96x128", True, False, 0, False),
-    ("f96x128k8", False, False, 0, False), ("f96x128", True, True, 1, False),
-    ("f96x128k8", True, True, 2, False),
-    ("f64x128", True, True, 1, True), ("f128x64", True, True, 1, True),
-    ("f96x128k8", True, True, 2, True), ("f64x64k8", True, True, 0, True),
-    ("f128x128", True, True, 0, True)]
+# x read by the strided form, kTail: RUN_PROBLEMS over their window's runs)
+FORMS = [(name, True, True, 0, False, False) for name in FFMA_TILES] + [
+    ("f96x128", False, True, 0, False, False), ("f96x128", True, False, 0, False, False),
+    ("f96x128k8", False, False, 0, False, False), ("f96x128", True, True, 1, False, False),
+    ("f96x128k8", True, True, 2, False, False),
+    ("f64x128", True, True, 1, True, False), ("f128x64", True, True, 1, True, False),
+    ("f96x128k8", True, True, 2, True, False), ("f64x64k8", True, True, 0, True, False),
+    ("f128x128", True, True, 0, True, False),
+    ("f96x128", True, True, 0, False, True), ("f64x128", True, True, 2, False, True),
+    ("f64x64", True, True, 1, False, True)]
 
 EXTRA = r"""
 struct alignas(16) float4 { float x, y, z, w; };
@@ -97,10 +109,11 @@ DISPATCH
 """
 
 
-def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int, strided: bool) -> str:
+def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int, strided: bool,
+                tail: bool) -> str:
     return ffma_kernel_name(FFMA_TILES[tile], Options(double_buffer=double,
                                                       conflict_free=swizzle),
-                            nchw_y=nchw_y, strided=strided)
+                            nchw_y=nchw_y, strided=strided, tail=tail)
 
 
 def source() -> str:
@@ -119,11 +132,28 @@ def source() -> str:
     return SHIM + EXTRA + struct + outer + ffma + MAIN.replace("DISPATCH", dispatch)
 
 
+def window_runs(prob, x, w, tile: str):
+    """(geometry, x_win, w_win) of runs_plan for NHWC x and w: x_win's rows runs_pitch apart
+    as window.cu's window_runs writes them, but NaN past each row's Wp*R*C values and in the
+    slack after the last row (the kernel must mask what it reads there), w in window order
+    with zeros past S*R*C."""
+    geo = runs_plan(prob, Options(), None, tile).inner.geometry
+    win = reference.image_to_window(x, prob.R, stride=prob.sh, dilation=prob.dh,
+                                    padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
+                                    layout="NHWC").reshape(prob.N, prob.P, -1)
+    pitch = runs_pitch(prob)
+    flat = np.full(prob.N * prob.P * pitch + geo.redp, np.nan, np.float32)
+    flat[:prob.N * prob.P * pitch].reshape(prob.N, prob.P, pitch)[..., :win.shape[2]] = win
+    w_win = np.zeros((prob.K, geo.redp), np.float32)
+    w_win[:, :geo.red] = w.transpose(0, 2, 1, 3).reshape(prob.K, -1)
+    return geo, flat, w_win
+
+
 def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
-    x_shape, w_shape, kwargs = PROBLEMS[case]
-    tile, double, swizzle, nchw_y, strided = FORMS[form]
+    tile, double, swizzle, nchw_y, strided, tail = FORMS[form]
+    x_shape, w_shape, kwargs = (RUN_PROBLEMS if tail else PROBLEMS)[case]
     t = FFMA_TILES[tile]
-    if w_shape[3] % t.BK:
+    if w_shape[3] % t.BK and not tail:
         return 0
     x = rng.uniform(-1, 1, x_shape).astype(np.float32)
     w = rng.uniform(-1, 1, w_shape).astype(np.float32)
@@ -141,6 +171,10 @@ def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
         n, c, h, wd = (s // 4 for s in x_in.strides)
         geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
         geo = geo._replace(base0=geo.base0 + c + 2)
+    w_in = w
+    if tail:                         # the 1 x 1 problem over the runs (runs_stage)
+        geo, x_in, w_in = window_runs(prob, x, w, tile)
+        geo = geo._replace(y_nchw=int(bool(nchw_y)))
     ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
                            layout="NHWC", **kwargs)
     if nchw_y:
@@ -148,9 +182,9 @@ def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
     grid = (-(-geo.npix // t.BN), -(-prob.Kg // t.BM), prob.G)
     args = [form, *grid, t.BM * t.BN // 64, int(late)]
     err = emulate(workdir, "ffma", source, args,
-                  [np.array([tuple(geo)], GEOMETRY), x_in, w, b,
+                  [np.array([tuple(geo)], GEOMETRY), x_in, w_in, b,
                    np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
-    label = (f"{kernel_name(tile, double, swizzle, nchw_y, strided)} x {x_shape} w {w_shape} "
+    label = (f"{kernel_name(*FORMS[form])} x {x_shape} w {w_shape} "
              f"{kwargs} grid {grid}{' (copies late)' if late else ''}")
     return report(label, err, allowed_error(np.float32, prob.reduction))
 
@@ -161,7 +195,7 @@ def main(argv=None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for form in range(len(FORMS)):
-            for case in range(len(PROBLEMS)):
+            for case in range(len(RUN_PROBLEMS if FORMS[form][5] else PROBLEMS)):
                 failures += run(case, form, Path(tmp), rng)
                 if FORMS[form][4]:     # the strided form's cp.async copies landing at the wait
                     failures += run(case, form, Path(tmp), rng, late=True)

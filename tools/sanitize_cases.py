@@ -21,8 +21,8 @@ float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
 the float32 CUDA-core kernels (im2win_ffma.cu's every tile and switch, in NHWC and through
 the NCHW twin writing the NCHW y, wgrad_ffma.cu's
 every tile, both x loads and split counts, backward data's window gradients of many
-channels, and a float32 stem over its window columns); with ``stems``, narrow_ffma.cu's float32
-stems (1 to 4 channels, both layouts, filter tails and several filter blocks, padding,
+channels, and a float32 stem over its window columns and over its window's runs); with
+``stems``, narrow_ffma.cu's float32 stems (1 to 4 channels, both layouts, filter tails and several filter blocks, padding,
 stride and dilation, x a view, blocks looping over tiles, filters resident and a row at a
 time, the NCHW y staged and not). Otherwise all of these, the Hopper kernel's too where the device has it. Last, a captured CUDA graph of several problems, replayed twice.
 """
@@ -497,6 +497,19 @@ if runs("ffma"):
             xc, wc = xc.transpose(0, 2, 3, 1).copy(), wc.transpose(0, 2, 3, 1).copy()
         im2win.conv2d(cupy.asarray(xc), cupy.asarray(wc), layout=layout, stride=2, padding=3,
                       algorithm="im2win_columns")
+    # Stems over their window's runs (window.cu's window_runs, then im2win_ffma.cu's kTail
+    # forms): 11x11 at stride 4 (363 -> 368: the last slice's float4 in part and whole
+    # masked), every 16-deep tile, NHWC and NCHW (staged and float4 y), more rows of x_win
+    # than the copy's blocks (they loop), x and w read by 4-byte copies along NCHW and NHWC.
+    xr, wr = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((40, 3, 27, 30), (70, 3, 11, 11)))
+    for layout in ("NCHW", "NHWC"):
+        if layout == "NHWC":
+            xr, wr = xr.transpose(0, 2, 3, 1).copy(), wr.transpose(0, 2, 3, 1).copy()
+        for tile in (t for t in FFMA_TILES if FFMA_TILES[t].BK == 16):
+            prob = checked_problem(cupy.asarray(xr), cupy.asarray(wr), None, layout=layout,
+                                   stride=4, padding=(1, 2))[0]
+            cuda.conv2d(prob, cupy.asarray(xr), cupy.asarray(wr), None,
+                        algorithm="im2win_runs", tile=tile)
     for x_shape, w_shape, kwargs in [((3, 13, 11, 16), (36, 3, 3, 16), dict(padding=1)),
                                      ((2, 23, 21, 3), (20, 11, 11, 3), dict(stride=4))]:
         x = cupy.asarray(rng.uniform(-1, 1, x_shape).astype(np.float32))

@@ -44,6 +44,13 @@
 // covers a multiple of 32 pixels (a warp then writes one quad; plan.strided_tile keeps the
 // others off this form). The copies land before the slice's barrier (cp.async.wait_group).
 //
+// kTail (the last flag of im2win_ffma and im2win_ffma_to_nchw, false unless named): one tap
+// whose run is not a multiple of BK long, the materialised window's run of a pixel
+// (plan.window_runs_plan: a 1 x 1 problem over x_win, C = S*R*C of the stem): slices up to
+// Geometry.redp (red rounded up to BK), w's rows redp long (zeros past red), and x's elements
+// of the last slice past red read as zeros (they are the next window column's x, which may be
+// an infinity; a select, not a product by the filter's zero).
+//
 // Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC (or kStridedX), fused, C/G % BK == 0,
 // x 16-byte aligned with element strides (n, h, w) multiples of 4 and channels contiguous (or
 // kStridedX: any 4-byte aligned x, C/G times the channel stride within 32 bits), w contiguous
@@ -78,7 +85,7 @@ __device__ __forceinline__ void image_of(const Geometry& geo, i64 pix, i64& n, i
 // The kernel's body; the entry points below give it y (NHWC, or NCHW in two forms), or
 // split-K's partial sums.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY,
-          bool kStridedX>
+          bool kStridedX, bool kTail = false>
 __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ y,
                                           const Geometry& geo, int g0) {
@@ -90,6 +97,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   constexpr int XL = (BN + ROWS - 1) / ROWS, WL = (BM + ROWS - 1) / ROWS;
   constexpr int NBUF = kDouble ? 2 : 1;
   static_assert(BK % 4 == 0 && NT % Q4 == 0, "tile must divide into float4 loads");
+  static_assert(!kTail || (!kStridedX && SPLITS == 1), "kTail: contiguous x, no split-K");
   static_assert(BM % 32 == 0 && BN % 64 == 0,
                 "warp tiles of 64 pixels x 32 filters, 4-wide halves, 32-word swizzle");
   __shared__ __align__(16) float Xs[NBUF][BK][BN];
@@ -144,7 +152,8 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   for (int i = 0; i < WL; ++i) {
     const int f = m0 + row + i * ROWS;
     wok[i] = f < geo.Kg;
-    wrow[i] = w + ((i64)g * geo.Kg + (wok[i] ? f : 0)) * geo.red + quad * 4;
+    wrow[i] = w + ((i64)g * geo.Kg + (wok[i] ? f : 0)) * (kTail ? geo.redp : geo.red) +
+              quad * 4;                  // (kTail: w's rows redp long)
   }
 
   float acc[8][8];
@@ -174,6 +183,18 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
         for (int e = 0; e < 4; ++e) copy4(to + e * BN, at + e * xc, in);
       } else {
         xv[i] = in ? load4(x + xbase[i] + toff) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    if constexpr (kTail) {
+      if (t0 + BK > geo.red) {       // the last slice: its elements past red are zeros
+        const int left = geo.red - t0 - xquad * 4;   // valid elements of this float4
+#pragma unroll
+        for (int i = 0; i < XL; ++i) {
+          if (left < 4) xv[i].w = 0.f;
+          if (left < 3) xv[i].z = 0.f;
+          if (left < 2) xv[i].y = 0.f;
+          if (left < 1) xv[i].x = 0.f;
+        }
       }
     }
     if constexpr (kStridedX) asm volatile("cp.async.commit_group;\n" ::);
@@ -225,7 +246,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   };
 
   // This block's slices: all, or (split-K) the split's range of ceil(slices / SPLITS).
-  const int slices = geo.red / BK, per = (slices + SPLITS - 1) / SPLITS;
+  const int slices = (kTail ? geo.redp : geo.red) / BK, per = (slices + SPLITS - 1) / SPLITS;
   const int k0 = min(slices, split * per), k1 = min(slices, k0 + per);
   if (k0 > 0) {                    // the range's first slice: where k0 advances would end
     t0 = k0 * BK;
@@ -426,13 +447,14 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   }
 }
 
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStridedX>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStridedX,
+          bool kTail = false>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y,
                 const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 0, kStridedX>(x, w, bias, y, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 0, kStridedX, kTail>(x, w, bias, y, geo, g0);
 }
 
 // The same writing the NCHW y[n, k, pq] (Geometry.y_nchw: an NCHW problem's NHWC twin, or a
@@ -440,13 +462,15 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
 // pixels (scalars where y is not 16-byte aligned), or with kStaged, for P*Q not a multiple of
 // 4, through shared memory. An entry of its own, so that im2win_ffma's code (whose speed hangs
 // on ptxas's register choice) stays as it was, and each form's main loop too.
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStaged, bool kStridedX>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStaged, bool kStridedX,
+          bool kTail = false>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma_to_nchw(const float* __restrict__ x, const float* __restrict__ w,
                         const float* __restrict__ bias, float* __restrict__ y,
                         const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1, kStridedX>(x, w, bias, y, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1, kStridedX, kTail>(x, w, bias, y,
+                                                                                 geo, g0);
 }
 
 // Split-K: FP32 partial sums into `partial` (SPLITS x N*P*Q x K, no bias), which split_reduce

@@ -29,8 +29,8 @@ import numpy as np
 from im2win import baselines
 from im2win.interop import cupy_view
 from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY, ONE_LAUNCH, Geometry,
-                              Plan, columns_stage, kernel_family, nhwc_twin, source,
-                              transpose_launch)
+                              Plan, columns_stage, kernel_family, nhwc_twin, runs_pitch,
+                              runs_stage, source, transpose_launch)
 from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
 from im2win.problem import Problem
 
@@ -133,6 +133,11 @@ GATHER5_PARAMS = [("src", P64), ("dst", P64), ("total", I64)] + \
 WINDOW_COLUMNS_PARAMS = [("x", P64), ("x2", P64), ("rows", I64)] + \
     [(n, I32) for n in ("H", "W", "Q", "C2", "C", "S", "sw", "dw", "pl")] + \
     [(n, I64) for n in ("xn", "xh", "xw", "xc")]
+
+WINDOW_RUNS_PARAMS = [("x", P64), ("x_win", P64), ("rows", I64)] + \
+    [(n, I32) for n in ("P", "pitch", "H", "W", "C", "R", "sh", "dh", "pt", "pl")] + \
+    [(n, I64) for n in ("xn", "xc", "xh", "xw")]
+WINDOW_RUNS_BLOCKS = 6        # window_runs' blocks an SM (a 32 KB row copy each)
 
 
 def geometry_scalar(geo: Geometry, images: int) -> np.void:
@@ -445,7 +450,7 @@ class Executable:
                 tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box)))
         self.inner = self.transpose = self.transpose_words = self.transpose_narrow = None
         self.transpose_taps = self.transpose32 = None
-        self.columns = None
+        self.columns = self.runs = None
         T = CUDA_TYPES[prob.dtype.name][0]
         if plan.algorithm == "im2win_nhwc":      # the twin's Executable, held while this lives
             self.inner = executable(nhwc_twin(prob)[0], plan.inner)
@@ -455,6 +460,12 @@ class Executable:
                                     plan.inner)
             self.columns = window_columns_kernel(T)
             self.column_blocks = COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
+            if prob.layout == "NCHW":
+                self.transpose = packed("layout", f"transpose_batched<{T}, 64>", TRANSPOSE_PARAMS)
+        if plan.algorithm == "im2win_runs":      # the 1 x 1 problem's, held likewise
+            self.inner = executable(runs_stage(prob), plan.inner)
+            self.runs = packed("window", f"window_runs<{T}>", WINDOW_RUNS_PARAMS)
+            self.run_blocks = WINDOW_RUNS_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
             if prob.layout == "NCHW":
                 self.transpose = packed("layout", f"transpose_batched<{T}, 64>", TRANSPOSE_PARAMS)
         if self.transpose is not None:
@@ -516,6 +527,25 @@ class Executable:
         columns_into(self.columns, w.transpose(order), w2, prob.R, prob.S, prob.C, prob.S, 1, 1,
                      0, self.column_blocks)
         return self._inner_into(x2, w2, bias, y, scratch)
+
+    def through_runs(self, x, w, bias, y, scratch: Scratch):
+        """The stem on its materialised window's runs: x_win[n, p, (m*R + r)*C + c] =
+        xp[n, p*sh + r*dh, m, c] (rows runs_pitch apart) and w_win[k, (s*R + r)*C + c] =
+        w[k, r, s, c] (rows the padded reduction long), both by window.cu's window_runs (w as
+        K images of R x S, one output row each), into scratch; then the 1 x 1 problem's kernel
+        over x_win's runs into y (as through_columns)."""
+        prob, geo = self.prob, self.plan.inner.geometry
+        N, P, K, pitch, red = prob.N, prob.P, prob.K, runs_pitch(prob), geo.redp
+        stream = cupy.cuda.get_current_stream().ptr
+        x_win = scratch.empty((N * P * pitch + red,), prob.dtype)
+        self.runs((min(N * P, self.run_blocks), 1, 1), (256, 1, 1), stream, x.data.ptr,
+                  x_win.data.ptr, N * P, P, pitch, prob.H, prob.W, prob.C, prob.R, prob.sh,
+                  prob.dh, prob.pt, prob.pl, *element_strides(x, prob.layout))
+        w_win = scratch.empty((K, red), prob.dtype)
+        self.runs((min(K, self.run_blocks), 1, 1), (256, 1, 1), stream, w.data.ptr,
+                  w_win.data.ptr, K, 1, red, prob.R, prob.S, prob.Cg, prob.R, 1, 1, 0, 0,
+                  *element_strides(w, prob.layout))
+        return self._inner_into(x_win, w_win, bias, y, scratch)
 
     def _inner_into(self, x, w, bias, y, scratch: Scratch):
         """The inner plan's kernel on x and w (NHWC) into y itself where it writes y's layout
@@ -631,6 +661,8 @@ class Executable:
             return self.through_nhwc(x, w, bias, y, scratch)
         if plan.algorithm == "im2win_columns":
             return self.through_columns(x, w, bias, y, scratch)
+        if plan.algorithm == "im2win_runs":
+            return self.through_runs(x, w, bias, y, scratch)
         if plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH:
             # One launch (im2win_fused: more only past 65535 groups), arguments packed once.
             if self.split is not None:          # "3xtf32": the filter's big and small parts

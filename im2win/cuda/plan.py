@@ -351,7 +351,7 @@ def algorithm_dtypes(algorithm: str) -> tuple[str, ...]:
     for the rest."""
     return {"narrow": NARROW_DTYPES + ("float32",), "pointwise": POINTWISE_DTYPES,
             "im2win_nhwc": TENSOR_CORE_DTYPES + ("float32",),
-            "im2win_columns": TENSOR_CORE_DTYPES + ("float32",),
+            "im2win_columns": TENSOR_CORE_DTYPES + ("float32",), "im2win_runs": ("float32",),
             "im2col_gemm": ("float16", "float32", "float64")}.get(
                 algorithm, tuple(d.name for d in DTYPES))
 
@@ -427,6 +427,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "gemm"
         else:
             twin = None if tile is not None else (
+                runs_auto_plan(prob, options, workspace_limit, sms) or
                 columns_auto_plan(prob, options, workspace_limit, arch, sms) or
                 nhwc_auto_plan(prob, x_strides, options, workspace_limit, arch, sms))
             if twin is not None:
@@ -444,6 +445,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         return nhwc_plan(prob, x_strides, options, workspace_limit, tile, arch, sms=sms)
     if algorithm == "im2win_columns":
         return columns_plan(prob, options, workspace_limit, tile, arch, sms=sms)
+    if algorithm == "im2win_runs":
+        return runs_plan(prob, options, workspace_limit, tile)
     if algorithm == "gemm":
         return gemm_plan(prob, options, x_strides, workspace_limit)
     if algorithm in ("direct", "im2col_gemm"):
@@ -558,17 +561,19 @@ def strided_tile(tile: Tile) -> bool:
 
 
 def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int = 0,
-                     strided: bool = False) -> str:
+                     strided: bool = False, tail: bool = False) -> str:
     """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
     split-K's ranges). nchw_y: 0, an NHWC y (im2win_ffma); 1, im2win_ffma_to_nchw writing
     an NCHW y (Geometry.y_nchw) with float4 along the pixels; 2, its form through shared
-    memory (kStaged). strided: x read by the strided form (ffma_strided)."""
+    memory (kStaged). strided: x read by the strided form (ffma_strided). tail: kTail, a
+    reduction not a multiple of the tile's BK (runs_plan; named only where true, so the
+    other names are the kernels' as before)."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
     if splits > 1:
         flags.append(splits)
     elif nchw_y:
         flags.append(nchw_y == 2)
-    text = ", ".join(str(f).lower() for f in flags + [strided])
+    text = ", ".join(str(f).lower() for f in flags + [strided] + ([True] if tail else []))
     kernel = "im2win_ffma_split" if splits > 1 else \
         "im2win_ffma_to_nchw" if nchw_y else "im2win_ffma"
     return f"{kernel}<{text}>"
@@ -2231,7 +2236,8 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
         if inner.file == "im2win_ffma" and inner.splits == 1:
             staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
-                inner.tile, inner.options, nchw_y=2 if staged else 1, strided=x_in_place))
+                inner.tile, inner.options, nchw_y=2 if staged else 1, strided=x_in_place,
+                tail=inner.geometry.redp != inner.geometry.red))
     return Plan(algorithm, inner.tile, options, None, None, max(prob.N, 1), None, b"",
                 copies(prob, y=not direct) + inner.workspace_bytes, inner=inner,
                 x_in_place=x_in_place)
@@ -2358,6 +2364,122 @@ def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | No
         return None
     plan = columns_plan(prob, options, workspace_limit, None, arch)
     return plan if plan.inner.file == "im2win_wgmma" else None
+
+
+# float32 stems as the im2win papers run them ("im2win_runs"): the window tensor materialised
+# (window.cu's window_runs: NHWC, each row padded to 16 bytes), then im2win_ffma.cu over each
+# output pixel's whole run of S*R*C values as one 1 x 1 problem (runs_stage), the reduction
+# padded once to the tile's slice (kTail; cv1: 363 -> 368 products, where the window columns
+# pad each filter row, 11 x 33 -> 11 x 40 = 440). tools/window_gemm_dev.py on the H100
+# (2026-12-06, batch 128, NHWC, TFLOPS of the layer's FLOPs): the GEMM over the runs alone
+# 39.4 on cv1 and cv2, the window columns' whole call 26.8 and 27.1 (their GEMM about 31).
+# "auto" takes it for reductions of at least RUNS_REDUCTION that it pads less than the
+# columns do.
+RUNS_REDUCTION = 160
+WINDOW_RUN_ROW = 8192         # window.cu's window_runs: the most elements of x_win's row
+
+
+def runs_pitch(prob: Problem) -> int:
+    """x_win's row length in elements for "im2win_runs": Wp*R*C rounded up to 16 bytes
+    (zeros past Wp*R*C, as more padding columns would be)."""
+    return -(-prob.Wp * prob.R * prob.C // 4) * 4
+
+
+def runs_stage(prob: Problem) -> Problem:
+    """The 1 x 1 problem over the window tensor's runs: NHWC, a "pixel" (n, p, q) a run of
+    S*R*C "channels" (window order: s, then r, then c), P x Q of them an image."""
+    return dataclasses.replace(prob, layout="NHWC", C=prob.S * prob.R * prob.C, H=prob.P,
+                               W=prob.Q, R=1, S=1, sh=1, sw=1, dh=1, dw=1, pt=0, pb=0, pl=0,
+                               pr=0)
+
+
+def runs_strides(prob: Problem) -> tuple[int, int, int, int]:
+    """runs_stage's x strides over x_win (elements, NCHW-lettered (n, c, h, w)): images
+    P*pitch apart, rows pitch, pixels sw*R*C (the runs overlap), channels 1."""
+    pitch = runs_pitch(prob)
+    return prob.P * pitch, 1, pitch, prob.sw * prob.R * prob.C
+
+
+def runs_tile(prob: Problem, tile: str | None) -> Tile:
+    """im2win_ffma.cu's tile for the runs: 16-deep slices (choose_ffma_tile's rows)."""
+    chosen = FFMA_TILES[tile or choose_ffma_tile(16, prob.K)]
+    if chosen.BK != 16:
+        raise ValueError(f"algorithm='im2win_runs' takes tiles of 16-deep slices, not {tile}")
+    return chosen
+
+
+def runs_workspace(prob: Problem, y: bool = True) -> int:
+    """Bytes that "im2win_runs" allocates: x_win (N*P*pitch elements, and one slice of
+    slack: the last run's padding is read past the last row), the filter in window order
+    (K rows of the padded reduction) and, for NCHW unless the kernel writes it (`y`), the
+    channels-last y."""
+    red = -(-prob.S * prob.R * prob.C // 16) * 16
+    elements = prob.N * prob.P * runs_pitch(prob) + red + prob.K * red + \
+        (prob.N * prob.P * prob.Q * prob.K if prob.layout == "NCHW" and y else 0)
+    return elements * prob.dtype.itemsize
+
+
+def runs_refusal(prob: Problem, options: Options, workspace_limit: int | None) -> str | None:
+    """Why "im2win_runs" cannot run `prob` (None: it can): float32, one group, dw = 1 (a
+    pixel's window one run), its runs 16-byte aligned (sw*R*C a multiple of 4), x_win's row
+    within WINDOW_RUN_ROW elements (window_runs' shared copy), im2win_ffma.cu's options on (ffma, smem, micro_kernel,
+    vector_loads, double_buffer, conflict_free), the copies within `workspace_limit`."""
+    if prob.dtype.name != "float32":
+        return f"it takes float32, not {prob.dtype.name}"
+    if prob.G != 1 or prob.dw != 1:
+        return f"it takes one group and dw = 1 (got G={prob.G}, dw={prob.dw})"
+    if (prob.sw * prob.R * prob.C) % 4:
+        return (f"each output pixel's run must start on 16 bytes: sw*R*C = "
+                f"{prob.sw * prob.R * prob.C} is not a multiple of 4")
+    if max(runs_pitch(prob), -(-prob.S * prob.R * prob.C // 16) * 16) > WINDOW_RUN_ROW:
+        return (f"a window row of {runs_pitch(prob)} elements exceeds window_runs' "
+                f"{WINDOW_RUN_ROW}")
+    if not (options.ffma and options.smem and options.micro_kernel and options.vector_loads
+            and options.double_buffer and options.conflict_free):
+        return "it runs im2win_ffma.cu's full kernel (Options ffma, smem, micro_kernel, " \
+               "vector_loads, double_buffer and conflict_free on)"
+    copies = runs_workspace(prob)
+    if workspace_limit is not None and copies > workspace_limit:
+        return f"its window takes {copies} bytes, more than workspace_limit={workspace_limit}"
+    return None
+
+
+def runs_plan(prob: Problem, options: Options, workspace_limit: int | None,
+              tile: str | None) -> Plan:
+    """The plan that runs the stem `prob` over its materialised window's runs: window.cu's
+    window_runs writes x_win (runs_pitch) and w_win[k, (s*R + r)*C + c] = w[k, r, s, c] (zeros
+    past S*R*C), then im2win_ffma.cu (kTail where S*R*C is not a multiple of 16) convolves
+    the 1 x 1 problem runs_stage over them into y (NHWC, or for NCHW the NCHW y from its
+    epilogue where `around` lets it)."""
+    refusal = runs_refusal(prob, options, workspace_limit)
+    if refusal:
+        raise ValueError(f"algorithm='im2win_runs' cannot run this problem: {refusal}")
+    inner_prob = runs_stage(prob)
+    chosen = runs_tile(prob, tile)
+    check_grid(inner_prob, chosen)
+    geo = geometry(inner_prob, True, max(prob.N, 1), runs_strides(prob))
+    geo = geo._replace(redp=-(-geo.red // chosen.BK) * chosen.BK)
+    name = ffma_kernel_name(chosen, options, tail=geo.redp != geo.red)
+    inner = Plan("im2win_fused", chosen, options, "im2win_ffma", name, max(prob.N, 1), geo,
+                 b"", 0)
+    return around(prob, "im2win_runs", inner, options, runs_workspace)
+
+
+def runs_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
+                   sms: int | None = None) -> Plan | None:
+    """The "im2win_runs" plan where "auto" takes it (Options.window_runs), else None: a
+    float32 stem (C/G not a multiple of 8) that runs_refusal accepts, of at least
+    RUNS_REDUCTION products, whose padded run is shorter than the window columns' padded
+    reduction; NCHW where the kernel writes the NCHW y (Options.nchw_epilogue)."""
+    del sms                                          # one launch, no split-K
+    if not options.window_runs or prob.C % 8 == 0 or prob.reduction < RUNS_REDUCTION or \
+            runs_refusal(prob, options, workspace_limit) is not None or \
+            (prob.layout == "NCHW" and not options.nchw_epilogue):
+        return None
+    columns = prob.R * (-(-prob.S * prob.C // 8) * 8)
+    if -(-prob.reduction // 16) * 16 >= columns:
+        return None
+    return runs_plan(prob, options, workspace_limit, None)
 
 
 def tf32_columns(prob: Problem, options: Options, workspace_limit: int | None) -> bool:
@@ -2819,6 +2941,11 @@ def specializations() -> list[tuple[str, str]]:
             for splits in SPLITS:              # split-K, fully on, either x
                 out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), splits,
                                                          strided=strided)))
+    for tile in FFMA_TILES.values():           # "im2win_runs": kTail, 16-deep slices
+        if tile.BK == 16:
+            out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,
+                                                        tail=True)) for nchw_y in (0, 1, 2))
+    out.add(("window", "window_runs<float>"))
     out.add(("im2win_ffma", "split_reduce<float>"))
     out.add(("im2win_ffma", "split_reduce_nchw<float>"))
     out |= tf32_specializations()

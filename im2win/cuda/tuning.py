@@ -187,6 +187,11 @@ class Options:
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
             (off: the general kernels, which gather C = 3 element by element).
+        window_runs: "auto" runs a float32 stem (one group, C/G not a multiple of 8, dw = 1,
+            each output pixel's run 16-byte aligned: sw*R*C a multiple of 4, a reduction of
+            at least plan.RUNS_REDUCTION) as "im2win_runs": the window tensor materialised,
+            then im2win_ffma.cu over each pixel's whole run of S*R*C values, padded once to
+            its slice (off: "im2win_columns", which pads each filter row's S*C to 8).
         nchw_epilogue: an NCHW problem run on an NHWC one ("im2win_nhwc", "im2win_columns")
             that takes the wgmma kernel in one work item a tile, or im2win_ffma.cu
             (im2win_ffma_to_nchw), writes the NCHW y from the kernel's epilogue (off: into a
@@ -235,6 +240,7 @@ class Options:
     resident_filter: bool = True
     ping_pong: bool = True
     window_columns: bool = True
+    window_runs: bool = True
     nchw_epilogue: bool = True
     x_in_place: bool = True
 
@@ -259,7 +265,7 @@ class Options:
 
 
 CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "vector_loads",
-                      "conflict_free", "ffma", "x_in_place")
+                      "conflict_free", "ffma", "x_in_place", "window_runs")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
@@ -268,7 +274,7 @@ HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "narrow",
-              "pointwise", "gemm", "im2win_nhwc", "im2win_columns")
+              "pointwise", "gemm", "im2win_nhwc", "im2win_columns", "im2win_runs")
 # The algorithms of one kernel launch whose arguments are their four pointers, a few ints and
 # x's strides (depthwise.cu, narrow.cu, pointwise.cu), with a grid of the plan's own.
 ONE_LAUNCH = ("depthwise", "narrow", "pointwise")

@@ -83,3 +83,64 @@ __global__ void __launch_bounds__(256)
     dx[i] = from_acc<T>(sum);
   }
 }
+
+// The NHWC window tensor for a GEMM over each pixel's whole run (plan.runs_plan):
+// x_win[n, p, m*R*C + r*C + c] = xp[n, p*sh + r*dh, m, c], each of the N*P rows `pitch`
+// elements apart (Wp*R*C rounded up to 16 bytes, the rest zeros, as more padding columns), so
+// that pixel q's S*R*C-long run starts at q*sw*R*C, 16-byte aligned where sw*R*C is a multiple
+// of 16 bytes. A block a row (grid-stride over the rows) builds it in shared memory, then
+// writes it out 16 bytes a store: a thread takes x's columns col = threadIdx.x + 256*i and for
+// each of the R rows under the output row copies the column's C elements by 4-byte cp.async
+// straight to their places (col + pl)*R*C + r*C + c (consecutive lanes read consecutive
+// columns, along x's unit stride in NCHW and C apart in NHWC, and write R*C words apart: no
+// bank conflict for odd R*C), zeros where the row is padding; no division in the loop. The
+// positions no row writes (the padding columns and the pitch's tail) are zeroed once. 32-bit
+// arithmetic in a row, 64-bit row offsets. WINDOW_RUN_ROW: the most elements of an output row
+// (pitch <= it; plan checks): 32 KB, six blocks an SM. (Chunks of 4096 elements in two
+// buffers, the next chunk's copies in flight while one is written, ran slower: H100, cv1,
+// 174 us against 155; hopper.md step 25.)
+constexpr int WINDOW_RUN_ROW = 8192;
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    window_runs(const T* __restrict__ x, T* __restrict__ x_win, i64 rows, int P, int pitch,
+                int H, int W, int C, int R, int sh, int dh, int pt, int pl, i64 xn, i64 xc,
+                i64 xh, i64 xw) {
+  static_assert(sizeof(T) == 4, "4-byte elements: a cp.async each");
+  constexpr int VEC = 16 / (int)sizeof(T);
+  __shared__ __align__(16) T row[WINDOW_RUN_ROW];
+  const int RC = R * C;
+  for (int e = threadIdx.x; e < pitch; e += 256) {         // never written by a row's copy
+    const int m = e / RC;
+    if (m < pl || m >= pl + W) row[e] = T{};
+  }
+  for (i64 np = blockIdx.x; np < rows; np += gridDim.x) {
+    const i64 n = np / P;
+    const int p = (int)(np - n * P);
+    for (int r = 0; r < R; ++r) {
+      const int h = p * sh + r * dh - pt;
+      const bool in = h >= 0 && h < H;                     // block-uniform
+      const T* src = x + n * xn + (i64)(in ? h : 0) * xh;
+      for (int col = threadIdx.x; col < W; col += 256) {
+        T* to = row + (col + pl) * RC + r * C;
+        const T* from = src + (i64)col * xw;
+        for (int c = 0; c < C; ++c) {
+          if (in) {
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(to + c);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst),
+                         "l"(from + c * xc));
+          } else {
+            to[c] = T{};
+          }
+        }
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();
+    T* out = x_win + np * pitch;
+    for (int e = threadIdx.x * VEC; e < pitch; e += 256 * VEC)
+      *reinterpret_cast<uint4*>(out + e) = *reinterpret_cast<const uint4*>(row + e);
+    __syncthreads();                                       // the row is reused by the next
+  }
+}
