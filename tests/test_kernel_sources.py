@@ -230,17 +230,30 @@ def test_narrow_ffma_stems_in_a_cpu_emulation(capsys):
 
 
 @GXX
+def test_window_runs_in_a_cpu_emulation(capsys):
+    """window.cu's window_runs (the window tensor of "im2win_runs", rows padded to 16 bytes:
+    x in both layouts, a view with its rows reversed, padding, strides and dilation by axis,
+    more than 256 columns; w as K images of one output row) compiled with g++ against
+    tools/emulate_window.py's emulation, on the planner's grid and on one and three blocks, its
+    copies done when issued and as late as the wait allows: x_win equals the reference's window
+    tensor bit for bit, zeros past each row's values, nothing written after it. (The wait
+    before the row is written dropped fails it.)"""
+    emulation("emulate_window", [], capsys)
+
+
+@GXX
 @pytest.mark.parametrize("tool, args", [("emulate_rows", ["--prefetch", "0,2"]),
                                         ("emulate_pointwise", []),
                                         ("emulate_depthwise_mma", []),
                                         ("emulate_layout", []),
                                         ("emulate_ffma", []),
-                                        ("emulate_narrow_ffma", [])])
+                                        ("emulate_narrow_ffma", []),
+                                        ("emulate_window", [])])
 def test_emulated_kernels_have_no_shared_memory_races(tool, args, tsan, monkeypatch, capsys):
     """The emulations again, built with ThreadSanitizer (EMULATE_TSAN): a block's threads are
     OS threads and its barriers std::barrier, so a shared-memory access of one thread that no
     barrier orders against another thread's write (racecheck's hazards on a GPU) fails the run.
-    A barrier removed from depthwise_rows or pointwise_nhwc (or transpose_batched's last)
-    made it fail."""
+    A barrier removed from depthwise_rows or pointwise_nhwc (or transpose_batched's last, or
+    window_runs' last) made it fail."""
     monkeypatch.setenv("EMULATE_TSAN", "1")
     emulation(tool, args, capsys)

@@ -46,7 +46,7 @@
 //
 // kTail (the last flag of im2win_ffma and im2win_ffma_to_nchw, false unless named): one tap
 // whose run is not a multiple of BK long, the materialised window's run of a pixel
-// (plan.window_runs_plan: a 1 x 1 problem over x_win, C = S*R*C of the stem): slices up to
+// (plan.runs_plan: a 1 x 1 problem over x_win, C = S*R*C of the stem): slices up to
 // Geometry.redp (red rounded up to BK), w's rows redp long (zeros past red), and x's elements
 // of the last slice past red read as zeros (they are the next window column's x, which may be
 // an infinity; a select, not a product by the filter's zero).

@@ -427,7 +427,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "gemm"
         else:
             twin = None if tile is not None else (
-                runs_auto_plan(prob, options, workspace_limit, sms) or
+                runs_auto_plan(prob, options, workspace_limit) or
                 columns_auto_plan(prob, options, workspace_limit, arch, sms) or
                 nhwc_auto_plan(prob, x_strides, options, workspace_limit, arch, sms))
             if twin is not None:
@@ -2465,13 +2465,12 @@ def runs_plan(prob: Problem, options: Options, workspace_limit: int | None,
     return around(prob, "im2win_runs", inner, options, runs_workspace)
 
 
-def runs_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
-                   sms: int | None = None) -> Plan | None:
+def runs_auto_plan(prob: Problem, options: Options,
+                   workspace_limit: int | None) -> Plan | None:
     """The "im2win_runs" plan where "auto" takes it (Options.window_runs), else None: a
     float32 stem (C/G not a multiple of 8) that runs_refusal accepts, of at least
     RUNS_REDUCTION products, whose padded run is shorter than the window columns' padded
     reduction; NCHW where the kernel writes the NCHW y (Options.nchw_epilogue)."""
-    del sms                                          # one launch, no split-K
     if not options.window_runs or prob.C % 8 == 0 or prob.reduction < RUNS_REDUCTION or \
             runs_refusal(prob, options, workspace_limit) is not None or \
             (prob.layout == "NCHW" and not options.nchw_epilogue):

@@ -93,13 +93,22 @@ __global__ void __launch_bounds__(256)
 // each of the R rows under the output row copies the column's C elements by 4-byte cp.async
 // straight to their places (col + pl)*R*C + r*C + c (consecutive lanes read consecutive
 // columns, along x's unit stride in NCHW and C apart in NHWC, and write R*C words apart: no
-// bank conflict for odd R*C), zeros where the row is padding; no division in the loop. The
-// positions no row writes (the padding columns and the pitch's tail) are zeroed once. 32-bit
-// arithmetic in a row, 64-bit row offsets. WINDOW_RUN_ROW: the most elements of an output row
+// bank conflict for odd R*C), zeros (the copy's) where the row is padding; no division in the
+// loop. The positions no row writes (the padding columns and the pitch's tail) are zeroed
+// once. 32-bit arithmetic in a row, 64-bit row offsets. WINDOW_RUN_ROW: the most elements of an output row
 // (pitch <= it; plan checks): 32 KB, six blocks an SM. (Chunks of 4096 elements in two
 // buffers, the next chunk's copies in flight while one is written, ran slower: H100, cv1,
 // 174 us against 155; hopper.md step 25.)
 constexpr int WINDOW_RUN_ROW = 8192;
+
+// One element of x into the shared row by a 4-byte cp.async through L1 (x's rows are read
+// again under the next output rows), zeros where !valid (nothing read from src).
+__device__ __forceinline__ void window_copy4(void* dst, const void* src, bool valid) {
+  constexpr int TB = 4;
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(src), "n"(TB),
+               "r"(valid ? TB : 0));
+}
 
 template <typename T>
 __global__ void __launch_bounds__(256)
@@ -124,15 +133,7 @@ __global__ void __launch_bounds__(256)
       for (int col = threadIdx.x; col < W; col += 256) {
         T* to = row + (col + pl) * RC + r * C;
         const T* from = src + (i64)col * xw;
-        for (int c = 0; c < C; ++c) {
-          if (in) {
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(to + c);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst),
-                         "l"(from + c * xc));
-          } else {
-            to[c] = T{};
-          }
-        }
+        for (int c = 0; c < C; ++c) window_copy4(to + c, from + c * xc, in);
       }
     }
     asm volatile("cp.async.commit_group;\n" ::);
