@@ -1354,6 +1354,10 @@ def test_window_runs_mask_the_next_column_and_read_views(rng, layout):
     prob = make_problem(*cv1, layout=layout, stride=4)
     plan = cuda._plan(prob, *cv1, "auto", None, None)
     assert plan.algorithm == "im2win_runs" and plan.inner.kernel.endswith(", true>")
+    # autotune takes it on the planner's tile (its tiles are im2win_ffma.cu's 16-deep ones)
+    results = cuda.autotune(view, cupy.asarray(ws), cupy.asarray(b), stride=4, padding=1,
+                            layout=layout, algorithms=("auto", "im2win_runs"), repeat=1)
+    assert sorted(r[:2] for r in results) == [("auto", None), ("im2win_runs", None)]
 
 
 SPLIT_CASES = [  # NHWC problems with few tiles: split-K (TMA copies: C/G a multiple of 64 or 32)

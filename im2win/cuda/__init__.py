@@ -281,8 +281,9 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
             "narrow" (float16 and bfloat16 NHWC stems and groups of 8, 16 or 32 channels;
             float32 stems of at most 4 channels in either layout),
             "pointwise" (float16 and bfloat16 NHWC 1x1 at
-            stride 1, K at most 96), "gemm" (1x1, no padding, one group), "im2win_nhwc" and
-            "im2win_columns" (as `im2win.conv2d`). Each is planned before any is timed: one
+            stride 1, K at most 96), "gemm" (1x1, no padding, one group), "im2win_nhwc",
+            "im2win_columns" and "im2win_runs" (as `im2win.conv2d`; "im2win_runs" on the
+            planner's tile). Each is planned before any is timed: one
             that cannot run the problem raises first. Default: "auto",
             "im2win_fused" and "im2win", so that the winner is never slower than the
             planner's choice.
@@ -344,7 +345,8 @@ def autotune(x, w, bias=None, *, stride=1, padding=0, dilation=1, groups=1, layo
         for algorithm in algorithms:
             if algorithm == "auto" and precision == "float32":
                 named = [None]                                   # the planner's tile
-            elif algorithm.startswith("im2win") or algorithm == "auto":
+            elif (algorithm.startswith("im2win") and algorithm != "im2win_runs") or \
+                    algorithm == "auto":
                 named = [t for t in tiles if algorithm == "im2win_fused" or t not in FFMA_TILES]
             else:
                 named = [None]

@@ -2402,10 +2402,12 @@ def runs_strides(prob: Problem) -> tuple[int, int, int, int]:
 
 def runs_tile(prob: Problem, tile: str | None) -> Tile:
     """im2win_ffma.cu's tile for the runs: 16-deep slices (choose_ffma_tile's rows)."""
-    chosen = FFMA_TILES[tile or choose_ffma_tile(16, prob.K)]
-    if chosen.BK != 16:
-        raise ValueError(f"algorithm='im2win_runs' takes tiles of 16-deep slices, not {tile}")
-    return chosen
+    deep = [name for name, t in FFMA_TILES.items() if t.BK == 16]
+    name = tile or choose_ffma_tile(16, prob.K)
+    if name not in deep:
+        raise ValueError(f"algorithm='im2win_runs' takes im2win_ffma.cu's tiles of 16-deep "
+                         f"slices ({', '.join(deep)}), not {tile!r}")
+    return FFMA_TILES[name]
 
 
 def runs_workspace(prob: Problem, y: bool = True) -> int:
