@@ -6,8 +6,8 @@ layout, `im2win.conv2d` with "auto", "im2win_runs" and "im2win_columns" forced (
 against float64 with y poisoned, then timed back to back with CUDA events, `GPU.time`, as the
 benchmark does), window.cu's window_runs alone on x (the window tensor "im2win_runs" writes
 first, in us; with ``--window-from FILE`` also another form of it, checked equal), and cuDNN
-FP32 (TF32 off). Benchmark layers (cv*) at batch 128, network
-layers at 32. Table last (TFLOPS; the plan's kernel).
+FP32 (TF32 off). Benchmark layers (cv*) at batch 128, network layers at 32. Table last
+(TFLOPS; the plan's kernel).
 """
 
 import argparse

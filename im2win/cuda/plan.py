@@ -2370,11 +2370,13 @@ def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | No
 # (window.cu's window_runs: NHWC, each row padded to 16 bytes), then im2win_ffma.cu over each
 # output pixel's whole run of S*R*C values as one 1 x 1 problem (runs_stage), the reduction
 # padded once to the tile's slice (kTail; cv1: 363 -> 368 products, where the window columns
-# pad each filter row, 11 x 33 -> 11 x 40 = 440). tools/window_gemm_dev.py on the H100
-# (2026-12-06, batch 128, NHWC, TFLOPS of the layer's FLOPs): the GEMM over the runs alone
-# 39.4 on cv1 and cv2, the window columns' whole call 26.8 and 27.1 (their GEMM about 31).
-# "auto" takes it for reductions of at least RUNS_REDUCTION that it pads less than the
-# columns do.
+# pad each filter row, 11 x 33 -> 11 x 40 = 440). On the H100 (2026-12-06, batch 128,
+# TFLOPS, docs/hopper.md step 25): the GEMM over the runs alone (a strided view of
+# image_to_window's tensor through the library) 39.4 on cv1 and cv2 in NHWC, the window
+# columns' whole call 26.8 and 27.1; tools/runs_dev.py, runs against columns: cv1 NCHW 31.0 /
+# 26.3, NHWC 31.7 / 27.5, cv2 NCHW 31.8 / 27.2, NHWC 31.7 / 27.8 (cuDNN 25.8, 21.0, 26.3,
+# 21.1). "auto" takes it for reductions of at least RUNS_REDUCTION that it pads less than
+# the columns do.
 RUNS_REDUCTION = 160
 WINDOW_RUN_ROW = 8192         # window.cu's window_runs: the most elements of x_win's row
 
@@ -2424,8 +2426,9 @@ def runs_workspace(prob: Problem, y: bool = True) -> int:
 def runs_refusal(prob: Problem, options: Options, workspace_limit: int | None) -> str | None:
     """Why "im2win_runs" cannot run `prob` (None: it can): float32, one group, dw = 1 (a
     pixel's window one run), its runs 16-byte aligned (sw*R*C a multiple of 4), x_win's row
-    within WINDOW_RUN_ROW elements (window_runs' shared copy), im2win_ffma.cu's options on (ffma, smem, micro_kernel,
-    vector_loads, double_buffer, conflict_free), the copies within `workspace_limit`."""
+    within WINDOW_RUN_ROW elements (window_runs' shared copy), im2win_ffma.cu's options on
+    (ffma, smem, micro_kernel, vector_loads, double_buffer, conflict_free), the copies
+    within `workspace_limit`."""
     if prob.dtype.name != "float32":
         return f"it takes float32, not {prob.dtype.name}"
     if prob.G != 1 or prob.dw != 1:
