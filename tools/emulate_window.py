@@ -8,8 +8,8 @@ x_win must equal the reference's window tensor (im2win.reference.image_to_window
 each row's first Wp*R*C elements and be zero in the rest of the row's pitch, bit for bit, with
 guards after it: nothing else written. Checks indexing and barriers, not speed.
 
-``python3 tools/emulate_window.py``. Needs g++ with C++20. EMULATE_TSAN=1: with
-ThreadSanitizer (shared-memory races fail it).
+``python3 tools/emulate_window.py [--kernel FILE]``. Needs g++ with C++20. EMULATE_TSAN=1:
+with ThreadSanitizer (shared-memory races fail it).
 """
 
 from __future__ import annotations
@@ -71,11 +71,16 @@ int main(int argc, char** argv) {
 GUARD, POISON = 16, -7.0                 # elements after x_win; never a window's value
 
 
-def source() -> str:
-    """The emulation's C++: the shim, window.cu (its cp.async as the emulation's calls; the
-    other kernels of the file never called), and a main that runs window_runs<float>."""
-    window = cp_async_emulated((ROOT / "im2win" / "cuda" / "window.cu").read_text())
-    window = window[window.index("constexpr int WINDOW_RUN_ROW"):]
+def source(kernel: Path | None = None) -> str:
+    """The emulation's C++: the shim, window.cu's window_runs (or `kernel`'s: a file in which
+    only window_runs and what it needs are defined, as tools/runs_dev.py --window-from takes
+    it) with its cp.async as the emulation's calls, and a main that runs window_runs<float>."""
+    if kernel is None:
+        window = (ROOT / "im2win" / "cuda" / "window.cu").read_text()
+        window = window[window.index("constexpr int WINDOW_RUN_ROW"):]
+    else:
+        window = kernel.read_text()
+    window = cp_async_emulated(window)
     assert "asm" not in window, "an asm statement the emulation does not know"
     return (SHIM + "#undef __shared__\n#define __shared__ static\n" + window +
             MAIN.replace("GUARD", str(GUARD)).replace("POISON", f"{POISON}f"))
@@ -108,13 +113,16 @@ def expected(x_nhwc, R, sh, dh, pt, pb, pl, pr, pitch) -> np.ndarray:
 
 
 def main(argv=None) -> int:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernel", type=Path, help="emulate this file's window_runs (as "
+                    "tools/runs_dev.py --window-from takes it) in place of window.cu's")
+    args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         exe = workdir / "window"
-        (workdir / "window.cpp").write_text(source())
+        (workdir / "window.cpp").write_text(source(args.kernel))
         build(workdir / "window.cpp", exe)
         for x_shape, w_shape, kwargs, layout, flip in CASES:
             x = rng.uniform(-1, 1, x_shape).astype(np.float32)
