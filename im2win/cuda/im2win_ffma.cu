@@ -33,9 +33,9 @@
 // partial[split][pixel][filter] (a range past the last slice writes zeros), and
 // split_reduce (gemm.cuh) adds them in order of the split, then the bias, into y.
 //
-// kStridedX (every entry's last flag): x's channels geo.sc apart and each row's pixels
-// contiguous, as an NCHW x lies: the NCHW problem's NHWC twin reads its x in place, with no
-// channels-last copy. A pixel's part of a slice is then BK elements, sc apart, each copied
+// kStridedX (every entry's last flag but kTail): x's channels geo.sc apart and each row's
+// pixels contiguous, as an NCHW x lies: the NCHW problem's NHWC twin reads its x in place,
+// with no channels-last copy. A pixel's part of a slice is then BK elements, sc apart, each copied
 // straight to its place in the transposed tile by a 4-byte cp.async (zeros in the padding; no
 // registers, no shared stores: 16 LDGSTS a 64 x 128 x 16 slice against the contiguous form's 4
 // float4 loads and 16 stores), and a warp's lanes take consecutive pixels, so each copy

@@ -137,7 +137,8 @@ WINDOW_COLUMNS_PARAMS = [("x", P64), ("x2", P64), ("rows", I64)] + \
 WINDOW_RUNS_PARAMS = [("x", P64), ("x_win", P64), ("rows", I64)] + \
     [(n, I32) for n in ("P", "pitch", "H", "W", "C", "R", "sh", "dh", "pt", "pl")] + \
     [(n, I64) for n in ("xn", "xc", "xh", "xw")]
-WINDOW_RUNS_BLOCKS = 6        # window_runs' blocks an SM (a 32 KB row copy each)
+WINDOW_RUNS_BLOCKS = 6        # window_runs' blocks an SM (a 32 KB row copy each: 192 KB of
+                              # Hopper's 228; fewer fit elsewhere, and the grid loops)
 
 
 def geometry_scalar(geo: Geometry, images: int) -> np.void:

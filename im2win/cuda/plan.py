@@ -2413,8 +2413,9 @@ def runs_tile(prob: Problem, tile: str | None) -> Tile:
 
 
 def runs_workspace(prob: Problem, y: bool = True) -> int:
-    """Bytes that "im2win_runs" allocates: x_win (N*P*pitch elements, and one slice of
-    slack: the last run's padding is read past the last row), the filter in window order
+    """Bytes that "im2win_runs" allocates: x_win (N*P*pitch elements, and the padded
+    reduction's length of slack: the last run's padding, at most 15 elements, is read past
+    the last row), the filter in window order
     (K rows of the padded reduction) and, for NCHW unless the kernel writes it (`y`), the
     channels-last y."""
     red = -(-prob.S * prob.R * prob.C // 16) * 16
@@ -2436,9 +2437,9 @@ def runs_refusal(prob: Problem, options: Options, workspace_limit: int | None) -
     if (prob.sw * prob.R * prob.C) % 4:
         return (f"each output pixel's run must start on 16 bytes: sw*R*C = "
                 f"{prob.sw * prob.R * prob.C} is not a multiple of 4")
-    if max(runs_pitch(prob), -(-prob.S * prob.R * prob.C // 16) * 16) > WINDOW_RUN_ROW:
-        return (f"a window row of {runs_pitch(prob)} elements exceeds window_runs' "
-                f"{WINDOW_RUN_ROW}")
+    row = max(runs_pitch(prob), -(-prob.S * prob.R * prob.C // 16) * 16)   # x_win's, w's
+    if row > WINDOW_RUN_ROW:
+        return f"a window row of {row} elements exceeds window_runs' {WINDOW_RUN_ROW}"
     if not (options.ffma and options.smem and options.micro_kernel and options.vector_loads
             and options.double_buffer and options.conflict_free):
         return "it runs im2win_ffma.cu's full kernel (Options ffma, smem, micro_kernel, " \

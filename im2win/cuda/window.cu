@@ -87,18 +87,18 @@ __global__ void __launch_bounds__(256)
 // The NHWC window tensor for a GEMM over each pixel's whole run (plan.runs_plan):
 // x_win[n, p, m*R*C + r*C + c] = xp[n, p*sh + r*dh, m, c], each of the N*P rows `pitch`
 // elements apart (Wp*R*C rounded up to 16 bytes, the rest zeros, as more padding columns), so
-// that pixel q's S*R*C-long run starts at q*sw*R*C, 16-byte aligned where sw*R*C is a multiple
-// of 16 bytes. A block a row (grid-stride over the rows) builds it in shared memory, then
-// writes it out 16 bytes a store: a thread takes x's columns col = threadIdx.x + 256*i and for
-// each of the R rows under the output row copies the column's C elements by 4-byte cp.async
-// straight to their places (col + pl)*R*C + r*C + c (consecutive lanes read consecutive
-// columns, along x's unit stride in NCHW and C apart in NHWC, and write R*C words apart: no
-// bank conflict for odd R*C), zeros (the copy's) where the row is padding; no division in the
-// loop. The positions no row writes (the padding columns and the pitch's tail) are zeroed
-// once. 32-bit arithmetic in a row, 64-bit row offsets. WINDOW_RUN_ROW: the most elements of an output row
-// (pitch <= it; plan checks): 32 KB, six blocks an SM. (Chunks of 4096 elements in two
-// buffers, the next chunk's copies in flight while one is written, ran slower: H100, cv1,
-// 174 us against 155; hopper.md step 25.)
+// that pixel q's S*R*C-long run starts at q*sw*R*C, 16-byte aligned where sw*R*C*sizeof(T) is
+// a multiple of 16 (plan.runs_refusal: sw*R*C % 4 == 0). A block a row (grid-stride over the
+// rows) builds it in shared memory, then writes it out 16 bytes a store: a thread takes x's
+// columns col = threadIdx.x + 256*i and for each of the R rows under the output row copies the
+// column's C elements by 4-byte cp.async straight to their places (col + pl)*R*C + r*C + c
+// (consecutive lanes read consecutive columns, along x's unit stride in NCHW and C apart in
+// NHWC, and write R*C words apart: no bank conflict for odd R*C), zeros (the copy's) where the
+// row is padding; no division in the loop. The positions no row writes (the padding columns
+// and the pitch's tail) are zeroed once. 32-bit arithmetic in a row, 64-bit row offsets.
+// WINDOW_RUN_ROW: the most elements of an output row (pitch <= it; plan checks): 32 KB, six
+// blocks an SM. (Chunks of 4096 elements in two buffers, the next chunk's copies in flight
+// while one is written, ran slower: H100, cv1, 174 us against 155; hopper.md step 25.)
 constexpr int WINDOW_RUN_ROW = 8192;
 
 // One element of x into the shared row by a 4-byte cp.async through L1 (x's rows are read
