@@ -71,16 +71,21 @@ int main(int argc, char** argv) {
 GUARD, POISON = 16, -7.0                 # elements after x_win; never a window's value
 
 
+RUNS_KERNEL = "template <typename T>\n__global__ void __launch_bounds__(256)\n    window_runs("
+
+
+def with_runs(text: str, kernel: Path | None) -> str:
+    """window.cu's `text` with its window_runs template (the file's last) replaced by the
+    file `kernel`'s (a form of it and its own constants, using window.cu's window_copy4, as
+    tools/runs_dev.py --window-from takes it); `text` itself where kernel is None."""
+    return text if kernel is None else text[:text.index(RUNS_KERNEL)] + kernel.read_text()
+
+
 def source(kernel: Path | None = None) -> str:
-    """The emulation's C++: the shim, window.cu's window_runs (or `kernel`'s: a file in which
-    only window_runs and what it needs are defined, as tools/runs_dev.py --window-from takes
-    it) with its cp.async as the emulation's calls, and a main that runs window_runs<float>."""
-    if kernel is None:
-        window = (ROOT / "im2win" / "cuda" / "window.cu").read_text()
-        window = window[window.index("constexpr int WINDOW_RUN_ROW"):]
-    else:
-        window = kernel.read_text()
-    window = cp_async_emulated(window)
+    """The emulation's C++: the shim, window.cu's window_runs (or `kernel`'s, with_runs) with
+    its cp.async as the emulation's calls, and a main that runs window_runs<float>."""
+    window = with_runs((ROOT / "im2win" / "cuda" / "window.cu").read_text(), kernel)
+    window = cp_async_emulated(window[window.index("constexpr int WINDOW_RUN_ROW"):])
     assert "asm" not in window, "an asm statement the emulation does not know"
     return (SHIM + "#undef __shared__\n#define __shared__ static\n" + window +
             MAIN.replace("GUARD", str(GUARD)).replace("POISON", f"{POISON}f"))

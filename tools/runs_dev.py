@@ -19,22 +19,20 @@ import cupy
 from im2win.cuda import launch
 from im2win.cuda.plan import runs_pitch, source
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from columns_dev import measure, print_table, run_table  # noqa: E402
+from emulate_window import with_runs  # noqa: E402
 
 VARIANTS = ("auto", "im2win_runs", "im2win_columns")
 
 
 def window_kernel(path: str | None):
-    """window.cu's window_runs<float> as a launch.Packed, or that of the file at `path` (a
-    window.cu in which only window_runs is defined, compiled after common.cuh; launched as
-    the tree's, a block a row, grid-stride)."""
+    """window.cu's window_runs<float> as a launch.Packed, or window.cu with the file at
+    `path`'s form of it in its place (emulate_window.with_runs; launched as the tree's, a
+    block a row, grid-stride)."""
     if path is None:
         return launch.packed("window", "window_runs<float>", launch.WINDOW_RUNS_PARAMS)
-    common = source("window").replace((ROOT / "im2win/cuda/window.cu").read_text(), "")
-    module = cupy.RawModule(code=common + pathlib.Path(path).read_text(),
+    module = cupy.RawModule(code=with_runs(source("window"), pathlib.Path(path)),
                             options=("-std=c++17",), name_expressions=["window_runs<float>"])
     return launch.Packed(module.get_function("window_runs<float>"), launch.WINDOW_RUNS_PARAMS)
 

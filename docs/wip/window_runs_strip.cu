@@ -18,14 +18,9 @@
 // Needs RING * W*C <= WINDOW_RUN_RING elements (cv1: 15 x 681): plan.runs_refusal would check
 // (W*C*((R-1)*dh + 1 + sh) in place of the pitch).
 
+// It stands in for window.cu's window_runs template (the tools splice it there), using that
+// file's window_copy4.
 constexpr int WINDOW_RUN_RING = 12288;
-
-__device__ __forceinline__ void window_copy4(void* dst, const void* src, bool valid) {
-  constexpr int TB = 4;
-  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(src), "n"(TB),
-               "r"(valid ? TB : 0));
-}
 
 template <typename T>
 __global__ void __launch_bounds__(256)

@@ -461,14 +461,12 @@ class Executable:
                                     plan.inner)
             self.columns = window_columns_kernel(T)
             self.column_blocks = COLUMN_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
-            if prob.layout == "NCHW":
-                self.transpose = packed("layout", f"transpose_batched<{T}, 64>", TRANSPOSE_PARAMS)
         if plan.algorithm == "im2win_runs":      # the 1 x 1 problem's, held likewise
             self.inner = executable(runs_stage(prob), plan.inner)
             self.runs = packed("window", f"window_runs<{T}>", WINDOW_RUNS_PARAMS)
             self.run_blocks = WINDOW_RUNS_BLOCKS * sm_count(cupy.cuda.runtime.getDevice())
-            if prob.layout == "NCHW":
-                self.transpose = packed("layout", f"transpose_batched<{T}, 64>", TRANSPOSE_PARAMS)
+        if plan.algorithm in ("im2win_columns", "im2win_runs") and prob.layout == "NCHW":
+            self.transpose = packed("layout", f"transpose_batched<{T}, 64>", TRANSPOSE_PARAMS)
         if self.transpose is not None:
             self.transpose32 = packed("layout", f"transpose_batched<{T}, 32>", TRANSPOSE_PARAMS)
             self.transpose_narrow = packed("layout", f"transpose_narrow<{T}>", TRANSPOSE_PARAMS)

@@ -2378,6 +2378,7 @@ def columns_auto_plan(prob: Problem, options: Options, workspace_limit: int | No
 # 21.1). "auto" takes it for reductions of at least RUNS_REDUCTION that it pads less than
 # the columns do.
 RUNS_REDUCTION = 160
+RUNS_SLICE = 16               # the runs' slice depth: im2win_ffma.cu's 16-deep tiles
 WINDOW_RUN_ROW = 8192         # window.cu's window_runs: the most elements of x_win's row
 
 
@@ -2402,10 +2403,15 @@ def runs_strides(prob: Problem) -> tuple[int, int, int, int]:
     return prob.P * pitch, 1, pitch, prob.sw * prob.R * prob.C
 
 
+def runs_reduction(prob: Problem) -> int:
+    """The runs' padded reduction (Geometry.redp, w_win's row): S*R*C rounded up to a slice."""
+    return -(-prob.S * prob.R * prob.C // RUNS_SLICE) * RUNS_SLICE
+
+
 def runs_tile(prob: Problem, tile: str | None) -> Tile:
-    """im2win_ffma.cu's tile for the runs: 16-deep slices (choose_ffma_tile's rows)."""
-    deep = [name for name, t in FFMA_TILES.items() if t.BK == 16]
-    name = tile or choose_ffma_tile(16, prob.K)
+    """im2win_ffma.cu's tile for the runs: RUNS_SLICE-deep slices (choose_ffma_tile's rows)."""
+    deep = [name for name, t in FFMA_TILES.items() if t.BK == RUNS_SLICE]
+    name = tile or choose_ffma_tile(RUNS_SLICE, prob.K)
     if name not in deep:
         raise ValueError(f"algorithm='im2win_runs' takes im2win_ffma.cu's tiles of 16-deep "
                          f"slices ({', '.join(deep)}), not {tile!r}")
@@ -2418,7 +2424,7 @@ def runs_workspace(prob: Problem, y: bool = True) -> int:
     the last row), the filter in window order
     (K rows of the padded reduction) and, for NCHW unless the kernel writes it (`y`), the
     channels-last y."""
-    red = -(-prob.S * prob.R * prob.C // 16) * 16
+    red = runs_reduction(prob)
     elements = prob.N * prob.P * runs_pitch(prob) + red + prob.K * red + \
         (prob.N * prob.P * prob.Q * prob.K if prob.layout == "NCHW" and y else 0)
     return elements * prob.dtype.itemsize
@@ -2437,7 +2443,7 @@ def runs_refusal(prob: Problem, options: Options, workspace_limit: int | None) -
     if (prob.sw * prob.R * prob.C) % 4:
         return (f"each output pixel's run must start on 16 bytes: sw*R*C = "
                 f"{prob.sw * prob.R * prob.C} is not a multiple of 4")
-    row = max(runs_pitch(prob), -(-prob.S * prob.R * prob.C // 16) * 16)   # x_win's, w's
+    row = max(runs_pitch(prob), runs_reduction(prob))        # x_win's row, w_win's
     if row > WINDOW_RUN_ROW:
         return f"a window row of {row} elements exceeds window_runs' {WINDOW_RUN_ROW}"
     if not (options.ffma and options.smem and options.micro_kernel and options.vector_loads
@@ -2464,7 +2470,7 @@ def runs_plan(prob: Problem, options: Options, workspace_limit: int | None,
     chosen = runs_tile(prob, tile)
     check_grid(inner_prob, chosen)
     geo = geometry(inner_prob, True, max(prob.N, 1), runs_strides(prob))
-    geo = geo._replace(redp=-(-geo.red // chosen.BK) * chosen.BK)
+    geo = geo._replace(redp=runs_reduction(prob))
     name = ffma_kernel_name(chosen, options, tail=geo.redp != geo.red)
     inner = Plan("im2win_fused", chosen, options, "im2win_ffma", name, max(prob.N, 1), geo,
                  b"", 0)
@@ -2482,7 +2488,7 @@ def runs_auto_plan(prob: Problem, options: Options,
             (prob.layout == "NCHW" and not options.nchw_epilogue):
         return None
     columns = prob.R * (-(-prob.S * prob.C // 8) * 8)
-    if -(-prob.reduction // 16) * 16 >= columns:
+    if runs_reduction(prob) >= columns:
         return None
     return runs_plan(prob, options, workspace_limit, None)
 
