@@ -342,6 +342,17 @@ Below 45 are the stems (cv1 and cv2 26-27 TFLOPS, cv7 23, cv3 29: short or padde
 and the small maps (cv9 38, cv12 31: the tiles' prologue and epilogue against 576-4608
 products).
 
+What the float32 kernels spend (hopper.md, step 26; ncu on an H100, 2026-12-06): im2win_ffma.cu's
+loop is the same on every GEMM layer, 80% of its instructions FFMA and 83-86% of issue slots busy
+(3 blocks of 4 warps an SM); cv4 and cv8 (44-46 TFLOPS) lead the mid-sized layers (40-42) mostly
+at their grids' ends: 10-23 blocks an SM there, the SMs active 92-96% of the kernel against
+99-100%. Stream-K (the last wave's tiles spread over a wave of blocks, their pieces summed by a
+second kernel; tried, tested, sanitized) ran 2-16% slower on cv5, cv6 and cv9-cv12 and on
+network layers, so it was not kept. cv7's stem writes 1.6 GB of y at about 1.8 TB/s whatever
+its instruction count (a form with a sixth fewer ran at the same speed in NHWC), and its NCHW
+stores of whole rows by 32-pixel runs are what keeps the DRAM from reading y back (tiles of 28
+columns read back 755 MB).
+
 float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
 ldmatrix, swizzled shared rows) passes this project's FP32 path by the factor above but stays
 under cuDNN's FP16 rate except on cv1 and cv2 (and cv7 in NCHW). Where C/G is a multiple of 8 (NHWC) each pixel's
