@@ -348,10 +348,11 @@ loop is the same on every GEMM layer, 80% of its instructions FFMA and 83-86% of
 at their grids' ends: 10-23 blocks an SM there, the SMs active 92-96% of the kernel against
 99-100%. Stream-K (the last wave's tiles spread over a wave of blocks, their pieces summed by a
 second kernel; tried, tested, sanitized) ran 2-16% slower on cv5, cv6 and cv9-cv12 and on
-network layers, so it was not kept. cv7's stem writes 1.6 GB of y at about 1.8 TB/s whatever
-its instruction count (a form with a sixth fewer ran at the same speed in NHWC), and its NCHW
-stores of whole rows by 32-pixel runs are what keeps the DRAM from reading y back (tiles of 28
-columns read back 755 MB).
+network layers, so it was not kept. cv7's stem is not bound by its 1.6 GB of y (a memset of
+it: 499 us of the kernel's 886) nor by its instruction count (a form with a sixth fewer ran at
+the same speed in NHWC): its warps wait on the FMA pipe, the tile's barrier and dispatch, 4 a
+scheduler. Its NCHW stores of whole rows by 32-pixel runs are what keeps the DRAM from reading
+y back (tiles of 28 columns read back 755 MB).
 
 float16 on Tensor Cores (`im2win_mma.cu`: mma.sync m16n8k16, cp.async, a 3-stage pipeline,
 ldmatrix, swizzled shared rows) passes this project's FP32 path by the factor above but stays
