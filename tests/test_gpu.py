@@ -152,6 +152,37 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
         launch._executables.clear()
 
 
+FFMA_EXACT_CASES = [  # im2win_ffma.cu's kExact (no bounds predicates): unpadded, K/G a
+    # multiple of the tile's filters; pixel tails, strides, a dilation; the last padded (checked)
+    ((2, 64, 9, 8), (64, 64, 3, 2), dict(), True),
+    ((1, 32, 13, 12), (128, 32, 3, 3), dict(stride=2), True),
+    ((3, 16, 11, 10), (96, 16, 2, 3), dict(dilation=(2, 1), stride=(1, 2)), True),
+    ((2, 64, 9, 8), (64, 64, 3, 3), dict(padding=(1, 0)), False),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("x_shape, w_shape, kwargs, exact", FFMA_EXACT_CASES)
+def test_ffma_exact_form_matches_reference(rng, fresh_plans, layout, x_shape, w_shape, kwargs,
+                                           exact):
+    """Where no window reaches the padding and the filters fill the tiles the planner takes
+    kExact (no bounds predicates: a load outside x would read past it or what padding
+    should zero), in NHWC and on the NCHW twin reading x in place; never with padding."""
+    from im2win import cuda
+    algorithm = "im2win_nhwc" if layout == "NCHW" else "auto"
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    run(x, w, b, layout, kwargs, algorithm=algorithm)
+    xs, ws = (cupy.asarray(np.ascontiguousarray(a.astype(np.float32)))
+              for a in to_layout(layout, x, w))
+    plan = cuda._plan(make_problem(xs, ws, layout=layout, **kwargs), xs, ws, algorithm, None,
+                      None)
+    while plan.inner is not None:
+        plan = plan.inner
+    args = plan.kernel.split("<")[1].rstrip(">").split(", ")   # kExact: the ninth (to_nchw)
+    form = 9 if plan.kernel.startswith("im2win_ffma_to_nchw") else 8   # or eighth argument
+    assert plan.file == "im2win_ffma" and (len(args) == form and args[-1] == "true") == exact
+
+
 @pytest.fixture
 def fresh_plans():
     """The plans remembered before the test forgotten (the float32 NCHW twins on

@@ -913,7 +913,7 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout, monkeypatch):
     from im2win.cuda import plan as cuda_plan
-    from im2win.cuda.plan import columns_stage, columns_workspace
+    from im2win.cuda.plan import columns_stage, columns_workspace, ffma_exact, ffma_kernel_name
     # NHWC 16-bit stems of up to 147 products take narrow.cu's dense form first: out here
     monkeypatch.setattr(cuda_plan, "NARROW_AUTO_DENSE_REDUCTION", 0)
     layers = {}
@@ -1006,10 +1006,11 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
             if plan.algorithm == "im2win_columns":
                 assert plan.inner.file == "im2win_ffma" and plan.inner.geometry.y_nchw == nchw
                 staged = nchw and FFMA_STAGED_NCHW and prob.P * prob.Q % 4 != 0   # cv3
-                assert plan.inner.kernel.startswith(
-                    "im2win_ffma_to_nchw<" if nchw else "im2win_ffma<")
-                assert plan.inner.kernel.endswith(", true, false>" if staged else
-                                                  ", false, false>" if nchw else ", false>")
+                # (unpadded columns, 64 or 96 filters: kExact, no bounds predicates)
+                assert ffma_exact(plan.inner.geometry, plan.inner.tile, Options())
+                assert plan.inner.kernel == ffma_kernel_name(
+                    plan.inner.tile, Options(), nchw_y=(2 if staged else 1) if nchw else 0,
+                    exact=True)
                 assert plan.workspace_bytes == columns_workspace(prob, y=False)
     if nchw:                                     # through a channels-last y: not taken
         assert plan_for(singles["cv7"], options=Options(nchw_epilogue=False)).algorithm == \
@@ -1337,7 +1338,7 @@ def test_ffma_tiles_of_96_filters_where_they_cover_k_with_fewer_rows():
     cv1 = problem((2, 227, 227, 3), (96, 11, 11, 3), layout="NHWC", stride=4)
     columns = plan_for(cv1, options=Options(window_runs=False))
     assert columns.algorithm == "im2win_columns"
-    assert columns.inner.kernel == "im2win_ffma<96, 128, 8, true, true, false>"
+    assert columns.inner.kernel == "im2win_ffma<96, 128, 8, true, true, false, false, true>"
     assert plan_for(cv1).inner.kernel == "im2win_ffma<96, 128, 16, true, true, false, true>"
 
 
@@ -1450,3 +1451,25 @@ def test_graph_plan_takes_cublas_for_16_bit_nhwc_1x1_layers_inside_a_capture():
                      (((32, 14, 14, 256), (1024, 1, 1, 256), np.float16), dict(padding=1)),
                      (((32, 56, 56, 16), (128, 1, 1, 16), np.float16), {})):
         assert graph_of(*args, **kw)[1] is None
+
+
+def test_ffma_exact_forms_only_where_every_load_is_inside_x_and_w():
+    """kExact (no bounds predicates) where no window reaches the padding, the filters fill the
+    tiles and the full kernel runs on a planner's tile; named in the kernel and compiled in CI."""
+    from im2win.cuda.plan import ffma_exact, ffma_kernel_name
+    compiled = {expr for _, expr in specializations()}
+    cases = [(problem((2, 9, 8, 64), (64, 3, 2, 64), layout="NHWC"), {}, True),
+             (problem((2, 9, 8, 64), (128, 3, 3, 64), layout="NHWC", stride=2), {}, True),
+             (problem((2, 9, 8, 64), (64, 3, 3, 64), layout="NHWC", padding=(0, 1)), {}, False),
+             (problem((2, 9, 8, 64), (64, 3, 3, 64), layout="NHWC", padding=(1, 0)), {}, False),
+             (problem((2, 9, 8, 64), (70, 3, 3, 64), layout="NHWC"), {}, False),      # K tail
+             (problem((2, 9, 8, 64), (64, 3, 3, 64), layout="NHWC"),
+              dict(options=Options(double_buffer=False)), False),
+             (problem((2, 9, 8, 64), (64, 3, 3, 64), layout="NHWC"), dict(tile="f64x64"), False)]
+    for prob, kwargs, exact in cases:
+        plan = plan_for(prob, **kwargs)
+        assert plan.file == "im2win_ffma"
+        assert ffma_exact(plan.geometry, plan.tile, plan.options) == exact
+        assert plan.kernel == ffma_kernel_name(plan.tile, plan.options, plan.splits,
+                                               exact=exact)
+        assert plan.kernel in compiled

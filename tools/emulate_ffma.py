@@ -7,8 +7,9 @@ channels and three columns more than the problem's, NaN there, as the NCHW twin 
 place, its cp.async copies landing when issued and, run again, only at the wait) on float32
 NHWC problems with tails of pixels and filters, padding, stride and groups, and kTail on
 stems over their window's runs (NaN past each run's row and after the last, where the last
-slice reads and must mask), each launched on the grid tools/ffma_dev.py gives it (blocks one
-after another).
+slice reads and must mask), and kExact (no bounds predicates: unpadded problems whose
+filters fill the tiles, plan.ffma_exact), each launched on the grid tools/ffma_dev.py gives it
+(blocks one after another).
 Each result is checked against the float64 reference with y poisoned (NaN) first: an output
 not written, or one written from the wrong window, fails. Checks indexing (the partial last
 pass of the 96-filter tiles' loads, the swizzle, the tails) and barriers, not speed.
@@ -27,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from im2win import reference
-from im2win.cuda.plan import GEOMETRY, ffma_kernel_name, geometry, runs_pitch, runs_plan
+from im2win.cuda.plan import (GEOMETRY, ffma_exact, ffma_kernel_name, geometry, runs_pitch,
+                              runs_plan)
 from im2win.cuda.tuning import FFMA_TILES, Options
 from im2win.problem import make_problem
 from im2win.testing import allowed_error
@@ -53,8 +55,17 @@ RUN_PROBLEMS = [
     ((3, 21, 19, 3), (70, 4, 4, 3), dict(stride=4, padding=(1, 2))),
 ]
 
+# kExact: unpadded, K/G a multiple of the tile's filters (every load inside x and w), strides
+# and a dilation, C/G of 16 and of 8.
+EXACT_PROBLEMS = [
+    ((2, 9, 8, 16), (64, 3, 2, 16), dict()),
+    ((1, 13, 12, 16), (128, 3, 3, 16), dict(stride=2)),
+    ((2, 7, 9, 8), (96, 2, 3, 8), dict(dilation=(2, 1), stride=(1, 2))),
+]
+
 # Kernels: (tile, double_buffer, conflict_free, NCHW y form: 0 none, 1 float4, 2 staged,
-# x read by the strided form, kTail: RUN_PROBLEMS over their window's runs)
+# x read by the strided form, kTail: RUN_PROBLEMS over their window's runs[, kExact:
+# EXACT_PROBLEMS])
 FORMS = [(name, True, True, 0, False, False) for name in FFMA_TILES] + [
     ("f96x128", False, True, 0, False, False), ("f96x128", True, False, 0, False, False),
     ("f96x128k8", False, False, 0, False, False), ("f96x128", True, True, 1, False, False),
@@ -63,7 +74,10 @@ FORMS = [(name, True, True, 0, False, False) for name in FFMA_TILES] + [
     ("f96x128k8", True, True, 2, True, False), ("f64x64k8", True, True, 0, True, False),
     ("f128x128", True, True, 0, True, False),
     ("f96x128", True, True, 0, False, True), ("f64x128", True, True, 2, False, True),
-    ("f64x64", True, True, 1, False, True)]
+    ("f64x64", True, True, 1, False, True),
+    ("f64x128", True, True, 0, False, False, True), ("f64x128", True, True, 1, True, False, True),
+    ("f64x128", True, True, 2, True, False, True), ("f64x128k8", True, True, 0, True, False, True),
+    ("f96x128k8", True, True, 2, False, False, True)]
 
 EXTRA = r"""
 struct alignas(16) float4 { float x, y, z, w; };
@@ -110,10 +124,10 @@ DISPATCH
 
 
 def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int, strided: bool,
-                tail: bool) -> str:
+                tail: bool, exact: bool = False) -> str:
     return ffma_kernel_name(FFMA_TILES[tile], Options(double_buffer=double,
                                                       conflict_free=swizzle),
-                            nchw_y=nchw_y, strided=strided, tail=tail)
+                            nchw_y=nchw_y, strided=strided, tail=tail, exact=exact)
 
 
 def source() -> str:
@@ -150,8 +164,9 @@ def window_runs(prob, x, w, tile: str):
 
 
 def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
-    tile, double, swizzle, nchw_y, strided, tail = FORMS[form]
-    x_shape, w_shape, kwargs = (RUN_PROBLEMS if tail else PROBLEMS)[case]
+    tile, double, swizzle, nchw_y, strided, tail, exact = (FORMS[form] + (False,))[:7]
+    x_shape, w_shape, kwargs = (RUN_PROBLEMS if tail else EXACT_PROBLEMS if exact
+                                else PROBLEMS)[case]
     t = FFMA_TILES[tile]
     if w_shape[3] % t.BK and not tail:
         return 0
@@ -161,6 +176,8 @@ def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
     prob = make_problem(x, w, layout="NHWC", **kwargs)
     if nchw_y and prob.G != 1:
         return 0                     # the NCHW y forms take one group (an NCHW twin's)
+    if exact and not ffma_exact(geometry(prob, True, prob.N, (1, 1, 1, 1)), t, Options()):
+        return 0                     # (a case kExact may not run: the planner's rule)
     n, h, wd, c = (s // 4 for s in x.strides)
     geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
     x_in = x
@@ -195,7 +212,9 @@ def main(argv=None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for form in range(len(FORMS)):
-            for case in range(len(RUN_PROBLEMS if FORMS[form][5] else PROBLEMS)):
+            problems = RUN_PROBLEMS if FORMS[form][5] else \
+                EXACT_PROBLEMS if FORMS[form][6:] == (True,) else PROBLEMS
+            for case in range(len(problems)):
                 failures += run(case, form, Path(tmp), rng)
                 if FORMS[form][4]:     # the strided form's cp.async copies landing at the wait
                     failures += run(case, form, Path(tmp), rng, late=True)

@@ -19,7 +19,7 @@ narrow.cu's stems and groups (both 16-bit types, vector and element copies); wit
 and w off 16 bytes); with ``tf32``,
 float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
 the float32 CUDA-core kernels (im2win_ffma.cu's every tile and switch, in NHWC and through
-the NCHW twin writing the NCHW y, wgrad_ffma.cu's
+the NCHW twin writing the NCHW y, its kExact forms on unpadded problems, wgrad_ffma.cu's
 every tile, both x loads and split counts, backward data's window gradients of many
 channels, and a float32 stem over its window columns and over its window's runs); with
 ``stems``, narrow_ffma.cu's float32 stems (1 to 4 channels, both layouts, filter tails and several filter blocks, padding,
@@ -445,6 +445,24 @@ if runs("ffma"):
             if prob.Cg % FFMA_TILES[tile].BK == 0:
                 cuda.conv2d(prob, x, w, b, algorithm="im2win_fused", tile=tile,
                             options=Options.ablations()[name])
+    # kExact (plan.ffma_exact: no bounds predicates), unpadded, filters filling the tiles:
+    # NHWC, and NCHW on the twin reading x in place (float4 and staged y), with split-K
+    for x_shape, layout, kwargs in [((2, 64, 9, 8), "NHWC", {}), ((3, 64, 12, 12), "NCHW", {}),
+                                    ((2, 64, 9, 9), "NCHW", dict(stride=(1, 2)))]:
+        x = rng.uniform(-1, 1, x_shape).astype(np.float32)
+        w = rng.uniform(-1, 1, (128, 64, 3, 2)).astype(np.float32)
+        if layout == "NHWC":
+            x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
+        b = cupy.asarray(rng.uniform(-1, 1, 128).astype(np.float32))
+        for splits in (1, 2):
+            count = cuda_plan.ffma_split_count
+            cuda_plan.ffma_split_count = lambda *args, **kw: splits
+            cuda._calls.clear()
+            im2win.conv2d(cupy.asarray(x), cupy.asarray(w), b, layout=layout,
+                          algorithm="im2win_nhwc" if layout == "NCHW" else "im2win_fused",
+                          **kwargs)
+            cuda_plan.ffma_split_count = count
+    cuda._calls.clear()
     # NCHW through the NHWC twin writing the NCHW y: im2win_ffma_to_nchw's float4 along the
     # pixels (P*Q = 144), its kStaged form through the x tiles' shared memory across the
     # images (P*Q = 63), every tile and switch.

@@ -51,6 +51,10 @@
 // of the last slice past red read as zeros (they are the next window column's x, which may be
 // an infinity; a select, not a product by the filter's zero).
 //
+// kExact (the last flag of each entry, false unless named): every load inside x and w
+// (plan.ffma_exact: no pixel's window reaches the padding, K/G a multiple of BM), so the loop
+// loads without the bounds predicates and the zeros they select.
+//
 // Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC (or kStridedX), fused, C/G % BK == 0,
 // x 16-byte aligned with element strides (n, h, w) multiples of 4 and channels contiguous (or
 // kStridedX: any 4-byte aligned x, C/G times the channel stride within 32 bits), w contiguous
@@ -85,7 +89,7 @@ __device__ __forceinline__ void image_of(const Geometry& geo, i64 pix, i64& n, i
 // The kernel's body; the entry points below give it y (NHWC, or NCHW in two forms), or
 // split-K's partial sums.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY,
-          bool kStridedX, bool kTail = false>
+          bool kStridedX, bool kTail = false, bool kExact = false>
 __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ y,
                                           const Geometry& geo, int g0) {
@@ -173,8 +177,8 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   auto load = [&](int xbuf) {
 #pragma unroll
     for (int i = 0; i < XL; ++i) {
-      const bool in = (unsigned)(h0[i] + dr) < (unsigned)geo.H &&
-                      (unsigned)(w0[i] + ds) < (unsigned)geo.W;
+      const bool in = kExact || ((unsigned)(h0[i] + dr) < (unsigned)geo.H &&
+                                 (unsigned)(w0[i] + ds) < (unsigned)geo.W);
       if (!x_loads(i)) continue;
       if constexpr (kStridedX) {
         const float* at = x + xbase[i] + toff;
@@ -200,7 +204,8 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     if constexpr (kStridedX) asm volatile("cp.async.commit_group;\n" ::);
 #pragma unroll
     for (int i = 0; i < WL; ++i)
-      if (w_loads(i)) wv[i] = wok[i] ? load4(wrow[i] + t0) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (w_loads(i))
+        wv[i] = kExact || wok[i] ? load4(wrow[i] + t0) : make_float4(0.f, 0.f, 0.f, 0.f);
   };
   auto landed = [&]() {
     if constexpr (kStridedX) asm volatile("cp.async.wait_group 0;\n" ::);
@@ -448,13 +453,14 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
 }
 
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStridedX,
-          bool kTail = false>
+          bool kTail = false, bool kExact = false>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y,
                 const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 0, kStridedX, kTail>(x, w, bias, y, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 0, kStridedX, kTail, kExact>(x, w, bias, y, geo,
+                                                                           g0);
 }
 
 // The same writing the NCHW y[n, k, pq] (Geometry.y_nchw: an NCHW problem's NHWC twin, or a
@@ -463,24 +469,26 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
 // 4, through shared memory. An entry of its own, so that im2win_ffma's code (whose speed hangs
 // on ptxas's register choice) stays as it was, and each form's main loop too.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStaged, bool kStridedX,
-          bool kTail = false>
+          bool kTail = false, bool kExact = false>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma_to_nchw(const float* __restrict__ x, const float* __restrict__ w,
                         const float* __restrict__ bias, float* __restrict__ y,
                         const int2* __restrict__ taps, Geometry geo, int g0) {
   (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1, kStridedX, kTail>(x, w, bias, y,
-                                                                                 geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1, kStridedX, kTail, kExact>(
+      x, w, bias, y, geo, g0);
 }
 
 // Split-K: FP32 partial sums into `partial` (SPLITS x N*P*Q x K, no bias), which split_reduce
 // then adds into y; one group.
-template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, bool kStridedX>
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, bool kStridedX,
+          bool kExact = false>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma_split(const float* __restrict__ x, const float* __restrict__ w,
                       const float* __restrict__ bias, float* __restrict__ y,
                       float* __restrict__ partial, Geometry geo, int g0) {
   (void)bias;
   (void)y;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS, 0, kStridedX>(x, w, nullptr, partial, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS, 0, kStridedX, false, kExact>(x, w, nullptr,
+                                                                               partial, geo, g0);
 }

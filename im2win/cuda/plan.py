@@ -561,19 +561,23 @@ def strided_tile(tile: Tile) -> bool:
 
 
 def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int = 0,
-                     strided: bool = False, tail: bool = False) -> str:
+                     strided: bool = False, tail: bool = False, exact: bool = False) -> str:
     """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
     split-K's ranges). nchw_y: 0, an NHWC y (im2win_ffma); 1, im2win_ffma_to_nchw writing
     an NCHW y (Geometry.y_nchw) with float4 along the pixels; 2, its form through shared
     memory (kStaged). strided: x read by the strided form (ffma_strided). tail: kTail, a
     reduction not a multiple of the tile's BK (runs_plan; named only where true, so the
-    other names are the kernels' as before)."""
+    other names are the kernels' as before). exact: kExact, every load inside x and w
+    (ffma_exact), named likewise only where true."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
     if splits > 1:
         flags.append(splits)
     elif nchw_y:
         flags.append(nchw_y == 2)
-    text = ", ".join(str(f).lower() for f in flags + [strided] + ([True] if tail else []))
+    last = [True] if tail else []
+    if exact:                # kTail (which the split form has not) spelled out before kExact
+        last = ([tail] if splits == 1 else []) + [True]
+    text = ", ".join(str(f).lower() for f in flags + [strided] + last)
     kernel = "im2win_ffma_split" if splits > 1 else \
         "im2win_ffma_to_nchw" if nchw_y else "im2win_ffma"
     return f"{kernel}<{text}>"
@@ -589,10 +593,33 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
     chunk = max(prob.N, 1)
     geo = geometry(prob, True, chunk, x_strides)
     splits = ffma_split_count(prob, chosen, options, workspace_limit, sms or PLAN_SMS)
-    name = ffma_kernel_name(chosen, options, splits, strided=ffma_strided(x_strides))
+    name = ffma_kernel_name(chosen, options, splits, strided=ffma_strided(x_strides),
+                            exact=ffma_exact(geo, chosen, options))
     workspace = split_workspace(prob, splits) if splits > 1 else 0
     return Plan("im2win_fused", chosen, options, "im2win_ffma", name, chunk, geo, b"", workspace,
                 splits=splits)
+
+
+# im2win_ffma.cu's kExact forms (docs/hopper.md, step 27): where no pixel's window reaches
+# x's padding and the filters fill the tiles, every load is inside x and w, and the loop
+# drops its bounds predicates and the zeros they select (sm_90 SASS, 64 x 128 x 16 slice:
+# 1258 -> 1219 instructions; the NCHW twin's strided form 1275 -> 1241). On the planner's
+# tiles (choose_ffma_tile), with the full kernel.
+FFMA_EXACT = True
+FFMA_EXACT_TILES = ("f64x128", "f64x128k8", "f96x128", "f96x128k8")
+
+
+def ffma_exact(geo: Geometry, tile: Tile, options: Options) -> bool:
+    """Whether im2win_ffma.cu's kExact form runs the launch of Geometry geo on `tile`: no row
+    or column of any pixel's window in the padding (pt = pl = 0 and the last pixel's window
+    inside x), K/G a multiple of the tile's filters, the reduction whole slices (no kTail),
+    FFMA_EXACT_TILES, double_buffer and conflict_free on."""
+    P = geo.PQ // geo.Q
+    return (FFMA_EXACT and tile.name in FFMA_EXACT_TILES and options.double_buffer and
+            options.conflict_free and geo.pt == 0 and geo.pl == 0 and
+            (P - 1) * geo.sh + (geo.R - 1) * geo.dh < geo.H and
+            (geo.Q - 1) * geo.sw + (geo.S - 1) * geo.dw < geo.W and geo.Kg % tile.BM == 0 and
+            geo.red % tile.BK == 0 and geo.redp == geo.red)
 
 
 # im2win_ffma.cu's split-K: the split count whose grid the model below finishes soonest, at
@@ -2237,7 +2264,8 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
             staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
                 inner.tile, inner.options, nchw_y=2 if staged else 1, strided=x_in_place,
-                tail=inner.geometry.redp != inner.geometry.red))
+                tail=inner.geometry.redp != inner.geometry.red,
+                exact=ffma_exact(inner.geometry, inner.tile, inner.options)))
     return Plan(algorithm, inner.tile, options, None, None, max(prob.N, 1), None, b"",
                 copies(prob, y=not direct) + inner.workspace_bytes, inner=inner,
                 x_in_place=x_in_place)
@@ -2471,7 +2499,8 @@ def runs_plan(prob: Problem, options: Options, workspace_limit: int | None,
     check_grid(inner_prob, chosen)
     geo = geometry(inner_prob, True, max(prob.N, 1), runs_strides(prob))
     geo = geo._replace(redp=runs_reduction(prob))
-    name = ffma_kernel_name(chosen, options, tail=geo.redp != geo.red)
+    name = ffma_kernel_name(chosen, options, tail=geo.redp != geo.red,
+                            exact=ffma_exact(geo, chosen, options))
     inner = Plan("im2win_fused", chosen, options, "im2win_ffma", name, max(prob.N, 1), geo,
                  b"", 0)
     return around(prob, "im2win_runs", inner, options, runs_workspace)
@@ -2952,6 +2981,14 @@ def specializations() -> list[tuple[str, str]]:
             for splits in SPLITS:              # split-K, fully on, either x
                 out.add(("im2win_ffma", ffma_kernel_name(tile, Options(), splits,
                                                          strided=strided)))
+    for tile in map(FFMA_TILES.get, FFMA_EXACT_TILES):     # kExact, fully on, either x
+        for strided in (False, True) if strided_tile(tile) else (False,):
+            out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,
+                                                        strided=strided, exact=True))
+                       for nchw_y in (0, 1, 2))
+            out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), splits,
+                                                        strided=strided, exact=True))
+                       for splits in SPLITS)
     for tile in FFMA_TILES.values():           # "im2win_runs": kTail, 16-deep slices
         if tile.BK == 16:
             out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,
