@@ -203,7 +203,7 @@ def test_options_validate_themselves():
     with pytest.raises(TypeError, match="Options.smem must be a bool"):
         Options(smem=1)
     ablations = Options.ablations()
-    assert ablations["full"] == Options() and len(ablations) == 10
+    assert ablations["full"] == Options() and len(ablations) == 11
     assert not ablations["no_double_buffer"].double_buffer
     assert plan_for(problem((1, 5, 8, 8), (4, 5, 3, 3)),
                     options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
@@ -1465,6 +1465,8 @@ def test_ffma_exact_forms_only_where_every_load_is_inside_x_and_w():
              (problem((2, 9, 8, 64), (70, 3, 3, 64), layout="NHWC"), {}, False),      # K tail
              (problem((2, 9, 8, 64), (64, 3, 3, 64), layout="NHWC"),
               dict(options=Options(double_buffer=False)), False),
+             (problem((2, 9, 8, 64), (64, 3, 3, 64), layout="NHWC"),
+              dict(options=Options(exact_loads=False)), False),
              (problem((2, 9, 8, 64), (64, 3, 3, 64), layout="NHWC"), dict(tile="f64x64"), False)]
     for prob, kwargs, exact in cases:
         plan = plan_for(prob, **kwargs)

@@ -613,10 +613,10 @@ def ffma_exact(geo: Geometry, tile: Tile, options: Options) -> bool:
     """Whether im2win_ffma.cu's kExact form runs the launch of Geometry geo on `tile`: no row
     or column of any pixel's window in the padding (pt = pl = 0 and the last pixel's window
     inside x), K/G a multiple of the tile's filters, the reduction whole slices (no kTail),
-    FFMA_EXACT_TILES, double_buffer and conflict_free on."""
+    FFMA_EXACT_TILES, Options.exact_loads, double_buffer and conflict_free on."""
     P = geo.PQ // geo.Q
-    return (FFMA_EXACT and tile.name in FFMA_EXACT_TILES and options.double_buffer and
-            options.conflict_free and geo.pt == 0 and geo.pl == 0 and
+    return (FFMA_EXACT and tile.name in FFMA_EXACT_TILES and options.exact_loads and
+            options.double_buffer and options.conflict_free and geo.pt == 0 and geo.pl == 0 and
             (P - 1) * geo.sh + (geo.R - 1) * geo.dh < geo.H and
             (geo.Q - 1) * geo.sw + (geo.S - 1) * geo.dw < geo.W and geo.Kg % tile.BM == 0 and
             geo.red % tile.BK == 0 and geo.redp == geo.red)

@@ -212,6 +212,10 @@ class Options:
             kernel's strided form (kStridedX: each element copied into the shared tile by a
             4-byte cp.async, lanes along a row's pixels; off: layout.cu copies the twin's x
             channels-last first, and such a view runs on im2win_conv.cu).
+        exact_loads: im2win_ffma.cu's kExact form where every load is inside x and w
+            (plan.ffma_exact: no pixel's window reaches the padding, K/G a multiple of the
+            tile's filters): the loop loads without bounds predicates (off: the checked loop
+            everywhere).
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores; in
@@ -243,6 +247,7 @@ class Options:
     window_runs: bool = True
     nchw_epilogue: bool = True
     x_in_place: bool = True
+    exact_loads: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -265,7 +270,7 @@ class Options:
 
 
 CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "vector_loads",
-                      "conflict_free", "ffma", "x_in_place", "window_runs")
+                      "conflict_free", "ffma", "x_in_place", "window_runs", "exact_loads")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
