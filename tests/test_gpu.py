@@ -167,7 +167,8 @@ def test_ffma_exact_form_matches_reference(rng, fresh_plans, layout, x_shape, w_
                                            exact):
     """Where no window reaches the padding and the filters fill the tiles the planner takes
     kExact (no bounds predicates: a load outside x would read past it or what padding
-    should zero), in NHWC and on the NCHW twin reading x in place; never with padding."""
+    should zero), in NHWC and on the NCHW twin (reading x in place where its tile can);
+    never with padding."""
     from im2win import cuda
     algorithm = "im2win_nhwc" if layout == "NCHW" else "auto"
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
