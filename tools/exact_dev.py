@@ -3,8 +3,8 @@ inside x and w) against the checked forms, on the float32 layers, in one process
 machine.
 
 ``python3 tools/exact_dev.py [--layers cv4,cv5,...] [--layouts NHWC,NCHW] [--rounds 2]``: for
-each layer and layout, `im2win.conv2d` ("auto") with plan.FFMA_EXACT off ("checked": the tree
-before it) and on ("exact"), each checked against float64 (PyTorch on the GPU) on the batch's
+each layer and layout, `im2win.conv2d` ("auto") with Options.exact_loads off ("checked": the
+tree before it) and on ("exact"), each checked against float64 (PyTorch on the GPU) on the batch's
 first and last 2 images with y poisoned first, then timed back to back with CUDA events
 (`bench.GPU.time`, as the benchmark does), the two alternating over `rounds`. Network layers
 at batch 32, cv* at 128. Table last: TFLOPS (error; the plan's kernel).
@@ -21,14 +21,14 @@ import numpy as np
 import im2win
 from im2win import bench
 from im2win.bench import GPU, bind
-from im2win.cuda import plan as cuda_plan
+from im2win.cuda import Options
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from ffma_split_dev import error_of, layer_inputs  # noqa: E402
 
 
-def kernel_of(x, w, layout, kw) -> str:
-    p = im2win.cuda._plan(bench.make_problem(x, w, layout=layout, **kw), x, w, "auto", None,
+def kernel_of(x, w, layout, kw, options) -> str:
+    p = im2win.cuda._plan(bench.make_problem(x, w, layout=layout, **kw), x, w, "auto", options,
                           None)
     while p.inner is not None:
         p = p.inner
@@ -44,31 +44,27 @@ def main():
     device = GPU()
     if not bench.torch_cuda_available():
         raise SystemExit("needs PyTorch on the GPU (cuDNN)")
-    planned, rows, wrong = cuda_plan.FFMA_EXACT, [], 0
-    try:
-        for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
-            cells = {}
-            for rnd in range(args.rounds):
-                for label, exact in (("checked", False), ("exact", True)):
-                    cuda_plan.FFMA_EXACT = exact
-                    im2win.cuda._calls.clear()
-                    if rnd == 0:
-                        y = cupy.full(prob.y_shape, np.nan, np.float32)
-                        im2win.conv2d(x, w, out=y, layout=layout, **kw)
-                        err = max(error_of(x, w, kw, layout, y),
-                                  error_of(x[-2:], w, kw, layout, y[-2:]))
-                        wrong += not err < 1e-5
-                        cells[label] = [[], err, kernel_of(x, w, layout, kw)]
-                        del y
-                    call, _ = bind(functools.partial(im2win.conv2d), [x], w, layout, kw)
-                    cells[label][0].append(prob.flops / device.time(call) / 1e12)
-            rows.append((name, layout, cells))
-            print(name, layout, {k: (v[0], v[1]) for k, v in cells.items()}, flush=True)
-            del x, w
-            cupy.get_default_memory_pool().free_all_blocks()
-    finally:
-        cuda_plan.FFMA_EXACT = planned
-        im2win.cuda._calls.clear()
+    rows, wrong = [], 0
+    for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
+        cells = {}
+        for rnd in range(args.rounds):
+            for label, exact in (("checked", False), ("exact", True)):
+                options = Options(exact_loads=exact)
+                conv = functools.partial(im2win.conv2d, options=options)
+                if rnd == 0:
+                    y = cupy.full(prob.y_shape, np.nan, np.float32)
+                    conv(x, w, out=y, layout=layout, **kw)
+                    err = max(error_of(x, w, kw, layout, y),
+                              error_of(x[-2:], w, kw, layout, y[-2:]))
+                    wrong += not err < 1e-5
+                    cells[label] = [[], err, kernel_of(x, w, layout, kw, options)]
+                    del y
+                call, _ = bind(conv, [x], w, layout, kw)
+                cells[label][0].append(prob.flops / device.time(call) / 1e12)
+        rows.append((name, layout, cells))
+        print(name, layout, {k: (v[0], v[1]) for k, v in cells.items()}, flush=True)
+        del x, w
+        cupy.get_default_memory_pool().free_all_blocks()
     print("\nfloat32, TFLOPS, best of the rounds (max error against float64; kernel)")
     for name, layout, cells in rows:
         print(f"{name} {layout}: " + "  ".join(

@@ -604,8 +604,7 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
 # x's padding and the filters fill the tiles, every load is inside x and w, and the loop
 # drops its bounds predicates and the zeros they select (sm_90 SASS, 64 x 128 x 16 slice:
 # 1258 -> 1219 instructions; the NCHW twin's strided form 1275 -> 1241). On the planner's
-# tiles (choose_ffma_tile), with the full kernel.
-FFMA_EXACT = True
+# tiles (choose_ffma_tile), with the full kernel; Options.exact_loads switches it off.
 FFMA_EXACT_TILES = ("f64x128", "f64x128k8", "f96x128", "f96x128k8")
 
 
@@ -615,7 +614,7 @@ def ffma_exact(geo: Geometry, tile: Tile, options: Options) -> bool:
     inside x), K/G a multiple of the tile's filters, the reduction whole slices (no kTail),
     FFMA_EXACT_TILES, Options.exact_loads, double_buffer and conflict_free on."""
     P = geo.PQ // geo.Q
-    return (FFMA_EXACT and tile.name in FFMA_EXACT_TILES and options.exact_loads and
+    return (tile.name in FFMA_EXACT_TILES and options.exact_loads and
             options.double_buffer and options.conflict_free and geo.pt == 0 and geo.pl == 0 and
             (P - 1) * geo.sh + (geo.R - 1) * geo.dh < geo.H and
             (geo.Q - 1) * geo.sw + (geo.S - 1) * geo.dw < geo.W and geo.Kg % tile.BM == 0 and
