@@ -1,5 +1,6 @@
 """im2win.conv2d on CuPy arrays against the float64 reference. Skipped without a visible GPU."""
 
+import dataclasses
 import itertools
 
 import ml_dtypes
@@ -1346,19 +1347,25 @@ RUN_CASES = [  # x (N, C, H, W), w (K, C, R, S): float32 stems over their window
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", RUN_CASES)
 def test_stems_over_their_window_runs_match_reference(rng, layout, x_shape, w_shape, kwargs):
-    """algorithm='im2win_runs' (the window tensor with rows padded to 16 bytes, then
-    im2win_ffma.cu over each pixel's whole run: kTail where S*R*C is not a multiple of 16),
-    with and without bias; NCHW through its NCHW epilogue and through a channels-last y."""
+    """algorithm='im2win_runs', fused (each pixel's run built in shared memory from x through
+    the table: im2win_ffma.cu's kTaps) and materialised (Options.fused_runs off: the window
+    tensor with rows padded to 16 bytes, then im2win_ffma.cu over each pixel's whole run:
+    kTail where S*R*C is not a multiple of 16), with and without bias; NCHW through its NCHW
+    epilogue and through a channels-last y."""
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
-    for bias, options in ((b, None), (None, None), (b, Options(nchw_epilogue=False))):
-        run(x, w, bias, layout, kwargs, algorithm="im2win_runs", options=options)
+    for fused in (True, False):
+        for bias, options in ((b, Options()), (None, Options()),
+                              (b, Options(nchw_epilogue=False))):
+            options = dataclasses.replace(options, fused_runs=fused)
+            run(x, w, bias, layout, kwargs, algorithm="im2win_runs", options=options)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_window_runs_mask_the_next_column_and_read_views(rng, layout):
     """An infinity in the column just past some pixels' runs (the kernel reads it in the
     run's padded last slice) reaches only the outputs whose windows hold it; x a view with
-    its rows reversed, out one element off 16 bytes; and what "auto" plans for cv1."""
+    its rows reversed, out one element off 16 bytes, fused and materialised; and what "auto"
+    plans for cv1."""
     from im2win import cuda
     x, w, b = random_arrays(rng, (2, 3, 29, 30), (24, 3, 11, 11), 24, np.float32)
     kwargs = dict(layout=layout, stride=4, padding=1)
@@ -1371,16 +1378,17 @@ def test_window_runs_mask_the_next_column_and_read_views(rng, layout):
     flipped = cupy.asnumpy(view).astype(np.float64)
     ref = reference.conv2d(flipped, ws.astype(np.float64), b.astype(np.float64), **kwargs)
     prob = make_problem(view, ws, b, **kwargs)
-    base = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, cupy.float32)
-    out = base[1:].reshape(prob.y_shape)
-    im2win.conv2d(view, cupy.asarray(ws), cupy.asarray(b), out=out, algorithm="im2win_runs",
-                  **kwargs)
-    y = cupy.asnumpy(out)
-    finite = ref[0, :, 1, 0] if layout == "NCHW" else ref[0, 1, 0, :]
-    assert np.isfinite(finite).all()                  # output (1, 0) never holds it ...
-    assert (np.isfinite(y) == np.isfinite(ref)).all() and not np.isfinite(ref).all()
-    assert_close(np.where(np.isfinite(ref), y, 0), np.where(np.isfinite(ref), ref, 0),
-                 np.float32, prob.reduction)
+    for fused in (True, False):
+        base = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, cupy.float32)
+        out = base[1:].reshape(prob.y_shape)
+        im2win.conv2d(view, cupy.asarray(ws), cupy.asarray(b), out=out,
+                      algorithm="im2win_runs", options=Options(fused_runs=fused), **kwargs)
+        y = cupy.asnumpy(out)
+        finite = ref[0, :, 1, 0] if layout == "NCHW" else ref[0, 1, 0, :]
+        assert np.isfinite(finite).all()              # output (1, 0) never holds it ...
+        assert (np.isfinite(y) == np.isfinite(ref)).all() and not np.isfinite(ref).all()
+        assert_close(np.where(np.isfinite(ref), y, 0), np.where(np.isfinite(ref), ref, 0),
+                     np.float32, prob.reduction)
     cv1 = (cupy.zeros((128, 227, 227, 3), cupy.float32),
            cupy.zeros((96, 11, 11, 3), cupy.float32))
     cv1 = cv1 if layout == "NHWC" else tuple(a.transpose(0, 3, 1, 2) for a in cv1)

@@ -1340,14 +1340,17 @@ def test_ffma_tiles_of_96_filters_where_they_cover_k_with_fewer_rows():
     assert columns.algorithm == "im2win_columns"
     assert columns.inner.kernel == "im2win_ffma<96, 128, 8, true, true, false, false, true>"
     assert plan_for(cv1).inner.kernel == "im2win_ffma<96, 128, 16, true, true, false, true>"
+    assert plan_for(cv1, options=Options(fused_runs=True)).inner.kernel == \
+        "im2win_ffma<96, 128, 16, true, true, false, false, true, true>"
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_stems_run_over_window_runs(layout):
-    """"im2win_runs": the 1 x 1 problem over x_win's rows padded to 16 bytes, each output
-    pixel's S*R*C run one "pixel" of channels, padded once to the slice (kTail only where it
-    is not a multiple of 16); "auto" takes it for float32 stems of at least RUNS_REDUCTION
-    products that it pads less than the window columns (cv1, cv2), and what it refuses."""
+    """"im2win_runs" materialised (Options.fused_runs off): the 1 x 1 problem over x_win's
+    rows padded to 16 bytes, each output pixel's S*R*C run one "pixel" of channels, padded
+    once to the slice (kTail only where it is not a multiple of 16); "auto" takes it for
+    float32 stems of at least RUNS_REDUCTION products that it pads less than the window
+    columns (cv1, cv2), and what it refuses."""
     from im2win.cuda.plan import (RUNS_REDUCTION, WINDOW_RUN_ROW, runs_pitch, runs_stage,
                                   runs_strides, runs_workspace)
     nchw = layout == "NCHW"
@@ -1357,8 +1360,14 @@ def test_stems_run_over_window_runs(layout):
     assert (inner.layout, inner.C, inner.H, inner.W, inner.R, inner.S, inner.sw) == \
         ("NHWC", 363, 55, 55, 1, 1, 1)
     assert runs_pitch(cv1) == 7492 and runs_strides(cv1) == (55 * 7492, 1, 7492, 132)
+    materialised = Options(fused_runs=False)
+
+    def plan_for(prob, **kwargs):
+        kwargs["options"] = dataclasses.replace(kwargs.get("options", Options()),
+                                                fused_runs=False)
+        return make_plan(prob, x_strides=contiguous_strides(prob), w_aligned=True, **kwargs)
     for arch in (None, 80, 90):
-        plan = plan_for(cv1, arch=arch)
+        plan = plan_for(cv1, arch=arch, options=materialised)
         assert plan.algorithm == "im2win_runs" and plan.inner.file == "im2win_ffma"
         geo = plan.inner.geometry
         assert (geo.red, geo.redp, geo.sq, geo.sp, geo.y_nchw) == (363, 368, 132, 7492, nchw)
@@ -1397,6 +1406,58 @@ def test_stems_run_over_window_runs(layout):
         plan_for(cv1, algorithm="im2win_runs", tile="f96x128k8")
     with pytest.raises(ValueError, match="workspace_limit"):
         plan_for(cv1, algorithm="im2win_runs", workspace_limit=limit)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_stems_runs_fused_read_x_through_the_table(rng, layout):
+    """Fused runs (Options.fused_runs): im2win_ffma.cu's kTaps on the problem's
+    own Geometry (red = S*R*C, redp rounded up to 16), its table's off(t) picking
+    xp[n, c, p*sh + r*dh, q*sw + s*dw] for t in window order (s, then r, then c) out of x
+    itself; no window tensor in the workspace (the filter's window order only), so a
+    workspace_limit below x_win's still takes it; kExact where no window reaches the padding
+    and K fills the tiles."""
+    from im2win.cuda.plan import runs_workspace
+    fused = Options(fused_runs=True)
+
+    def plan_for(prob, **kwargs):
+        kwargs.setdefault("options", fused)
+        return make_plan(prob, x_strides=contiguous_strides(prob), w_aligned=True, **kwargs)
+    x_shape, w_shape = LAYERS["cv1"].shapes(128, layout)
+    cv1 = problem(x_shape, w_shape, np.float32, layout=layout, **LAYERS["cv1"].kwargs)
+    plan = plan_for(cv1)
+    assert plan.algorithm == "im2win_runs" and plan.x_in_place
+    geo = plan.inner.geometry
+    assert (geo.red, geo.redp, geo.y_nchw) == (363, 368, layout == "NCHW")
+    assert plan.inner.kernel == (
+        "im2win_ffma_to_nchw<96, 128, 16, true, true, true, false, false, true, true>"
+        if layout == "NCHW" else "im2win_ffma<96, 128, 16, true, true, false, false, true, true>")
+    assert plan.workspace_bytes == runs_workspace(cv1, y=False, fused=True) == 96 * 368 * 4
+    assert plan_for(cv1, workspace_limit=runs_workspace(cv1, y=False) - 1).x_in_place
+    assert not plan_for(cv1, options=Options(fused_runs=False)).x_in_place
+    # a padded stem forced onto the runs: no kExact, and the table addresses x exactly
+    x = rng.standard_normal((2, 3, 13, 14))
+    w = np.zeros((5, 3, 4, 3))
+    kwargs = dict(stride=(2, 4), padding=((1, 2), (2, 1)))
+    if layout == "NHWC":
+        x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy()
+    prob = make_problem(x.astype(np.float32), w.astype(np.float32), layout=layout, **kwargs)
+    plan = plan_for(prob, algorithm="im2win_runs")
+    geo = plan.inner.geometry
+    assert plan.x_in_place and plan.inner.kernel.endswith("false, false, true>")
+    table = np.frombuffer(plan.inner.taps, np.int32).reshape(-1, 2)
+    assert len(table) % 64 == 0 and not table[prob.reduction:].any()
+    off, dr, ds = table[:prob.reduction, 0], table[:prob.reduction, 1] >> 16, \
+        table[:prob.reduction, 1] & 0xffff
+    s, r, c = np.unravel_index(np.arange(prob.reduction), (prob.S, prob.R, prob.C))
+    assert (dr == r * prob.dh).all() and (ds == s * prob.dw).all()
+    xp = np.pad(x if layout == "NCHW" else x.transpose(0, 3, 1, 2),
+                ((0, 0), (0, 0), (prob.pt, prob.pb), (prob.pl, prob.pr)))
+    for n, p, q in np.ndindex(prob.N, prob.P, prob.Q):
+        base = n * geo.sn + p * geo.sp + q * geo.sq + geo.base0
+        h, col = p * prob.sh - prob.pt + dr, q * prob.sw - prob.pl + ds
+        inside = (h >= 0) & (h < prob.H) & (col >= 0) & (col < prob.W)
+        got = x.ravel()[np.where(inside, base + off, 0)] * inside
+        np.testing.assert_array_equal(got, xp[n, c, p * prob.sh + r, q * prob.sw + s])
 
 
 def test_transpose_launch_picks_the_layout_kernel_and_its_grid():

@@ -8,8 +8,10 @@ place, its cp.async copies landing when issued and, run again, only at the wait)
 NHWC problems with tails of pixels and filters, padding, stride and groups, and kTail on
 stems over their window's runs (NaN past each run's row and after the last, where the last
 slice reads and must mask), and kExact (no bounds predicates: unpadded problems whose
-filters fill the tiles, plan.ffma_exact), each launched on the grid tools/ffma_dev.py gives it
-(blocks one after another).
+filters fill the tiles, plan.ffma_exact), and kTaps (the stems' fused runs, runs_plan's
+default: TAPS_PROBLEMS read from x itself, NHWC or an NCHW copy with NaN around it, through
+the plan's table), each launched on the grid tools/ffma_dev.py gives it (blocks one after
+another).
 Each result is checked against the float64 reference with y poisoned (NaN) first: an output
 not written, or one written from the wrong window, fails. Checks indexing (the partial last
 pass of the 96-filter tiles' loads, the swizzle, the tails) and barriers, not speed.
@@ -63,9 +65,16 @@ EXACT_PROBLEMS = [
     ((2, 7, 9, 8), (96, 2, 3, 8), dict(dilation=(2, 1), stride=(1, 2))),
 ]
 
+# kTaps: stems read through the fused runs' table: RUN_PROBLEMS (padded: the checked form)
+# and unpadded ones whose filters fill a tile of 96 or 64 (kExact where the tile has it).
+TAPS_PROBLEMS = RUN_PROBLEMS + [
+    ((2, 27, 26, 3), (96, 11, 11, 3), dict(stride=4)),
+    ((3, 23, 25, 3), (64, 7, 7, 3), dict(stride=4)),
+]
+
 # Kernels: (tile, double_buffer, conflict_free, NCHW y form: 0 none, 1 float4, 2 staged,
-# x read by the strided form, kTail: RUN_PROBLEMS over their window's runs[, kExact:
-# EXACT_PROBLEMS])
+# x read by the strided form (kTaps: x an NCHW copy), kTail: RUN_PROBLEMS over their
+# window's runs[, kExact: EXACT_PROBLEMS[, kTaps: TAPS_PROBLEMS]])
 FORMS = [(name, True, True, 0, False, False) for name in FFMA_TILES] + [
     ("f96x128", False, True, 0, False, False), ("f96x128", True, False, 0, False, False),
     ("f96x128k8", False, False, 0, False, False), ("f96x128", True, True, 1, False, False),
@@ -77,11 +86,18 @@ FORMS = [(name, True, True, 0, False, False) for name in FFMA_TILES] + [
     ("f64x64", True, True, 1, False, True),
     ("f64x128", True, True, 0, False, False, True), ("f64x128", True, True, 1, True, False, True),
     ("f64x128", True, True, 2, True, False, True), ("f64x128k8", True, True, 0, True, False, True),
-    ("f96x128k8", True, True, 2, False, False, True)]
+    ("f96x128k8", True, True, 2, False, False, True),
+    ("f96x128", True, True, 0, False, False, False, True),
+    ("f96x128", True, True, 2, True, False, False, True),
+    ("f64x128", True, True, 1, True, False, True, True),
+    ("f64x128", True, True, 0, False, False, True, True),
+    ("f96x128", True, True, 0, True, False, True, True),
+    ("f64x64", True, True, 2, False, False, False, True)]
 
 EXTRA = r"""
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 inline float add(float a, float b) { return std::fma(a, 1.f, b); }
@@ -103,7 +119,9 @@ int main(int argc, char** argv) {
     if (fread(v.data(), 1, n, f) != (size_t)n) abort(); fclose(f); return v;
   };
   Geometry geo; { auto g = load(argv[a++]); std::memcpy(&geo, g.data(), sizeof geo); }
+  auto tb = load(argv[a++]);
   auto xb = load(argv[a++]), wb = load(argv[a++]), bb = load(argv[a++]), yb = load(argv[a++]);
+  const int2* taps = (const int2*)tb.data();
   const char* out = argv[a++];
   const float *x = (const float*)xb.data(), *w = (const float*)wb.data(),
               *bias = (const float*)bb.data();
@@ -124,10 +142,11 @@ DISPATCH
 
 
 def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int, strided: bool,
-                tail: bool, exact: bool = False) -> str:
+                tail: bool, exact: bool = False, taps: bool = False) -> str:
     return ffma_kernel_name(FFMA_TILES[tile], Options(double_buffer=double,
                                                       conflict_free=swizzle),
-                            nchw_y=nchw_y, strided=strided, tail=tail, exact=exact)
+                            nchw_y=nchw_y, strided=strided and not taps, tail=tail,
+                            exact=exact, taps=taps)
 
 
 def source() -> str:
@@ -141,7 +160,7 @@ def source() -> str:
     ffma = cp_async_emulated(ffma)
     for text in (outer, struct, ffma):
         assert "asm" not in text, "an asm statement the emulation does not know"
-    dispatch = "\n".join(f"            case {i}: {kernel_name(*form)}(x, w, bias, y, nullptr, "
+    dispatch = "\n".join(f"            case {i}: {kernel_name(*form)}(x, w, bias, y, taps, "
                          f"geo, 0); break;" for i, form in enumerate(FORMS))
     return SHIM + EXTRA + struct + outer + ffma + MAIN.replace("DISPATCH", dispatch)
 
@@ -151,7 +170,7 @@ def window_runs(prob, x, w, tile: str):
     as window.cu's window_runs writes them, but NaN past each row's Wp*R*C values and in the
     slack after the last row (the kernel must mask what it reads there), w in window order
     with zeros past S*R*C."""
-    geo = runs_plan(prob, Options(), None, tile).inner.geometry
+    geo = runs_plan(prob, Options(fused_runs=False), None, tile, None).inner.geometry
     win = reference.image_to_window(x, prob.R, stride=prob.sh, dilation=prob.dh,
                                     padding=((prob.pt, prob.pb), (prob.pl, prob.pr)),
                                     layout="NHWC").reshape(prob.N, prob.P, -1)
@@ -164,11 +183,11 @@ def window_runs(prob, x, w, tile: str):
 
 
 def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
-    tile, double, swizzle, nchw_y, strided, tail, exact = (FORMS[form] + (False,))[:7]
-    x_shape, w_shape, kwargs = (RUN_PROBLEMS if tail else EXACT_PROBLEMS if exact
-                                else PROBLEMS)[case]
+    tile, double, swizzle, nchw_y, strided, tail, exact, taps = (FORMS[form] + (False,) * 2)[:8]
+    x_shape, w_shape, kwargs = (TAPS_PROBLEMS if taps else RUN_PROBLEMS if tail else
+                                EXACT_PROBLEMS if exact else PROBLEMS)[case]
     t = FFMA_TILES[tile]
-    if w_shape[3] % t.BK and not tail:
+    if w_shape[3] % t.BK and not (tail or taps):
         return 0
     x = rng.uniform(-1, 1, x_shape).astype(np.float32)
     w = rng.uniform(-1, 1, w_shape).astype(np.float32)
@@ -176,9 +195,11 @@ def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
     prob = make_problem(x, w, layout="NHWC", **kwargs)
     if nchw_y and prob.G != 1:
         return 0                     # the NCHW y forms take one group (an NCHW twin's)
-    if exact and not ffma_exact(geometry(prob, True, prob.N, (1, 1, 1, 1)), t, Options()):
+    if exact and not ffma_exact(geometry(prob, True, prob.N, (1, 1, 1, 1)), t, Options(),
+                                whole=not taps):
         return 0                     # (a case kExact may not run: the planner's rule)
     n, h, wd, c = (s // 4 for s in x.strides)
+    table = np.zeros(4, np.int32)
     geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
     x_in = x
     if strided:                      # x[n, h, w, c] at x_in[n, c + 1, h, w + 2]: NCHW rows
@@ -189,6 +210,19 @@ def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
         geo = geometry(prob, True, prob.N, (n, c, h, wd))._replace(y_nchw=int(bool(nchw_y)))
         geo = geo._replace(base0=geo.base0 + c + 2)
     w_in = w
+    if taps:                         # x itself (strided: an NCHW copy) through the table
+        x_strides = (n, c, h, wd)
+        if strided:
+            x_in = x_in[:, 1:-1, :, 2:-1]                     # an NCHW view inside the NaN
+            x_strides = tuple(s // 4 for s in x_in.strides)
+        inner = runs_plan(prob, Options(fused_runs=True), None, tile, x_strides).inner
+        geo = inner.geometry._replace(y_nchw=int(bool(nchw_y)))
+        if strided:                  # the view's offset inside the array the kernel reads
+            geo = geo._replace(base0=geo.base0 + x_strides[1] + 2)
+            x_in = x_in.base if x_in.base is not None else x_in
+        table = np.frombuffer(inner.taps, np.int32)
+        w_in = np.zeros((prob.K, geo.redp), np.float32)
+        w_in[:, :geo.red] = w.transpose(0, 2, 1, 3).reshape(prob.K, -1)
     if tail:                         # the 1 x 1 problem over the runs (runs_stage)
         geo, x_in, w_in = window_runs(prob, x, w, tile)
         geo = geo._replace(y_nchw=int(bool(nchw_y)))
@@ -199,7 +233,7 @@ def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
     grid = (-(-geo.npix // t.BN), -(-prob.Kg // t.BM), prob.G)
     args = [form, *grid, t.BM * t.BN // 64, int(late)]
     err = emulate(workdir, "ffma", source, args,
-                  [np.array([tuple(geo)], GEOMETRY), x_in, w_in, b,
+                  [np.array([tuple(geo)], GEOMETRY), table, x_in, w_in, b,
                    np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
     label = (f"{kernel_name(*FORMS[form])} x {x_shape} w {w_shape} "
              f"{kwargs} grid {grid}{' (copies late)' if late else ''}")
@@ -212,7 +246,8 @@ def main(argv=None) -> int:
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for form in range(len(FORMS)):
-            problems = RUN_PROBLEMS if FORMS[form][5] else \
+            problems = TAPS_PROBLEMS if FORMS[form][7:] == (True,) else \
+                RUN_PROBLEMS if FORMS[form][5] else \
                 EXACT_PROBLEMS if FORMS[form][6:] == (True,) else PROBLEMS
             for case in range(len(problems)):
                 failures += run(case, form, Path(tmp), rng)

@@ -515,19 +515,29 @@ if runs("ffma"):
             xc, wc = xc.transpose(0, 2, 3, 1).copy(), wc.transpose(0, 2, 3, 1).copy()
         im2win.conv2d(cupy.asarray(xc), cupy.asarray(wc), layout=layout, stride=2, padding=3,
                       algorithm="im2win_columns")
-    # Stems over their window's runs (window.cu's window_runs, then im2win_ffma.cu's kTail
-    # forms): 11x11 at stride 4 (363 -> 368: the last slice's float4 in part and whole
-    # masked), every 16-deep tile, NHWC and NCHW (staged and float4 y), more rows of x_win
-    # than the copy's blocks (they loop), x and w read by 4-byte copies along NCHW and NHWC.
+    # Stems over their window's runs, materialised (window.cu's window_runs, then
+    # im2win_ffma.cu's kTail forms) and fused (kTaps: x through the table, padded: checked;
+    # unpadded with 96 filters: kExact): 11x11 at stride 4 (363 -> 368: the last slice's
+    # copies in part and whole past the reduction), every 16-deep tile, NHWC and NCHW (staged
+    # and float4 y), more rows of x_win than the copy's blocks (they loop), x and w read by
+    # 4-byte copies along NCHW and NHWC.
     xr, wr = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((40, 3, 27, 30), (70, 3, 11, 11)))
+    xe, we = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((9, 3, 27, 31), (96, 3, 11, 11)))
     for layout in ("NCHW", "NHWC"):
         if layout == "NHWC":
             xr, wr = xr.transpose(0, 2, 3, 1).copy(), wr.transpose(0, 2, 3, 1).copy()
+            xe, we = xe.transpose(0, 2, 3, 1).copy(), we.transpose(0, 2, 3, 1).copy()
         for tile in (t for t in FFMA_TILES if FFMA_TILES[t].BK == 16):
-            prob = checked_problem(cupy.asarray(xr), cupy.asarray(wr), None, layout=layout,
-                                   stride=4, padding=(1, 2))[0]
-            cuda.conv2d(prob, cupy.asarray(xr), cupy.asarray(wr), None,
-                        algorithm="im2win_runs", tile=tile)
+            for fused in (False, True):
+                prob = checked_problem(cupy.asarray(xr), cupy.asarray(wr), None, layout=layout,
+                                       stride=4, padding=(1, 2))[0]
+                cuda.conv2d(prob, cupy.asarray(xr), cupy.asarray(wr), None,
+                            algorithm="im2win_runs", tile=tile,
+                            options=Options(fused_runs=fused))
+        prob = checked_problem(cupy.asarray(xe), cupy.asarray(we), None, layout=layout,
+                               stride=4)[0]
+        cuda.conv2d(prob, cupy.asarray(xe), cupy.asarray(we), None, algorithm="im2win_runs",
+                    options=Options(fused_runs=True))
     for x_shape, w_shape, kwargs in [((3, 13, 11, 16), (36, 3, 3, 16), dict(padding=1)),
                                      ((2, 23, 21, 3), (20, 11, 11, 3), dict(stride=4))]:
         x = cupy.asarray(rng.uniform(-1, 1, x_shape).astype(np.float32))

@@ -55,6 +55,17 @@
 // (plan.ffma_exact: no pixel's window reaches the padding, K/G a multiple of BM), so the loop
 // loads without the bounds predicates and the zeros they select.
 //
+// kTaps (the last flag of im2win_ffma and im2win_ffma_to_nchw, false unless named): x read
+// through the reduction table `taps` (gemm.cuh: taps[t] = {off(t), (r*dh) << 16 | s*dw}), a
+// stem's fused window runs (plan.taps_plan: the problem itself, its reduction t in window
+// order, s then r then c, over w's rows in window order redp long, as kTail's): each
+// element of a pixel's part of a slice copied straight from x[base(pixel) + off(t)] to its
+// place in the transposed tile by a 4-byte cp.async, as kStridedX's (a warp's lanes along the
+// pixels, one quad of t each, the quad's four table entries two 16-byte loads a slice), zeros
+// past red and (without kExact) in the padding. So the window tile is built in shared memory
+// straight from x: no window tensor, and the same products in the same order as the
+// materialised runs' (kTail over x_win), bit for bit.
+//
 // Requires (im2win.cuda.plan.ffma_refusal): float32, NHWC (or kStridedX), fused, C/G % BK == 0,
 // x 16-byte aligned with element strides (n, h, w) multiples of 4 and channels contiguous (or
 // kStridedX: any 4-byte aligned x, C/G times the channel stride within 32 bits), w contiguous
@@ -89,10 +100,11 @@ __device__ __forceinline__ void image_of(const Geometry& geo, i64 pix, i64& n, i
 // The kernel's body; the entry points below give it y (NHWC, or NCHW in two forms), or
 // split-K's partial sums.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY,
-          bool kStridedX, bool kTail = false, bool kExact = false>
+          bool kStridedX, bool kTail = false, bool kExact = false, bool kTaps = false>
 __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ y,
-                                          const Geometry& geo, int g0) {
+                                          const int2* __restrict__ taps, const Geometry& geo,
+                                          int g0) {
   constexpr int NT = BM * BN / 64;         // threads
   constexpr int Q4 = BK / 4;               // float4 per pixel (or filter) and slice
   constexpr int ROWS = NT / Q4;            // pixels (or filters) the block loads in one pass
@@ -102,6 +114,9 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   constexpr int NBUF = kDouble ? 2 : 1;
   static_assert(BK % 4 == 0 && NT % Q4 == 0, "tile must divide into float4 loads");
   static_assert(!kTail || (!kStridedX && SPLITS == 1), "kTail: contiguous x, no split-K");
+  static_assert(!kTaps || (!kStridedX && !kTail && SPLITS == 1), "kTaps: x by the table");
+  constexpr bool kCopyX = kStridedX || kTaps;   // x by 4-byte cp.async into the tile
+  constexpr bool kRowsP = kTail || kTaps;       // w's rows redp long, slices up to redp
   static_assert(BM % 32 == 0 && BN % 64 == 0,
                 "warp tiles of 64 pixels x 32 filters, 4-wide halves, 32-word swizzle");
   __shared__ __align__(16) float Xs[NBUF][BK][BN];
@@ -115,7 +130,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   // x's: the same, or with kStridedX (channels geo.sc apart, a row's pixels contiguous: an
   // NCHW x read in place) a warp's lanes along the pixels, so that each of the four 4-byte
   // copies of a quad reads consecutive pixels of one channel.
-  const int xquad = kStridedX ? tid / ROWS : quad, xrow = kStridedX ? tid % ROWS : row;
+  const int xquad = kCopyX ? tid / ROWS : quad, xrow = kCopyX ? tid % ROWS : row;
   const int xc = kStridedX ? (int)geo.sc : 1;    // x's channel stride (ffma_refusal: 32 bits)
   // Whether load i's row is in the tile (known at compile time but for a partial last pass).
   auto x_loads = [&](int i) { return BN % ROWS == 0 || i + 1 < XL || xrow + i * ROWS < BN; };
@@ -146,7 +161,8 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
       p = pq / geo.Q;
       q = pq - p * geo.Q;
     }
-    xbase[i] = n * geo.sn + g * geo.sg + p * geo.sp + q * geo.sq + geo.base0 + xquad * 4 * xc;
+    xbase[i] = n * geo.sn + g * geo.sg + p * geo.sp + q * geo.sq + geo.base0 +
+               (kTaps ? 0 : xquad * 4 * xc);
     h0[i] = p * geo.sh - geo.pt;
     w0[i] = q * geo.sw - geo.pl;
   }
@@ -156,8 +172,8 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   for (int i = 0; i < WL; ++i) {
     const int f = m0 + row + i * ROWS;
     wok[i] = f < geo.Kg;
-    wrow[i] = w + ((i64)g * geo.Kg + (wok[i] ? f : 0)) * (kTail ? geo.redp : geo.red) +
-              quad * 4;                  // (kTail: w's rows redp long)
+    wrow[i] = w + ((i64)g * geo.Kg + (wok[i] ? f : 0)) * (kRowsP ? geo.redp : geo.red) +
+              quad * 4;                  // (kTail, kTaps: w's rows redp long)
   }
 
   float acc[8][8];
@@ -173,13 +189,33 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   // The next slice's loads: into registers (stored by `store` after this slice's products),
   // or with kStridedX x's part by cp.async straight into the tile Xs[xbuf], transposed (each
   // element to its own place), where `landed` waits for it before the barrier.
-  float4 xv[kStridedX ? 1 : XL], wv[WL];
+  float4 xv[kCopyX ? 1 : XL], wv[WL];
   auto load = [&](int xbuf) {
+    if constexpr (kTaps) {
+      // This thread's quad of the slice: four entries {off, (dr << 16) | ds}, two 16-byte loads.
+      const int tq = t0 + xquad * 4;
+      const int4 e01 = __ldg(reinterpret_cast<const int4*>(taps + tq));
+      const int4 e23 = __ldg(reinterpret_cast<const int4*>(taps + tq) + 1);
+      const int off[4] = {e01.x, e01.z, e23.x, e23.z}, tap[4] = {e01.y, e01.w, e23.y, e23.w};
+#pragma unroll
+      for (int i = 0; i < XL; ++i) {
+        if (!x_loads(i)) continue;
+        float* to = &Xs[xbuf][xquad * 4][col(xrow + i * ROWS, xquad * 4)];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          bool in = tq + e < geo.red;
+          if (!kExact)
+            in = in && (unsigned)(h0[i] + (tap[e] >> 16)) < (unsigned)geo.H &&
+                 (unsigned)(w0[i] + (tap[e] & 0xffff)) < (unsigned)geo.W;
+          copy4(to + e * BN, x + xbase[i] + off[e], in);
+        }
+      }
+    }
 #pragma unroll
     for (int i = 0; i < XL; ++i) {
       const bool in = kExact || ((unsigned)(h0[i] + dr) < (unsigned)geo.H &&
                                  (unsigned)(w0[i] + ds) < (unsigned)geo.W);
-      if (!x_loads(i)) continue;
+      if (kTaps || !x_loads(i)) continue;
       if constexpr (kStridedX) {
         const float* at = x + xbase[i] + toff;
         float* to = &Xs[xbuf][xquad * 4][col(xrow + i * ROWS, xquad * 4)];
@@ -201,17 +237,18 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
         }
       }
     }
-    if constexpr (kStridedX) asm volatile("cp.async.commit_group;\n" ::);
+    if constexpr (kCopyX) asm volatile("cp.async.commit_group;\n" ::);
 #pragma unroll
     for (int i = 0; i < WL; ++i)
       if (w_loads(i))
         wv[i] = kExact || wok[i] ? load4(wrow[i] + t0) : make_float4(0.f, 0.f, 0.f, 0.f);
   };
   auto landed = [&]() {
-    if constexpr (kStridedX) asm volatile("cp.async.wait_group 0;\n" ::);
+    if constexpr (kCopyX) asm volatile("cp.async.wait_group 0;\n" ::);
   };
   auto advance = [&]() {
     t0 += BK;
+    if constexpr (kTaps) return;       // the table holds every slice's offsets
     c0 += BK;
     toff += BK * xc;
     if (c0 == geo.Cg) {
@@ -235,7 +272,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     at[3 * width] = v.w;
   };
   auto store = [&](int buf) {
-    if constexpr (!kStridedX)
+    if constexpr (!kCopyX)
 #pragma unroll
       for (int i = 0; i < XL; ++i)
         if (x_loads(i)) put(&Xs[buf][0][0], BN, xquad, xrow + i * ROWS, xv[i]);
@@ -251,7 +288,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   };
 
   // This block's slices: all, or (split-K) the split's range of ceil(slices / SPLITS).
-  const int slices = (kTail ? geo.redp : geo.red) / BK, per = (slices + SPLITS - 1) / SPLITS;
+  const int slices = (kRowsP ? geo.redp : geo.red) / BK, per = (slices + SPLITS - 1) / SPLITS;
   const int k0 = min(slices, split * per), k1 = min(slices, k0 + per);
   if (k0 > 0) {                    // the range's first slice: where k0 advances would end
     t0 = k0 * BK;
@@ -453,14 +490,13 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
 }
 
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStridedX,
-          bool kTail = false, bool kExact = false>
+          bool kTail = false, bool kExact = false, bool kTaps = false>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y,
                 const int2* __restrict__ taps, Geometry geo, int g0) {
-  (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 0, kStridedX, kTail, kExact>(x, w, bias, y, geo,
-                                                                           g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, 0, kStridedX, kTail, kExact, kTaps>(
+      x, w, bias, y, taps, geo, g0);
 }
 
 // The same writing the NCHW y[n, k, pq] (Geometry.y_nchw: an NCHW problem's NHWC twin, or a
@@ -469,14 +505,13 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
 // 4, through shared memory. An entry of its own, so that im2win_ffma's code (whose speed hangs
 // on ptxas's register choice) stays as it was, and each form's main loop too.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, bool kStaged, bool kStridedX,
-          bool kTail = false, bool kExact = false>
+          bool kTail = false, bool kExact = false, bool kTaps = false>
 __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
     im2win_ffma_to_nchw(const float* __restrict__ x, const float* __restrict__ w,
                         const float* __restrict__ bias, float* __restrict__ y,
                         const int2* __restrict__ taps, Geometry geo, int g0) {
-  (void)taps;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1, kStridedX, kTail, kExact>(
-      x, w, bias, y, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, 1, kStaged ? 2 : 1, kStridedX, kTail, kExact, kTaps>(
+      x, w, bias, y, taps, geo, g0);
 }
 
 // Split-K: FP32 partial sums into `partial` (SPLITS x N*P*Q x K, no bias), which split_reduce
@@ -489,6 +524,6 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
                       float* __restrict__ partial, Geometry geo, int g0) {
   (void)bias;
   (void)y;
-  ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS, 0, kStridedX, false, kExact>(x, w, nullptr,
-                                                                               partial, geo, g0);
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS, 0, kStridedX, false, kExact>(
+      x, w, nullptr, partial, nullptr, geo, g0);
 }

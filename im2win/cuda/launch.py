@@ -532,14 +532,17 @@ class Executable:
         xp[n, p*sh + r*dh, m, c] (rows runs_pitch apart) and w_win[k, (s*R + r)*C + c] =
         w[k, r, s, c] (rows the padded reduction long), both by window.cu's window_runs (w as
         K images of R x S, one output row each), into scratch; then the 1 x 1 problem's kernel
-        over x_win's runs into y (as through_columns)."""
+        over x_win's runs into y (as through_columns). Where the runs are fused
+        (Plan.x_in_place: im2win_ffma.cu's kTaps), no x_win: the kernel reads x itself."""
         prob, geo = self.prob, self.plan.inner.geometry
         N, P, K, pitch, red = prob.N, prob.P, prob.K, runs_pitch(prob), geo.redp
         stream = cupy.cuda.get_current_stream().ptr
-        x_win = scratch.empty((N * P * pitch + red,), prob.dtype)
-        self.runs((min(N * P, self.run_blocks), 1, 1), (256, 1, 1), stream, x.data.ptr,
-                  x_win.data.ptr, N * P, P, pitch, prob.H, prob.W, prob.C, prob.R, prob.sh,
-                  prob.dh, prob.pt, prob.pl, *element_strides(x, prob.layout))
+        x_win = x
+        if not self.plan.x_in_place:
+            x_win = scratch.empty((N * P * pitch + red,), prob.dtype)
+            self.runs((min(N * P, self.run_blocks), 1, 1), (256, 1, 1), stream, x.data.ptr,
+                      x_win.data.ptr, N * P, P, pitch, prob.H, prob.W, prob.C, prob.R,
+                      prob.sh, prob.dh, prob.pt, prob.pl, *element_strides(x, prob.layout))
         w_win = scratch.empty((K, red), prob.dtype)
         self.runs((min(K, self.run_blocks), 1, 1), (256, 1, 1), stream, w.data.ptr,
                   w_win.data.ptr, K, 1, red, prob.R, prob.S, prob.Cg, prob.R, 1, 1, 0, 0,

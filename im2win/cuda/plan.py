@@ -427,7 +427,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
             algorithm = "gemm"
         else:
             twin = None if tile is not None else (
-                runs_auto_plan(prob, options, workspace_limit) or
+                runs_auto_plan(prob, options, workspace_limit, x_strides) or
                 columns_auto_plan(prob, options, workspace_limit, arch, sms) or
                 nhwc_auto_plan(prob, x_strides, options, workspace_limit, arch, sms))
             if twin is not None:
@@ -446,7 +446,7 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
     if algorithm == "im2win_columns":
         return columns_plan(prob, options, workspace_limit, tile, arch, sms=sms)
     if algorithm == "im2win_runs":
-        return runs_plan(prob, options, workspace_limit, tile)
+        return runs_plan(prob, options, workspace_limit, tile, x_strides)
     if algorithm == "gemm":
         return gemm_plan(prob, options, x_strides, workspace_limit)
     if algorithm in ("direct", "im2col_gemm"):
@@ -561,14 +561,16 @@ def strided_tile(tile: Tile) -> bool:
 
 
 def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int = 0,
-                     strided: bool = False, tail: bool = False, exact: bool = False) -> str:
+                     strided: bool = False, tail: bool = False, exact: bool = False,
+                     taps: bool = False) -> str:
     """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
     split-K's ranges). nchw_y: 0, an NHWC y (im2win_ffma); 1, im2win_ffma_to_nchw writing
     an NCHW y (Geometry.y_nchw) with float4 along the pixels; 2, its form through shared
     memory (kStaged). strided: x read by the strided form (ffma_strided). tail: kTail, a
     reduction not a multiple of the tile's BK (runs_plan; named only where true, so the
     other names are the kernels' as before). exact: kExact, every load inside x and w
-    (ffma_exact), named likewise only where true."""
+    (ffma_exact), named likewise only where true. taps: kTaps, x read through the plan's table
+    (runs_plan's fused form; one launch, no kTail), named likewise only where true."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
     if splits > 1:
         flags.append(splits)
@@ -577,6 +579,8 @@ def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int 
     last = [True] if tail else []
     if exact:                # kTail (which the split form has not) spelled out before kExact
         last = ([tail] if splits == 1 else []) + [True]
+    if taps:                 # kTail and kExact spelled out before kTaps
+        last = [tail, exact, True]
     text = ", ".join(str(f).lower() for f in flags + [strided] + last)
     kernel = "im2win_ffma_split" if splits > 1 else \
         "im2win_ffma_to_nchw" if nchw_y else "im2win_ffma"
@@ -608,17 +612,18 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
 FFMA_EXACT_TILES = ("f64x128", "f64x128k8", "f96x128", "f96x128k8")
 
 
-def ffma_exact(geo: Geometry, tile: Tile, options: Options) -> bool:
+def ffma_exact(geo: Geometry, tile: Tile, options: Options, whole: bool = True) -> bool:
     """Whether im2win_ffma.cu's kExact form runs the launch of Geometry geo on `tile`: no row
     or column of any pixel's window in the padding (pt = pl = 0 and the last pixel's window
-    inside x), K/G a multiple of the tile's filters, the reduction whole slices (no kTail),
+    inside x), K/G a multiple of the tile's filters, the reduction whole slices (no kTail;
+    `whole` false: kTaps, whose copies past the reduction stay checked),
     FFMA_EXACT_TILES, Options.exact_loads, double_buffer and conflict_free on."""
     P = geo.PQ // geo.Q
     return (tile.name in FFMA_EXACT_TILES and options.exact_loads and
             options.double_buffer and options.conflict_free and geo.pt == 0 and geo.pl == 0 and
             (P - 1) * geo.sh + (geo.R - 1) * geo.dh < geo.H and
             (geo.Q - 1) * geo.sw + (geo.S - 1) * geo.dw < geo.W and geo.Kg % tile.BM == 0 and
-            geo.red % tile.BK == 0 and geo.redp == geo.red)
+            (not whole or (geo.red % tile.BK == 0 and geo.redp == geo.red)))
 
 
 # im2win_ffma.cu's split-K: the split count whose grid the model below finishes soonest, at
@@ -2261,10 +2266,13 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
         inner = dataclasses.replace(inner, geometry=inner.geometry._replace(y_nchw=1))
         if inner.file == "im2win_ffma" and inner.splits == 1:
             staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
+            taps = bool(inner.taps)                 # runs_plan's fused form (kTaps)
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
-                inner.tile, inner.options, nchw_y=2 if staged else 1, strided=x_in_place,
-                tail=inner.geometry.redp != inner.geometry.red,
-                exact=ffma_exact(inner.geometry, inner.tile, inner.options)))
+                inner.tile, inner.options, nchw_y=2 if staged else 1,
+                strided=x_in_place and not taps,
+                tail=inner.geometry.redp != inner.geometry.red and not taps,
+                exact=ffma_exact(inner.geometry, inner.tile, inner.options, whole=not taps),
+                taps=taps))
     return Plan(algorithm, inner.tile, options, None, None, max(prob.N, 1), None, b"",
                 copies(prob, y=not direct) + inner.workspace_bytes, inner=inner,
                 x_in_place=x_in_place)
@@ -2445,24 +2453,43 @@ def runs_tile(prob: Problem, tile: str | None) -> Tile:
     return FFMA_TILES[name]
 
 
-def runs_workspace(prob: Problem, y: bool = True) -> int:
+def runs_workspace(prob: Problem, y: bool = True, fused: bool = False) -> int:
     """Bytes that "im2win_runs" allocates: x_win (N*P*pitch elements, and the padded
     reduction's length of slack: the last run's padding, at most 15 elements, is read past
-    the last row), the filter in window order
+    the last row; none where the runs are `fused`: kTaps), the filter in window order
     (K rows of the padded reduction) and, for NCHW unless the kernel writes it (`y`), the
     channels-last y."""
     red = runs_reduction(prob)
-    elements = prob.N * prob.P * runs_pitch(prob) + red + prob.K * red + \
+    window = 0 if fused else prob.N * prob.P * runs_pitch(prob) + red
+    elements = window + prob.K * red + \
         (prob.N * prob.P * prob.Q * prob.K if prob.layout == "NCHW" and y else 0)
     return elements * prob.dtype.itemsize
 
 
-def runs_refusal(prob: Problem, options: Options, workspace_limit: int | None) -> str | None:
+def runs_taps(prob: Problem, x_strides) -> bytes | None:
+    """The fused runs' table (im2win_ffma.cu's kTaps), or None where they cannot be fused
+    (Options.fused_runs off, offsets past 32 bits): for t in window order (s, then r, then c,
+    w_win's and x_win's), {off(t), (r*dh) << 16 | s*dw} with off(t) = c*xc + r*dh*xh +
+    s*dw*xw in x's own element strides, zeros to a multiple of TABLE_SLICE entries."""
+    xn, xc, xh, xw = x_strides
+    s, r, c = np.unravel_index(np.arange(prob.reduction), (prob.S, prob.R, prob.C))
+    off = c * xc + r * prob.dh * xh + s * prob.dw * xw
+    if np.abs(off).max(initial=0) > INT32_MAX or (prob.R - 1) * prob.dh > 32767 or \
+            (prob.S - 1) * prob.dw > 65535:
+        return None
+    table = np.zeros((-(-prob.reduction // TABLE_SLICE) * TABLE_SLICE, 2), np.int32)
+    table[:prob.reduction, 0] = off
+    table[:prob.reduction, 1] = ((r * prob.dh) << 16) | (s * prob.dw)
+    return table.tobytes()
+
+
+def runs_refusal(prob: Problem, options: Options, workspace_limit: int | None,
+                 fused: bool = False) -> str | None:
     """Why "im2win_runs" cannot run `prob` (None: it can): float32, one group, dw = 1 (a
     pixel's window one run), its runs 16-byte aligned (sw*R*C a multiple of 4), x_win's row
     within WINDOW_RUN_ROW elements (window_runs' shared copy), im2win_ffma.cu's options on
     (ffma, smem, micro_kernel, vector_loads, double_buffer, conflict_free), the copies
-    within `workspace_limit`."""
+    (without x_win where the runs are `fused`) within `workspace_limit`."""
     if prob.dtype.name != "float32":
         return f"it takes float32, not {prob.dtype.name}"
     if prob.G != 1 or prob.dw != 1:
@@ -2477,25 +2504,37 @@ def runs_refusal(prob: Problem, options: Options, workspace_limit: int | None) -
             and options.double_buffer and options.conflict_free):
         return "it runs im2win_ffma.cu's full kernel (Options ffma, smem, micro_kernel, " \
                "vector_loads, double_buffer and conflict_free on)"
-    copies = runs_workspace(prob)
+    copies = runs_workspace(prob, fused=fused)
     if workspace_limit is not None and copies > workspace_limit:
         return f"its window takes {copies} bytes, more than workspace_limit={workspace_limit}"
     return None
 
 
 def runs_plan(prob: Problem, options: Options, workspace_limit: int | None,
-              tile: str | None) -> Plan:
-    """The plan that runs the stem `prob` over its materialised window's runs: window.cu's
-    window_runs writes x_win (runs_pitch) and w_win[k, (s*R + r)*C + c] = w[k, r, s, c] (zeros
-    past S*R*C), then im2win_ffma.cu (kTail where S*R*C is not a multiple of 16) convolves
-    the 1 x 1 problem runs_stage over them into y (NHWC, or for NCHW the NCHW y from its
-    epilogue where `around` lets it)."""
-    refusal = runs_refusal(prob, options, workspace_limit)
+              tile: str | None, x_strides) -> Plan:
+    """The plan that runs the stem `prob` over its window's runs: window.cu's window_runs
+    writes w_win[k, (s*R + r)*C + c] = w[k, r, s, c] (zeros past S*R*C) and, unless the runs
+    are fused, x_win (runs_pitch), then im2win_ffma.cu (kTail where S*R*C is not a multiple
+    of 16) convolves the 1 x 1 problem runs_stage over them into y (NHWC, or for NCHW the
+    NCHW y from its epilogue where `around` lets it). Fused (Options.fused_runs, runs_taps:
+    Plan.x_in_place), its kTaps form reads each run from x itself through the table, on the
+    problem's own Geometry with the runs' reduction (red = S*R*C, redp)."""
+    taps = runs_taps(prob, x_strides) if options.fused_runs else None
+    refusal = runs_refusal(prob, options, workspace_limit, fused=taps is not None)
     if refusal:
         raise ValueError(f"algorithm='im2win_runs' cannot run this problem: {refusal}")
     inner_prob = runs_stage(prob)
     chosen = runs_tile(prob, tile)
     check_grid(inner_prob, chosen)
+    if taps is not None:
+        geo = geometry(prob, True, max(prob.N, 1), x_strides)._replace(
+            red=prob.reduction, redp=runs_reduction(prob))
+        name = ffma_kernel_name(chosen, options, exact=ffma_exact(geo, chosen, options, False),
+                                taps=True)
+        inner = Plan("im2win_fused", chosen, options, "im2win_ffma", name, max(prob.N, 1),
+                     geo, taps, 0)
+        return around(prob, "im2win_runs", inner, options,
+                      functools.partial(runs_workspace, fused=True), x_in_place=True)
     geo = geometry(inner_prob, True, max(prob.N, 1), runs_strides(prob))
     geo = geo._replace(redp=runs_reduction(prob))
     name = ffma_kernel_name(chosen, options, tail=geo.redp != geo.red,
@@ -2505,20 +2544,22 @@ def runs_plan(prob: Problem, options: Options, workspace_limit: int | None,
     return around(prob, "im2win_runs", inner, options, runs_workspace)
 
 
-def runs_auto_plan(prob: Problem, options: Options,
-                   workspace_limit: int | None) -> Plan | None:
+def runs_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
+                   x_strides) -> Plan | None:
     """The "im2win_runs" plan where "auto" takes it (Options.window_runs), else None: a
     float32 stem (C/G not a multiple of 8) that runs_refusal accepts, of at least
     RUNS_REDUCTION products, whose padded run is shorter than the window columns' padded
     reduction; NCHW where the kernel writes the NCHW y (Options.nchw_epilogue)."""
     if not options.window_runs or prob.C % 8 == 0 or prob.reduction < RUNS_REDUCTION or \
-            runs_refusal(prob, options, workspace_limit) is not None or \
             (prob.layout == "NCHW" and not options.nchw_epilogue):
+        return None
+    fused = options.fused_runs and runs_taps(prob, x_strides) is not None
+    if runs_refusal(prob, options, workspace_limit, fused=fused) is not None:
         return None
     columns = prob.R * (-(-prob.S * prob.C // 8) * 8)
     if runs_reduction(prob) >= columns:
         return None
-    return runs_plan(prob, options, workspace_limit, None)
+    return runs_plan(prob, options, workspace_limit, None, x_strides)
 
 
 def tf32_columns(prob: Problem, options: Options, workspace_limit: int | None) -> bool:
@@ -2992,6 +3033,11 @@ def specializations() -> list[tuple[str, str]]:
         if tile.BK == 16:
             out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,
                                                         tail=True)) for nchw_y in (0, 1, 2))
+            # fused (kTaps), either checked or kExact where the tile has that form
+            out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,
+                                                        exact=exact, taps=True))
+                       for nchw_y in (0, 1, 2)
+                       for exact in {False, tile.name in FFMA_EXACT_TILES})
     out.add(("window", "window_runs<float>"))
     out.add(("im2win_ffma", "split_reduce<float>"))
     out.add(("im2win_ffma", "split_reduce_nchw<float>"))

@@ -192,6 +192,12 @@ class Options:
             at least plan.RUNS_REDUCTION) as "im2win_runs": the window tensor materialised,
             then im2win_ffma.cu over each pixel's whole run of S*R*C values, padded once to
             its slice (off: "im2win_columns", which pads each filter row's S*C to 8).
+        fused_runs: "im2win_runs" builds each pixel's run in shared memory straight from x
+            (im2win_ffma.cu's kTaps: every element of a slice by a 4-byte copy through the
+            plan's table of offsets, in the same window order; no window tensor, no extra
+            memory but the filter's window order; off: window.cu materialises x_win first).
+            Off by default until measured on the GPU (docs/hopper.md, step 28); not yet in
+            the ablation.
         nchw_epilogue: an NCHW problem run on an NHWC one ("im2win_nhwc", "im2win_columns")
             that takes the wgmma kernel in one work item a tile, or im2win_ffma.cu
             (im2win_ffma_to_nchw), writes the NCHW y from the kernel's epilogue (off: into a
@@ -248,6 +254,7 @@ class Options:
     nchw_epilogue: bool = True
     x_in_place: bool = True
     exact_loads: bool = True
+    fused_runs: bool = False
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
