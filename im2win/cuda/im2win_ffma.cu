@@ -57,12 +57,12 @@
 //
 // kTaps (the last flag of im2win_ffma and im2win_ffma_to_nchw, false unless named): x read
 // through the reduction table `taps` (gemm.cuh: taps[t] = {off(t), (r*dh) << 16 | s*dw}), a
-// stem's fused window runs (plan.taps_plan: the problem itself, its reduction t in window
-// order, s then r then c, over w's rows in window order redp long, as kTail's): each
-// element of a pixel's part of a slice copied straight from x[base(pixel) + off(t)] to its
-// place in the transposed tile by a 4-byte cp.async, as kStridedX's (a warp's lanes along the
-// pixels, one quad of t each, the quad's four table entries two 16-byte loads a slice), zeros
-// past red and (without kExact) in the padding. So the window tile is built in shared memory
+// stem's fused window runs (plan.runs_plan with plan.runs_taps' table: the problem itself, its
+// reduction t in window order, s then r then c, over w's rows in window order redp long, as
+// kTail's): each element of a pixel's part of a slice copied straight from
+// x[base(pixel) + off(t)] to its place in the transposed tile by a 4-byte cp.async, as
+// kStridedX's (a warp's lanes along the pixels, one quad of t each, the quad's four table
+// entries two 16-byte loads a slice), zeros past red and (without kExact) in the padding. So the window tile is built in shared memory
 // straight from x: no window tensor, and the same products in the same order as the
 // materialised runs' (kTail over x_win), bit for bit.
 //

@@ -2468,9 +2468,9 @@ def runs_workspace(prob: Problem, y: bool = True, fused: bool = False) -> int:
 
 def runs_taps(prob: Problem, x_strides) -> bytes | None:
     """The fused runs' table (im2win_ffma.cu's kTaps), or None where they cannot be fused
-    (Options.fused_runs off, offsets past 32 bits): for t in window order (s, then r, then c,
-    w_win's and x_win's), {off(t), (r*dh) << 16 | s*dw} with off(t) = c*xc + r*dh*xh +
-    s*dw*xw in x's own element strides, zeros to a multiple of TABLE_SLICE entries."""
+    (offsets past 32 bits, taps past the entries' 16 bits): for t in window order (s, then r,
+    then c: w_win's and x_win's), {off(t), (r*dh) << 16 | s*dw} with off(t) = c*xc + r*dh*xh
+    + s*dw*xw in x's own element strides, zeros to a multiple of TABLE_SLICE entries."""
     xn, xc, xh, xw = x_strides
     s, r, c = np.unravel_index(np.arange(prob.reduction), (prob.S, prob.R, prob.C))
     off = c * xc + r * prob.dh * xh + s * prob.dw * xw
