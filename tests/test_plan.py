@@ -203,7 +203,7 @@ def test_options_validate_themselves():
     with pytest.raises(TypeError, match="Options.smem must be a bool"):
         Options(smem=1)
     ablations = Options.ablations()
-    assert ablations["full"] == Options() and len(ablations) == 11
+    assert ablations["full"] == Options() and len(ablations) == 12
     assert not ablations["no_double_buffer"].double_buffer
     assert plan_for(problem((1, 5, 8, 8), (4, 5, 3, 3)),
                     options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
@@ -1339,8 +1339,9 @@ def test_ffma_tiles_of_96_filters_where_they_cover_k_with_fewer_rows():
     columns = plan_for(cv1, options=Options(window_runs=False))
     assert columns.algorithm == "im2win_columns"
     assert columns.inner.kernel == "im2win_ffma<96, 128, 8, true, true, false, false, true>"
-    assert plan_for(cv1).inner.kernel == "im2win_ffma<96, 128, 16, true, true, false, true>"
-    assert plan_for(cv1, options=Options(fused_runs=True)).inner.kernel == \
+    assert plan_for(cv1, options=Options(fused_runs=False)).inner.kernel == \
+        "im2win_ffma<96, 128, 16, true, true, false, true>"
+    assert plan_for(cv1).inner.kernel == \
         "im2win_ffma<96, 128, 16, true, true, false, false, true, true>"
 
 
@@ -1410,7 +1411,7 @@ def test_stems_run_over_window_runs(layout):
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_stems_runs_fused_read_x_through_the_table(rng, layout):
-    """Fused runs (Options.fused_runs): im2win_ffma.cu's kTaps on the problem's
+    """Fused runs (Options.fused_runs, the default): im2win_ffma.cu's kTaps on the problem's
     own Geometry (red = S*R*C, redp rounded up to 16), its table's off(t) picking
     xp[n, c, p*sh + r*dh, q*sw + s*dw] for t in window order (s, then r, then c) out of x
     itself; no window tensor in the workspace (the filter's window order only), so a

@@ -196,8 +196,6 @@ class Options:
             (im2win_ffma.cu's kTaps: every element of a slice by a 4-byte copy through the
             plan's table of offsets, in the same window order; no window tensor, no extra
             memory but the filter's window order; off: window.cu materialises x_win first).
-            Off by default until measured on the GPU (docs/hopper.md, step 28); not yet in
-            the ablation.
         nchw_epilogue: an NCHW problem run on an NHWC one ("im2win_nhwc", "im2win_columns")
             that takes the wgmma kernel in one work item a tile, or im2win_ffma.cu
             (im2win_ffma_to_nchw), writes the NCHW y from the kernel's epilogue (off: into a
@@ -254,7 +252,7 @@ class Options:
     nchw_epilogue: bool = True
     x_in_place: bool = True
     exact_loads: bool = True
-    fused_runs: bool = False
+    fused_runs: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -277,7 +275,8 @@ class Options:
 
 
 CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "vector_loads",
-                      "conflict_free", "ffma", "x_in_place", "window_runs", "exact_loads")
+                      "conflict_free", "ffma", "x_in_place", "window_runs", "exact_loads",
+                      "fused_runs")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
