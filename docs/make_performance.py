@@ -351,7 +351,10 @@ second kernel; tried, tested, sanitized) ran 2-16% slower on cv5, cv6 and cv9-cv
 network layers, so it was not kept. Where every load is inside x and w (unpadded, K/G a
 multiple of the tile's filters: every benchmark layer on it) the loop now drops its bounds
 predicates (`kExact`, hopper.md step 27): NHWC cv4 45.4 -> 46.4, cv10 40.6 -> 41.7 TFLOPS on an
-H100, NCHW cv4 44.6 -> 45.8, the other NCHW layers unchanged. cv7's stem is not bound by its
+H100, NCHW cv4 44.6 -> 45.8, the other NCHW layers unchanged. cv1 and cv2 now build each
+pixel's window run in shared memory straight from x (`kTaps`, hopper.md step 28) instead of
+materialising the window tensor first: on an H100, TFLOPS, NCHW cv1 31.2 -> 36.5, cv2 32.0 ->
+35.9, NHWC 31.9 -> 34.6 and 31.9 -> 34.5 (the tables above predate it and step 27). cv7's stem is not bound by its
 1.6 GB of y (a memset of
 it: 499 us of the kernel's 886) nor by its instruction count (a form with a sixth fewer ran at
 the same speed in NHWC): its warps wait on the FMA pipe, the tile's barrier and dispatch, 4 a
