@@ -22,7 +22,8 @@ import torch
 import im2win
 from im2win.arrays import checked_problem
 from im2win.cuda import Options, launch
-from im2win.cuda.plan import geometry, make_plan, runs_taps
+from im2win.cuda.plan import (FFMA_STAGED_NCHW, ffma_kernel_name, geometry, make_plan,
+                              runs_reduction, runs_taps, runs_tile)
 from im2win.layers import LAYERS
 
 
@@ -36,35 +37,28 @@ def window_filter(w, layout: str, redp: int):
 
 
 def taps_call(x, w, layout, stride, exact, padding=0, compile_only=False):
+    """The kTaps kernel on the planner's runs tile, table and name (plan.runs_tile,
+    plan.runs_taps, plan.ffma_kernel_name), forced also where runs_refusal would refuse the
+    stem (cv3, cv7: their runs not 16-byte aligned, which kTaps does not need)."""
     prob, x, w, _ = checked_problem(x, w, None, layout=layout, stride=stride, padding=padding)
     xs = launch.element_strides(x, layout)
-    red = prob.S * prob.R * prob.C
-    redp = -(-red // 16) * 16
-    BM = 96 if prob.K > 64 else 64
-    BN = 128
-    geo = geometry(prob, True, prob.N, xs)._replace(red=red, redp=redp,
-                                                    y_nchw=int(layout == "NCHW"))
-    flags = "true, true"
-    if layout == "NCHW":
-        staged = geo.PQ % 4 != 0
-        name = (f"im2win_ffma_to_nchw<{BM}, {BN}, 16, {flags}, {str(staged).lower()}, false, "
-                f"false, {str(exact).lower()}, true>")
-    else:
-        name = f"im2win_ffma<{BM}, {BN}, 16, {flags}, false, false, {str(exact).lower()}, true>"
+    tile = runs_tile(prob, None)
+    geo = geometry(prob, True, prob.N, xs)._replace(
+        red=prob.reduction, redp=runs_reduction(prob), y_nchw=int(layout == "NCHW"))
+    nchw_y = 0 if layout == "NHWC" else 2 if FFMA_STAGED_NCHW and geo.PQ % 4 else 1
+    name = ffma_kernel_name(tile, Options(), nchw_y=nchw_y, exact=exact, taps=True)
     if compile_only:
         return name
     fn = launch.kernel("im2win_ffma", name)
     table = cupy.asarray(np.frombuffer(runs_taps(prob, xs), np.int32))
-    w_win = window_filter(w, layout, redp)
-    grid = (-(-geo.npix // BN), -(-prob.K // BM), 1)
+    w_win = window_filter(w, layout, geo.redp)
+    grid = (-(-geo.npix // tile.BN), -(-prob.K // tile.BM), 1)
     args_geo = launch.geometry_scalar(geo, prob.N)
-    y_shape = (prob.N, prob.K, prob.P, prob.Q) if layout == "NCHW" else \
-        (prob.N, prob.P, prob.Q, prob.K)
 
     def run(y):
-        fn(grid, (BM * BN // 64, 1, 1), (x, w_win, launch.NULL, y, table, args_geo, np.int32(0)))
+        fn(grid, (tile.threads, 1, 1), (x, w_win, launch.NULL, y, table, args_geo, np.int32(0)))
         return y
-    return run, y_shape, name
+    return run, prob.y_shape, name
 
 
 def reference64(x, w, layout, stride, images, padding=0):

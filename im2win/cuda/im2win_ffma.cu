@@ -210,19 +210,20 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
           copy4(to + e * BN, x + xbase[i] + off[e], in);
         }
       }
-    }
+    } else {
 #pragma unroll
-    for (int i = 0; i < XL; ++i) {
-      const bool in = kExact || ((unsigned)(h0[i] + dr) < (unsigned)geo.H &&
-                                 (unsigned)(w0[i] + ds) < (unsigned)geo.W);
-      if (kTaps || !x_loads(i)) continue;
-      if constexpr (kStridedX) {
-        const float* at = x + xbase[i] + toff;
-        float* to = &Xs[xbuf][xquad * 4][col(xrow + i * ROWS, xquad * 4)];
+      for (int i = 0; i < XL; ++i) {
+        const bool in = kExact || ((unsigned)(h0[i] + dr) < (unsigned)geo.H &&
+                                   (unsigned)(w0[i] + ds) < (unsigned)geo.W);
+        if (!x_loads(i)) continue;
+        if constexpr (kStridedX) {
+          const float* at = x + xbase[i] + toff;
+          float* to = &Xs[xbuf][xquad * 4][col(xrow + i * ROWS, xquad * 4)];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) copy4(to + e * BN, at + e * xc, in);
-      } else {
-        xv[i] = in ? load4(x + xbase[i] + toff) : make_float4(0.f, 0.f, 0.f, 0.f);
+          for (int e = 0; e < 4; ++e) copy4(to + e * BN, at + e * xc, in);
+        } else {
+          xv[i] = in ? load4(x + xbase[i] + toff) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
       }
     }
     if constexpr (kTail) {

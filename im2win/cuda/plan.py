@@ -2466,21 +2466,12 @@ def runs_workspace(prob: Problem, y: bool = True, fused: bool = False) -> int:
     return elements * prob.dtype.itemsize
 
 
-def runs_taps(prob: Problem, x_strides) -> bytes | None:
-    """The fused runs' table (im2win_ffma.cu's kTaps), or None where they cannot be fused
-    (offsets past 32 bits, taps past the entries' 16 bits): for t in window order (s, then r,
-    then c: w_win's and x_win's), {off(t), (r*dh) << 16 | s*dw} with off(t) = c*xc + r*dh*xh
-    + s*dw*xw in x's own element strides, zeros to a multiple of TABLE_SLICE entries."""
-    xn, xc, xh, xw = x_strides
-    s, r, c = np.unravel_index(np.arange(prob.reduction), (prob.S, prob.R, prob.C))
-    off = c * xc + r * prob.dh * xh + s * prob.dw * xw
-    if np.abs(off).max(initial=0) > INT32_MAX or (prob.R - 1) * prob.dh > 32767 or \
-            (prob.S - 1) * prob.dw > 65535:
-        return None
-    table = np.zeros((-(-prob.reduction // TABLE_SLICE) * TABLE_SLICE, 2), np.int32)
-    table[:prob.reduction, 0] = off
-    table[:prob.reduction, 1] = ((r * prob.dh) << 16) | (s * prob.dw)
-    return table.tobytes()
+def runs_taps(prob: Problem, x_strides) -> bytes:
+    """The fused runs' table (im2win_ffma.cu's kTaps; table_bytes' form) over x's own strides,
+    in NHWC window order whatever x's layout (s, then r, then c: w_win's and x_win's order),
+    or b"" where the offsets do not fit (the runs are then materialised)."""
+    geo = geometry(prob, True, max(prob.N, 1), x_strides)
+    return table_bytes(dataclasses.replace(prob, layout="NHWC"), geo, True, True)
 
 
 def runs_refusal(prob: Problem, options: Options, workspace_limit: int | None,
@@ -2519,18 +2510,18 @@ def runs_plan(prob: Problem, options: Options, workspace_limit: int | None,
     NCHW y from its epilogue where `around` lets it). Fused (Options.fused_runs, runs_taps:
     Plan.x_in_place), its kTaps form reads each run from x itself through the table, on the
     problem's own Geometry with the runs' reduction (red = S*R*C, redp)."""
-    taps = runs_taps(prob, x_strides) if options.fused_runs else None
-    refusal = runs_refusal(prob, options, workspace_limit, fused=taps is not None)
+    taps = runs_taps(prob, x_strides) if options.fused_runs else b""
+    refusal = runs_refusal(prob, options, workspace_limit, fused=bool(taps))
     if refusal:
         raise ValueError(f"algorithm='im2win_runs' cannot run this problem: {refusal}")
     inner_prob = runs_stage(prob)
     chosen = runs_tile(prob, tile)
     check_grid(inner_prob, chosen)
-    if taps is not None:
+    if taps:
         geo = geometry(prob, True, max(prob.N, 1), x_strides)._replace(
             red=prob.reduction, redp=runs_reduction(prob))
-        name = ffma_kernel_name(chosen, options, exact=ffma_exact(geo, chosen, options, False),
-                                taps=True)
+        name = ffma_kernel_name(chosen, options, taps=True,
+                                exact=ffma_exact(geo, chosen, options, whole=False))
         inner = Plan("im2win_fused", chosen, options, "im2win_ffma", name, max(prob.N, 1),
                      geo, taps, 0)
         return around(prob, "im2win_runs", inner, options,
@@ -2553,7 +2544,7 @@ def runs_auto_plan(prob: Problem, options: Options, workspace_limit: int | None,
     if not options.window_runs or prob.C % 8 == 0 or prob.reduction < RUNS_REDUCTION or \
             (prob.layout == "NCHW" and not options.nchw_epilogue):
         return None
-    fused = options.fused_runs and runs_taps(prob, x_strides) is not None
+    fused = options.fused_runs and bool(runs_taps(prob, x_strides))
     if runs_refusal(prob, options, workspace_limit, fused=fused) is not None:
         return None
     columns = prob.R * (-(-prob.S * prob.C // 8) * 8)
