@@ -121,33 +121,47 @@ FFMA_SPLIT_CASES = [  # im2win_ffma.cu's split-K forced on small problems (the p
     ((2, 128, 5, 6), (36, 128, 3, 3), dict(padding=1, stride=(1, 2)), "NHWC"),
     ((1, 16, 9, 7), (64, 16, 3, 3), dict(), "NHWC"),                   # 9 slices of 16
     ((2, 48, 8, 8), (40, 48, 3, 3), dict(padding=1), "NCHW"),          # on the NHWC twin
+    ((2, 48, 7, 7), (40, 48, 3, 3), dict(padding=1), "NCHW"),          # P*Q = 49: staged y
+    ((2, 64, 9, 9), (64, 64, 3, 3), dict(), "NCHW"),                   # kExact, staged y
 ]
 
 
+@pytest.mark.parametrize("fixup", [False, True])
 @pytest.mark.parametrize("splits", SPLITS)
 @pytest.mark.parametrize("x_shape, w_shape, kwargs, layout", FFMA_SPLIT_CASES)
 def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch, x_shape,
-                                                                w_shape, kwargs, layout, splits):
+                                                                w_shape, kwargs, layout, splits,
+                                                                fixup):
+    """Split-K's ranges summed by split_reduce's second launch, or (Options.split_fixup) by
+    each tile's last block in the kernel: the same additions in the same order, so the same
+    bits, and the same bits on every call whichever block of a tile finishes last."""
     from im2win import cuda
     from im2win.cuda import launch, plan as planning
     monkeypatch.setattr(planning, "ffma_split_count", lambda *args, **kw: splits)
     algorithm = "im2win_nhwc" if layout == "NCHW" else "auto"
+    options = Options(split_fixup=fixup)
     cuda._calls.clear()                                # plans remembered with other counts
     launch._executables.clear()
     try:
         x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
-        y = run(x, w, b, layout, kwargs, algorithm=algorithm)
+        y = run(x, w, b, layout, kwargs, algorithm=algorithm, options=options)
         xs, ws = (cupy.asarray(np.ascontiguousarray(a.astype(np.float32)))
                   for a in to_layout(layout, x, w))
         bs = cupy.asarray(b.astype(np.float32))
         prob = make_problem(xs, ws, bs, layout=layout, **kwargs)
-        plan = cuda._plan(prob, xs, ws, algorithm, None, None)
+        plan = cuda._plan(prob, xs, ws, algorithm, options, None)
         if layout == "NCHW":                           # the sum writes the NCHW y
             assert plan.inner.geometry.y_nchw == 1 and plan.x_in_place
             plan = plan.inner
-        assert plan.file == "im2win_ffma" and plan.splits == splits
-        again = im2win.conv2d(xs, ws, bs, layout=layout, algorithm=algorithm, **kwargs)
-        assert cupy.array_equal(y, again)              # the partial sums in a fixed order
+        assert plan.file == "im2win_ffma" and plan.splits == splits and plan.fixup == fixup
+        for _ in range(3 if fixup else 1):
+            again = im2win.conv2d(xs, ws, bs, layout=layout, algorithm=algorithm,
+                                  options=options, **kwargs)
+            assert cupy.array_equal(y, again)          # the partial sums in a fixed order
+        if fixup:                                      # the second launch's bits
+            reduced = im2win.conv2d(xs, ws, bs, layout=layout, algorithm=algorithm,
+                                    options=Options(split_fixup=False), **kwargs)
+            assert cupy.array_equal(y, reduced)
     finally:
         cuda._calls.clear()
         launch._executables.clear()

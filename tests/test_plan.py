@@ -1153,6 +1153,31 @@ def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form():
                          options=off).file == "im2win_conv"
 
 
+def test_ffma_split_fixup_names_its_y_form_and_counts_its_tiles():
+    """Options.split_fixup: split-K's tiles summed by their last block (im2win_ffma_fixup),
+    which writes y in its plan's form (NHWC; on the NCHW twin the float4 or staged NCHW y, as
+    im2win_ffma_to_nchw), no split_reduce; its workspace the partial sums and an int a tile."""
+    from im2win.cuda.plan import fixup_counter_bytes, split_workspace
+    fixup = Options(split_fixup=True)
+    nhwc = problem((8, 7, 7, 512), (512, 3, 3, 512), layout="NHWC", padding=1)
+    plain, fixed = plan_for(nhwc), plan_for(nhwc, options=fixup)
+    assert plain.splits > 1 and not plain.fixup
+    assert fixed.fixup and fixed.splits == plain.splits and fixed.kernel == \
+        plain.kernel.replace("im2win_ffma_split<", "im2win_ffma_fixup<").replace(
+            f", {plain.splits}, ", f", {plain.splits}, 0, ")
+    tiles = -(-8 * 49 // fixed.tile.BN) * -(-512 // fixed.tile.BM)
+    assert fixup_counter_bytes(nhwc, fixed.tile) == -(-4 * tiles // 16) * 16
+    assert fixed.workspace_bytes == split_workspace(nhwc, fixed.splits) + \
+        fixup_counter_bytes(nhwc, fixed.tile)
+    for shape, form in (((8, 512, 7, 7), 2), ((8, 512, 8, 8), 1)):   # P*Q = 49, 64
+        twin = plan_for(problem(shape, (512, 512, 3, 3), padding=1), options=fixup)
+        inner = twin.inner
+        assert twin.x_in_place and inner.fixup and inner.geometry.y_nchw == 1
+        assert inner.kernel.startswith(f"im2win_ffma_fixup<64, 128, 16, true, true, "
+                                       f"{inner.splits}, {form}, true")
+    assert not plan_for(nhwc, options=Options(split_fixup=True, split_k=False)).fixup
+
+
 def test_tma_problems_with_few_tiles_split_long_reductions(monkeypatch):
     from im2win.cuda import plan as cuda_plan
     from im2win.cuda.plan import split_workspace

@@ -94,13 +94,25 @@ FORMS = [(name, True, True, 0, False, False) for name in FFMA_TILES] + [
     ("f96x128", True, True, 0, True, False, True, True),
     ("f64x64", True, True, 2, False, False, False, True)]
 
+# Split-K with its fixup (im2win_ffma_fixup): (tile, splits, NCHW y form, strided, kExact) on
+# PROBLEMS' first two (NHWC y) and last (an NCHW y; P*Q = 144) and EXACT_PROBLEMS' second, the
+# blocks run forward, with each tile's ranges in reverse and rotated by half (so that the
+# tile's last block to finish is its last range, its first and one in the middle).
+FIXUP_FORMS = [("f64x128", 2, 0, False, False), ("f96x128", 4, 0, False, False),
+               ("f64x128", 8, 1, True, False), ("f96x128k8", 4, 2, True, False),
+               ("f64x128", 4, 2, False, True), ("f64x128", 2, 0, True, True)]
+
 EXTRA = r"""
+#include <atomic>
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) int2 { int x, y; };
 struct alignas(16) int4 { int x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 inline float add(float a, float b) { return std::fma(a, 1.f, b); }
+template <typename T> inline T __ldcg(const T* p) { return *p; }
+inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 #undef __shared__
 #define __shared__ static
 """
@@ -113,6 +125,7 @@ int main(int argc, char** argv) {
   gridDim.x = atoi(argv[a++]); gridDim.y = atoi(argv[a++]); gridDim.z = atoi(argv[a++]);
   blockDim.x = atoi(argv[a++]);
   LATE = atoi(argv[a++]);
+  const unsigned order = atoi(argv[a++]);   // split-K's ranges: forward, reversed, rotated
   auto load = [](const char* path) {
     FILE* f = fopen(path, "rb"); fseek(f, 0, SEEK_END); const long n = ftell(f);
     std::vector<unsigned char> v(n); fseek(f, 0, SEEK_SET);
@@ -127,14 +140,21 @@ int main(int argc, char** argv) {
               *bias = (const float*)bb.data();
   float* y = (float*)yb.data();
   static unsigned char unused[16];
-  for (unsigned bz = 0; bz < gridDim.z; ++bz)
+  // split-K's partial sums (NaN) and the fixup's counters after them (zeros)
+  const size_t sums = (size_t)gridDim.z * geo.npix * geo.K;
+  std::vector<float> partial(sums + gridDim.x * gridDim.y + 4, NAN);
+  std::memset(partial.data() + sums, 0, (gridDim.x * gridDim.y + 4) * sizeof(float));
+  for (unsigned iz = 0; iz < gridDim.z; ++iz)
     for (unsigned by = 0; by < gridDim.y; ++by)
-      for (unsigned bx = 0; bx < gridDim.x; ++bx)
+      for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+        const unsigned bz = order == 0 ? iz : order == 1 ? gridDim.z - 1 - iz :
+                            (iz + gridDim.z / 2) % gridDim.z;
         run_block(bx, by, bz, unused, sizeof unused, [&] {
           switch (form) {
 DISPATCH
           }
         });
+      }
   FILE* f = fopen(out, "wb"); fwrite(y, 1, yb.size(), f); fclose(f);
   return 0;
 }
@@ -147,6 +167,11 @@ def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int, strided: bo
                                                       conflict_free=swizzle),
                             nchw_y=nchw_y, strided=strided and not taps, tail=tail,
                             exact=exact, taps=taps)
+
+
+def fixup_name(tile: str, splits: int, nchw_y: int, strided: bool, exact: bool) -> str:
+    return ffma_kernel_name(FFMA_TILES[tile], Options(split_fixup=True), splits, nchw_y=nchw_y,
+                            strided=strided, exact=exact)
 
 
 def source() -> str:
@@ -162,6 +187,9 @@ def source() -> str:
         assert "asm" not in text, "an asm statement the emulation does not know"
     dispatch = "\n".join(f"            case {i}: {kernel_name(*form)}(x, w, bias, y, taps, "
                          f"geo, 0); break;" for i, form in enumerate(FORMS))
+    dispatch += "\n" + "\n".join(
+        f"            case {len(FORMS) + i}: {fixup_name(*form)}(x, w, bias, y, "
+        f"partial.data(), geo, 0); break;" for i, form in enumerate(FIXUP_FORMS))
     return SHIM + EXTRA + struct + outer + ffma + MAIN.replace("DISPATCH", dispatch)
 
 
@@ -231,12 +259,50 @@ def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
     if nchw_y:
         ref = ref.transpose(0, 3, 1, 2)
     grid = (-(-geo.npix // t.BN), -(-prob.Kg // t.BM), prob.G)
-    args = [form, *grid, t.BM * t.BN // 64, int(late)]
+    args = [form, *grid, t.BM * t.BN // 64, int(late), 0]
     err = emulate(workdir, "ffma", source, args,
                   [np.array([tuple(geo)], GEOMETRY), table, x_in, w_in, b,
                    np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
     label = (f"{kernel_name(*FORMS[form])} x {x_shape} w {w_shape} "
              f"{kwargs} grid {grid}{' (copies late)' if late else ''}")
+    return report(label, err, allowed_error(np.float32, prob.reduction))
+
+
+def run_fixup(problem, form: int, order: int, workdir: Path, rng) -> int:
+    """FIXUP_FORMS[form] on `problem` (x, w, kwargs), its blocks in `order`."""
+    tile, splits, nchw_y, strided, exact = FIXUP_FORMS[form]
+    x_shape, w_shape, kwargs = problem
+    t = FFMA_TILES[tile]
+    x = rng.uniform(-1, 1, x_shape).astype(np.float32)
+    w = rng.uniform(-1, 1, w_shape).astype(np.float32)
+    b = rng.uniform(-1, 1, w_shape[0]).astype(np.float32)
+    prob = make_problem(x, w, layout="NHWC", **kwargs)
+    if w_shape[3] % t.BK or prob.G != 1:
+        return 0
+    n, h, wd, c = (s // 4 for s in x.strides)
+    x_in, x_strides = x, (n, c, h, wd)
+    if strided:                      # x[n, h, w, c] at x_in[n, c + 1, h, w + 2], NaN around
+        N, H, W, C = x.shape
+        x_in = np.full((N, C + 2, H, W + 3), np.nan, np.float32)
+        x_in[:, 1:C + 1, :, 2:W + 2] = x.transpose(0, 3, 1, 2)
+        n, c, h, wd = (s // 4 for s in x_in.strides)
+        x_strides = (n, c, h, wd)
+    geo = geometry(prob, True, prob.N, x_strides)._replace(y_nchw=int(bool(nchw_y)))
+    if strided:
+        geo = geo._replace(base0=geo.base0 + x_strides[1] + 2)
+    if exact != ffma_exact(geo, t, Options()):
+        return 0                     # (the planner's rule: kExact exactly where it may run)
+    ref = reference.conv2d(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                           layout="NHWC", **kwargs)
+    if nchw_y:
+        ref = ref.transpose(0, 3, 1, 2)
+    grid = (-(-geo.npix // t.BN), -(-prob.Kg // t.BM), splits)
+    args = [len(FORMS) + form, *grid, t.BM * t.BN // 64, 0, order]
+    err = emulate(workdir, "ffma", source, args,
+                  [np.array([tuple(geo)], GEOMETRY), np.zeros(4, np.int32), x_in, w, b,
+                   np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
+    label = (f"{fixup_name(*FIXUP_FORMS[form])} x {x_shape} w {w_shape} {kwargs} grid "
+             f"{grid} ranges {('forward', 'reversed', 'rotated')[order]}")
     return report(label, err, allowed_error(np.float32, prob.reduction))
 
 
@@ -253,6 +319,12 @@ def main(argv=None) -> int:
                 failures += run(case, form, Path(tmp), rng)
                 if FORMS[form][4]:     # the strided form's cp.async copies landing at the wait
                     failures += run(case, form, Path(tmp), rng, late=True)
+        for form in range(len(FIXUP_FORMS)):
+            problems = [EXACT_PROBLEMS[1]] if FIXUP_FORMS[form][4] else \
+                [PROBLEMS[0], PROBLEMS[1], PROBLEMS[3]]
+            for problem in problems:
+                for order in range(3):
+                    failures += run_fixup(problem, form, order, Path(tmp), rng)
     print("all correct" if not failures else f"{failures} WRONG")
     return 1 if failures else 0
 

@@ -496,13 +496,21 @@ if runs("ffma"):
     x = cupy.asarray(rng.uniform(-1, 1, (2, 9, 7, 16)).astype(np.float32))
     w = cupy.asarray(rng.uniform(-1, 1, (70, 3, 3, 16)).astype(np.float32))
     b = cupy.asarray(rng.uniform(-1, 1, 70).astype(np.float32))
-    for n in planning.SPLITS:
+    # With the fixup (Options.split_fixup): each tile's last block sums the ranges (its
+    # counter, the others' partial sums through L2) and writes y, NHWC, NCHW float4 (P*Q = 64)
+    # and staged (P*Q = 63).
+    x8 = cupy.asarray(rng.uniform(-1, 1, (2, 16, 8, 8)).astype(np.float32))
+    for n, fixup in itertools.product(planning.SPLITS, (False, True)):
         planning.ffma_split_count = lambda *args, n=n, **kw: n
         cuda._calls.clear()
         launch._executables.clear()
-        im2win.conv2d(x, w, b, layout="NHWC", padding=1)
+        options = Options(split_fixup=fixup)
+        im2win.conv2d(x, w, b, layout="NHWC", padding=1, options=options)
         im2win.conv2d(x.transpose(0, 3, 1, 2).copy(), w.transpose(0, 3, 1, 2).copy(), b,
-                      padding=1, algorithm="im2win_nhwc")
+                      padding=1, algorithm="im2win_nhwc", options=options)
+        if fixup:
+            im2win.conv2d(x8, w.transpose(0, 3, 1, 2).copy(), b, padding=1,
+                          algorithm="im2win_nhwc", options=options)
     planning.ffma_split_count = count
     cuda._calls.clear()
     launch._executables.clear()

@@ -31,7 +31,12 @@
 // Split-K (im2win_ffma_split, SPLITS of 2, 4 or 8, one group): grid z holds SPLITS
 // consecutive ranges of each tile's slices; each block writes its range's FP32 sums to
 // partial[split][pixel][filter] (a range past the last slice writes zeros), and
-// split_reduce (gemm.cuh) adds them in order of the split, then the bias, into y.
+// split_reduce (gemm.cuh) adds them in order of the split, then the bias, into y. With the
+// fixup (im2win_ffma_fixup) no second launch: after writing its range's sums, a block counts
+// itself in its tile's counter (after the partial sums, zeroed before the launch); the tile's
+// last block to arrive adds the ranges' sums in order of the split (its own from registers),
+// then the bias, and writes y through the epilogue of its y form, NHWC or NCHW: the same
+// additions in the same order as split_reduce's, so the same bits, whichever block is last.
 //
 // kStridedX (every entry's last flag but kTail): x's channels geo.sc apart and each row's
 // pixels contiguous, as an NCHW x lies: the NCHW problem's NHWC twin reads its x in place,
@@ -100,11 +105,12 @@ __device__ __forceinline__ void image_of(const Geometry& geo, i64 pix, i64& n, i
 // The kernel's body; the entry points below give it y (NHWC, or NCHW in two forms), or
 // split-K's partial sums.
 template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY,
-          bool kStridedX, bool kTail = false, bool kExact = false, bool kTaps = false>
+          bool kStridedX, bool kTail = false, bool kExact = false, bool kTaps = false,
+          bool kFixup = false>
 __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const float* __restrict__ w,
                                           const float* __restrict__ bias, float* __restrict__ y,
                                           const int2* __restrict__ taps, const Geometry& geo,
-                                          int g0) {
+                                          int g0, float* __restrict__ partial = nullptr) {
   constexpr int NT = BM * BN / 64;         // threads
   constexpr int Q4 = BK / 4;               // float4 per pixel (or filter) and slice
   constexpr int ROWS = NT / Q4;            // pixels (or filters) the block loads in one pass
@@ -115,6 +121,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   static_assert(BK % 4 == 0 && NT % Q4 == 0, "tile must divide into float4 loads");
   static_assert(!kTail || (!kStridedX && SPLITS == 1), "kTail: contiguous x, no split-K");
   static_assert(!kTaps || (!kStridedX && !kTail && SPLITS == 1), "kTaps: x by the table");
+  static_assert(!kFixup || SPLITS > 1, "the fixup is split-K's");
   constexpr bool kCopyX = kStridedX || kTaps;   // x by 4-byte cp.async into the tile
   constexpr bool kRowsP = kTail || kTaps;       // w's rows redp long, slices up to redp
   static_assert(BM % 32 == 0 && BN % 64 == 0,
@@ -138,7 +145,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
   const int g = g0 + blockIdx.z / SPLITS, split = blockIdx.z % SPLITS;
   const int m0 = blockIdx.y * BM;
   const i64 j0 = (i64)blockIdx.x * BN;
-  if (SPLITS > 1) y += (i64)split * geo.npix * geo.K;     // this range's partial sums
+  if (SPLITS > 1 && !kFixup) y += (i64)split * geo.npix * geo.K;   // this range's partial sums
 
   // The pixels and filters this thread loads: rows row + i*ROWS of the tile.
   i64 xbase[XL];
@@ -357,8 +364,76 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     }
   }
 
+  if constexpr (kFixup) {
+    // Split-K's fixup (see the top): this range's sums into partial[split] (pixel-major, as
+    // im2win_ffma_split writes them), then the tile's count; the last block sums the ranges.
+    const i64 range = geo.npix * geo.K;
+    const bool vec = geo.Kg % 4 == 0;               // partial: 16-byte aligned (the workspace)
+    // f(j, half, pixel's offset + first filter, first filter) for this thread's 8 pixels in
+    // the launch and two 4-filter halves
+    auto each = [&](auto&& fn) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const i64 pix = j0 + (j < 4 ? tx * 4 + j : BN / 2 + tx * 4 + j - 4);
+        if (pix >= geo.npix) continue;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int f = m0 + half * (BM / 2) + ty * 4;
+          fn(j, half, pix * geo.K + f, f);
+        }
+      }
+    };
+    float* const mine = partial + split * range;
+    each([&](int j, int half, i64 at, int f) {
+      if (vec && f + 3 < geo.Kg) {
+        *reinterpret_cast<float4*>(mine + at) = make_float4(
+            acc[half * 4][j], acc[half * 4 + 1][j], acc[half * 4 + 2][j], acc[half * 4 + 3][j]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (f + e < geo.Kg) mine[at + e] = acc[half * 4 + e][j];
+      }
+    });
+    __threadfence();                                // the sums visible before the count
+    __syncthreads();
+    __shared__ int last;
+    if (tid == 0) {
+      int* const count = reinterpret_cast<int*>(partial + SPLITS * range) +
+                         blockIdx.y * gridDim.x + blockIdx.x;
+      last = atomicAdd(count, 1) == SPLITS - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // The last block: each output the ranges' sums in order of the split from zero (as
+    // split_reduce adds them), its own range's from its registers (the bits it wrote), read
+    // past L1 (__ldcg: written by other SMs); into acc for the epilogue below.
+    each([&](int j, int half, i64 at, int f) {
+      float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int r = 0; r < SPLITS; ++r) {
+        if (r == split) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = add(v[e], acc[half * 4 + e][j]);
+        } else if (vec && f + 3 < geo.Kg) {
+          const float4 p = __ldcg(reinterpret_cast<const float4*>(partial + r * range + at));
+          v[0] = add(v[0], p.x);
+          v[1] = add(v[1], p.y);
+          v[2] = add(v[2], p.z);
+          v[3] = add(v[3], p.w);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (f + e < geo.Kg) v[e] = add(v[e], __ldcg(partial + r * range + at + e));
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[half * 4 + e][j] = v[e];
+    });
+  }
+
   if constexpr (kNCHWY == 1) {
-    static_assert(SPLITS == 1, "split-K's partial sums are pixel-major");
+    static_assert(SPLITS == 1 || kFixup, "split-K's partial sums are pixel-major");
     // Epilogue into an NCHW y (an NCHW problem's NHWC twin, or a stem's window columns):
     // y[n, k, pq]. Each filter's 4 neighbouring pixels are one float4 where PQ is a multiple of
     // 4 and y 16-byte aligned (the 4 then lie in one image): a warp's store writes 128
@@ -401,7 +476,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     return;
   }
   if constexpr (kNCHWY == 2) {
-    static_assert(SPLITS == 1, "split-K's partial sums are pixel-major");
+    static_assert(SPLITS == 1 || kFixup, "split-K's partial sums are pixel-major");
     // kNCHWY == 2 (im2win_ffma_to_nchw's kStaged, where P*Q is not a multiple of 4): the tile
     // passes through shared memory, RP of each thread's 8 filter rows a pass, and a warp
     // stores 32 consecutive pixels of one filter an instruction (form 1's scalar stores 16
@@ -527,4 +602,18 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
   (void)y;
   ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS, 0, kStridedX, false, kExact>(
       x, w, nullptr, partial, nullptr, geo, g0);
+}
+
+// Split-K with its fixup (plan.FFMA_SPLIT_FIXUP): the same ranges and partial sums, the
+// tile's last block adding them into y (kNCHWY: 0 NHWC, 1 and 2 im2win_ffma_to_nchw's forms)
+// with the bias. `partial`: SPLITS x N*P*Q x K floats, then an int per tile (grid x by y)
+// zeroed before the launch. One group.
+template <int BM, int BN, int BK, bool kDouble, bool kSwizzle, int SPLITS, int kNCHWY,
+          bool kStridedX, bool kExact = false>
+__global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 / (BM * BN / 64) / 168)
+    im2win_ffma_fixup(const float* __restrict__ x, const float* __restrict__ w,
+                      const float* __restrict__ bias, float* __restrict__ y,
+                      float* __restrict__ partial, Geometry geo, int g0) {
+  ffma_conv<BM, BN, BK, kDouble, kSwizzle, SPLITS, kNCHWY, kStridedX, false, kExact, false,
+            true>(x, w, bias, y, nullptr, geo, g0, partial);
 }

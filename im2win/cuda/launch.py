@@ -29,8 +29,8 @@ import numpy as np
 from im2win import baselines
 from im2win.interop import cupy_view
 from im2win.cuda.plan import (CUDA_TYPES, FILE_ARCH, GEOMETRY, ONE_LAUNCH, Geometry,
-                              Plan, columns_stage, kernel_family, nhwc_twin, runs_pitch,
-                              runs_stage, source, transpose_launch)
+                              Plan, columns_stage, fixup_counter_bytes, kernel_family,
+                              nhwc_twin, runs_pitch, runs_stage, source, transpose_launch)
 from im2win.cuda.wgrad import COLUMN_BLOCKS, columns_into, window_columns_kernel
 from im2win.problem import Problem
 
@@ -475,7 +475,10 @@ class Executable:
             self.transpose_words = packed("layout", f"transpose_words<{T}>",
                                           TRANSPOSE_WORDS_PARAMS)
         self.reduce = None
-        if plan.splits > 1:         # into an NCHW y where the plan says so (a twin's)
+        # split-K's fixup (plan.fixup): its tiles' counters after the partial sums, zeroed
+        # before each launch, and no second launch
+        self.counters = fixup_counter_bytes(prob, plan.tile) if plan.fixup else 0
+        if plan.splits > 1 and not plan.fixup:   # into an NCHW y where the plan says so
             self.reduce = packed(plan.file, f"split_reduce_nchw<{T}>", SPLIT_REDUCE_PARAMS +
                                  [("PQ", I64)]) if plan.geometry.y_nchw else \
                 packed(plan.file, f"split_reduce<{T}>", SPLIT_REDUCE_PARAMS)
@@ -489,9 +492,10 @@ class Executable:
         # TorchCall); `single`: that one launch alone.
         self.by_pointers = (plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH) \
             and len(launches) == 1 and self.split is None
-        self.single = self.by_pointers and self.reduce is None
         self.outputs = prob.N * prob.P * prob.Q * prob.K
-        self.partial_bytes = 4 * plan.splits * self.outputs if self.reduce is not None else 0
+        self.partial_bytes = 4 * plan.splits * self.outputs + self.counters \
+            if plan.splits > 1 else 0
+        self.single = self.by_pointers and not self.partial_bytes
 
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
         """The NCHW problem on its NHWC twin: x and w copied channels-last into scratch, the
@@ -617,14 +621,22 @@ class Executable:
         CuPy arrays where a TMA descriptor must be encoded."""
         pointers, params = self._set_pointers(x, w, bias, y, arrays)
         grid = self.launches[0][2]
-        if self.reduce is not None:
+        if self.partial_bytes:
             if not partial:
                 raise ValueError("a split-K launch needs its partial sums' memory")
             pointers[4] = partial
+            self._zero_counters(partial, stream)
         cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block, self.smem, stream,
                                       params[0], 0)
         if self.reduce is not None:
             self._sum_splits(partial, bias, y, stream)
+
+    def _zero_counters(self, partial: int, stream: int) -> None:
+        """Split-K's fixup: its tiles' counters (after the partial sums at `partial`) zeroed
+        on `stream` before the launch."""
+        if self.counters:
+            cupy.cuda.runtime.memsetAsync(partial + self.partial_bytes - self.counters, 0,
+                                          self.counters, stream)
 
     def _sum_splits(self, partial: int, bias: int, y: int, stream: int) -> None:
         """Split-K's second launch: y = the partial sums' sum, plus the bias (pointers); y
@@ -676,9 +688,10 @@ class Executable:
                 x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr, y.data.ptr,
                 lambda: (x, w))
             partial = None
-            if self.reduce is not None:         # split-K: partial sums, then their sum
-                partial = scratch.empty((plan.splits * y.size,), np.float32)
+            if self.partial_bytes:              # split-K: partial sums, then their sum
+                partial = scratch.empty((self.partial_bytes // 4,), np.float32)
                 pointers[4] = partial.data.ptr
+                self._zero_counters(partial.data.ptr, scratch.stream)
             for (_, _, grid, _), param in zip(self.launches, params):
                 cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block,
                                               self.smem, scratch.stream, param, 0)

@@ -112,8 +112,9 @@ class Plan:
             layout copies ("im2win_fused", or for NCHW groups of a few channels
             "depthwise"); "im2win_columns": the plan of its R x 1 problem (columns_stage);
             None for the others.
-        splits: split-K (TMA plans only): the reduction ranges per tile, each a work item
-            writing FP32 partial sums (workspace_bytes) that split_reduce adds into y; 1: none.
+        splits: split-K: the reduction ranges per tile, each a work item writing FP32
+            partial sums (workspace_bytes) that split_reduce adds into y (or, `fixup`, the
+            tile's last block); 1: none.
         precision: float32 problems: "float32" (FP32 fused multiply-adds), "tf32" or
             "3xtf32" (Tensor Cores, the wgmma kernel); "float32" for the other dtypes too.
         resident: TMA plans with the filter tile kept in shared memory (resident_slices):
@@ -143,6 +144,12 @@ class Plan:
     def tables(self) -> bool:
         """Whether the kernel reads its reduction offsets from the table."""
         return bool(self.taps)
+
+    @property
+    def fixup(self) -> bool:
+        """Whether split-K's ranges are summed by the kernel's last block of each tile
+        (im2win_ffma_fixup: no second launch; workspace_bytes holds its counters too)."""
+        return self.kernel is not None and self.kernel.startswith("im2win_ffma_fixup<")
 
     @property
     def block(self) -> int:
@@ -564,15 +571,20 @@ def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int 
                      strided: bool = False, tail: bool = False, exact: bool = False,
                      taps: bool = False) -> str:
     """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
-    split-K's ranges). nchw_y: 0, an NHWC y (im2win_ffma); 1, im2win_ffma_to_nchw writing
-    an NCHW y (Geometry.y_nchw) with float4 along the pixels; 2, its form through shared
-    memory (kStaged). strided: x read by the strided form (ffma_strided). tail: kTail, a
-    reduction not a multiple of the tile's BK (runs_plan; named only where true, so the
-    other names are the kernels' as before). exact: kExact, every load inside x and w
-    (ffma_exact), named likewise only where true. taps: kTaps, x read through the plan's table
-    (runs_plan's fused form; one launch, no kTail), named likewise only where true."""
+    split-K's ranges, or with Options.split_fixup im2win_ffma_fixup, whose last block of a
+    tile writes y in any of the y forms). nchw_y: 0, an NHWC y (im2win_ffma); 1,
+    im2win_ffma_to_nchw writing an NCHW y (Geometry.y_nchw) with float4 along the pixels; 2,
+    its form through shared memory (kStaged). strided: x read by the strided form
+    (ffma_strided). tail: kTail, a reduction not a multiple of the tile's BK (runs_plan;
+    named only where true, so the other names are the kernels' as before). exact: kExact,
+    every load inside x and w (ffma_exact), named likewise only where true. taps: kTaps, x
+    read through the plan's table (runs_plan's fused form; one launch, no kTail), named
+    likewise only where true."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
-    if splits > 1:
+    fixup = splits > 1 and options.split_fixup
+    if fixup:
+        flags += [splits, nchw_y]
+    elif splits > 1:
         flags.append(splits)
     elif nchw_y:
         flags.append(nchw_y == 2)
@@ -582,7 +594,7 @@ def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int 
     if taps:                 # kTail and kExact spelled out before kTaps
         last = [tail, exact, True]
     text = ", ".join(str(f).lower() for f in flags + [strided] + last)
-    kernel = "im2win_ffma_split" if splits > 1 else \
+    kernel = "im2win_ffma_fixup" if fixup else "im2win_ffma_split" if splits > 1 else \
         "im2win_ffma_to_nchw" if nchw_y else "im2win_ffma"
     return f"{kernel}<{text}>"
 
@@ -600,8 +612,17 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
     name = ffma_kernel_name(chosen, options, splits, strided=ffma_strided(x_strides),
                             exact=ffma_exact(geo, chosen, options))
     workspace = split_workspace(prob, splits) if splits > 1 else 0
+    if splits > 1 and options.split_fixup:
+        workspace += fixup_counter_bytes(prob, chosen)
     return Plan("im2win_fused", chosen, options, "im2win_ffma", name, chunk, geo, b"", workspace,
                 splits=splits)
+
+
+def fixup_counter_bytes(prob: Problem, tile: Tile) -> int:
+    """Bytes of im2win_ffma_fixup's counters after the partial sums: an int per tile (its
+    grid's x by y, one group), zeroed before each launch, rounded up to 16."""
+    tiles = -(-prob.N * prob.P * prob.Q // tile.BN) * -(-prob.Kg // tile.BM)
+    return -(-4 * tiles // 16) * 16
 
 
 # im2win_ffma.cu's kExact forms (docs/hopper.md, step 27): where no pixel's window reaches
@@ -2264,6 +2285,12 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
         inner.file in (WGMMA.file, "im2win_ffma") or inner.splits > 1)
     if direct:
         inner = dataclasses.replace(inner, geometry=inner.geometry._replace(y_nchw=1))
+        if inner.fixup:                             # its last blocks write the NCHW y
+            staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
+            inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
+                inner.tile, inner.options, inner.splits, nchw_y=2 if staged else 1,
+                strided=x_in_place, exact=ffma_exact(inner.geometry, inner.tile,
+                                                     inner.options)))
         if inner.file == "im2win_ffma" and inner.splits == 1:
             staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
             taps = bool(inner.taps)                 # runs_plan's fused form (kTaps)
@@ -3020,6 +3047,15 @@ def specializations() -> list[tuple[str, str]]:
             out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), splits,
                                                         strided=strided, exact=True))
                        for splits in SPLITS)
+    # split-K's fixup (Options.split_fixup) on the planner's tiles, fully on: each y form,
+    # either x, checked or kExact
+    fixup = Options(split_fixup=True)
+    for tile in map(FFMA_TILES.get, FFMA_EXACT_TILES):
+        out.update(("im2win_ffma", ffma_kernel_name(tile, fixup, splits, nchw_y=nchw_y,
+                                                    strided=strided, exact=exact))
+                   for splits in SPLITS for nchw_y in (0, 1, 2)
+                   for strided in ((False, True) if strided_tile(tile) else (False,))
+                   for exact in (False, True))
     for tile in FFMA_TILES.values():           # "im2win_runs": kTail, 16-deep slices
         if tile.BK == 16:
             out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), nchw_y=nchw_y,

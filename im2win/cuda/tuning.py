@@ -220,6 +220,10 @@ class Options:
             (plan.ffma_exact: no pixel's window reaches the padding, K/G a multiple of the
             tile's filters): the loop loads without bounds predicates (off: the checked loop
             everywhere).
+        split_fixup: im2win_ffma.cu's split-K sums its ranges in the kernel: the tile's last
+            block to finish adds the others' partial sums (in order of the range, the same
+            bits) and writes y, NHWC or NCHW, with the bias (im2win_ffma_fixup; off:
+            split_reduce's second launch). Off by default until timed on the GPU.
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores; in
@@ -253,6 +257,7 @@ class Options:
     x_in_place: bool = True
     exact_loads: bool = True
     fused_runs: bool = True
+    split_fixup: bool = False
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
