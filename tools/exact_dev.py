@@ -35,21 +35,19 @@ def kernel_of(x, w, layout, kw, options) -> str:
     return p.kernel or p.file
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", default="cv4,cv5,cv6,cv8,cv9,cv10,cv11,cv12")
-    ap.add_argument("--layouts", default="NHWC,NCHW")
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
+def compare(variants: dict, layers: str, layouts: str, rounds: int, same_bits: bool = False) -> int:
+    """For each layer and layout, `im2win.conv2d` ("auto") under each of `variants` (label:
+    Options), each checked against float64 with y poisoned first (`same_bits`: the outputs
+    also compared bit for bit), then timed, the variants alternating over `rounds`; the
+    table last. Returns the number of wrong results."""
     device = GPU()
     if not bench.torch_cuda_available():
-        raise SystemExit("needs PyTorch on the GPU (cuDNN)")
+        raise SystemExit("needs PyTorch on the GPU (the float64 check)")
     rows, wrong = [], 0
-    for name, layout, prob, x, w, kw in layer_inputs(args.layers, args.layouts, device):
-        cells = {}
-        for rnd in range(args.rounds):
-            for label, exact in (("checked", False), ("exact", True)):
-                options = Options(exact_loads=exact)
+    for name, layout, prob, x, w, kw in layer_inputs(layers, layouts, device):
+        cells, outputs = {}, []
+        for rnd in range(rounds):
+            for label, options in variants.items():
                 conv = functools.partial(im2win.conv2d, options=options)
                 if rnd == 0:
                     y = cupy.full(prob.y_shape, np.nan, np.float32)
@@ -58,19 +56,32 @@ def main():
                               error_of(x[-2:], w, kw, layout, y[-2:]))
                     wrong += not err < 1e-5
                     cells[label] = [[], err, kernel_of(x, w, layout, kw, options)]
-                    del y
+                    outputs.append(y if same_bits else None)
                 call, _ = bind(conv, [x], w, layout, kw)
                 cells[label][0].append(prob.flops / device.time(call) / 1e12)
-        rows.append((name, layout, cells))
+        equal = not same_bits or all(bool(cupy.array_equal(outputs[0], y)) for y in outputs)
+        wrong += not equal
+        rows.append((name, layout, cells, equal))
         print(name, layout, {k: (v[0], v[1]) for k, v in cells.items()}, flush=True)
-        del x, w
+        del x, w, outputs
         cupy.get_default_memory_pool().free_all_blocks()
     print("\nfloat32, TFLOPS, best of the rounds (max error against float64; kernel)")
-    for name, layout, cells in rows:
+    for name, layout, cells, equal in rows:
         print(f"{name} {layout}: " + "  ".join(
             f"{label}={max(t):.1f} ({err:.0e}; {kernel})" for label, (t, err, kernel)
-            in cells.items()))
-    return 1 if wrong else 0
+            in cells.items()) + ("" if not same_bits else "  equal" if equal else
+                                 "  OUTPUTS DIFFER"))
+    return wrong
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", default="cv4,cv5,cv6,cv8,cv9,cv10,cv11,cv12")
+    ap.add_argument("--layouts", default="NHWC,NCHW")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    variants = {"checked": Options(exact_loads=False), "exact": Options(exact_loads=True)}
+    return 1 if compare(variants, args.layers, args.layouts, args.rounds) else 0
 
 
 if __name__ == "__main__":
