@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(BM * BN / 64, BM * BN / 64 >= 256 ? 2 : 65536 
       x, w, nullptr, partial, nullptr, geo, g0);
 }
 
-// Split-K with its fixup (plan.FFMA_SPLIT_FIXUP): the same ranges and partial sums, the
+// Split-K with its fixup (Options.split_fixup): the same ranges and partial sums, the
 // tile's last block adding them into y (kNCHWY: 0 NHWC, 1 and 2 im2win_ffma_to_nchw's forms)
 // with the bias. `partial`: SPLITS x N*P*Q x K floats, then an int per tile (grid x by y)
 // zeroed before the launch. One group.

@@ -2285,14 +2285,13 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
         inner.file in (WGMMA.file, "im2win_ffma") or inner.splits > 1)
     if direct:
         inner = dataclasses.replace(inner, geometry=inner.geometry._replace(y_nchw=1))
+        staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
         if inner.fixup:                             # its last blocks write the NCHW y
-            staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
                 inner.tile, inner.options, inner.splits, nchw_y=2 if staged else 1,
                 strided=x_in_place, exact=ffma_exact(inner.geometry, inner.tile,
                                                      inner.options)))
         if inner.file == "im2win_ffma" and inner.splits == 1:
-            staged = FFMA_STAGED_NCHW and inner.geometry.PQ % 4 != 0
             taps = bool(inner.taps)                 # runs_plan's fused form (kTaps)
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
                 inner.tile, inner.options, nchw_y=2 if staged else 1,
