@@ -74,15 +74,18 @@ def compare(variants: dict, layers: str, layouts: str, rounds: int, same_bits: b
     return wrong
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", default="cv4,cv5,cv6,cv8,cv9,cv10,cv11,cv12")
+def cli(doc: str, variants: dict, layers: str, rounds: int, same_bits: bool = False) -> int:
+    """A tool's command line (--layers, --layouts, --rounds; `layers` and `rounds` the
+    defaults) running `compare` on `variants`; its exit status."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--layers", default=layers)
     ap.add_argument("--layouts", default="NHWC,NCHW")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=rounds)
     args = ap.parse_args()
-    variants = {"checked": Options(exact_loads=False), "exact": Options(exact_loads=True)}
-    return 1 if compare(variants, args.layers, args.layouts, args.rounds) else 0
+    return 1 if compare(variants, args.layers, args.layouts, args.rounds, same_bits) else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli(__doc__, {"checked": Options(exact_loads=False),
+                           "exact": Options(exact_loads=True)},
+                 "cv4,cv5,cv6,cv8,cv9,cv10,cv11,cv12", 2))

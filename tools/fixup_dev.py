@@ -11,25 +11,15 @@ alternating over `rounds`. Network layers at batch 32, cv* at 128. Table last: T
 of the rounds (error; the plan's kernel; whether the outputs are equal).
 """
 
-import argparse
 import pathlib
 import sys
 
 from im2win.cuda import Options
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from exact_dev import compare  # noqa: E402
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", default="cv6,cv11,cv12,resnet50.16,resnet50.18,resnet50.22")
-    ap.add_argument("--layouts", default="NHWC,NCHW")
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
-    variants = {"reduce": Options(split_fixup=False), "fixup": Options(split_fixup=True)}
-    return 1 if compare(variants, args.layers, args.layouts, args.rounds, same_bits=True) else 0
-
+from exact_dev import cli  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli(__doc__, {"reduce": Options(split_fixup=False),
+                           "fixup": Options(split_fixup=True)},
+                 "cv6,cv11,cv12,resnet50.16,resnet50.18,resnet50.22", 3, same_bits=True))

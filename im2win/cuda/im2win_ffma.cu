@@ -369,7 +369,7 @@ __device__ __forceinline__ void ffma_conv(const float* __restrict__ x, const flo
     // im2win_ffma_split writes them), then the tile's count; the last block sums the ranges.
     const i64 range = geo.npix * geo.K;
     const bool vec = geo.Kg % 4 == 0;               // partial: 16-byte aligned (the workspace)
-    // f(j, half, pixel's offset + first filter, first filter) for this thread's 8 pixels in
+    // fn(j, half, pixel's offset + first filter, first filter) for this thread's 8 pixels in
     // the launch and two 4-filter halves
     auto each = [&](auto&& fn) {
 #pragma unroll
