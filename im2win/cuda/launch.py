@@ -695,7 +695,7 @@ class Executable:
             for (_, _, grid, _), param in zip(self.launches, params):
                 cupy.cuda.driver.launchKernel(self.function_ptr, *grid, *self.block,
                                               self.smem, scratch.stream, param, 0)
-            if partial is not None:
+            if self.reduce is not None:         # split_reduce (not the fixup's last blocks)
                 self._sum_splits(partial.data.ptr, int(pointers[2]), y.data.ptr, scratch.stream)
             return y
         b = NULL if bias is None else bias
