@@ -138,6 +138,7 @@ def test_ffma_split_k_matches_reference_and_repeats_bit_for_bit(rng, monkeypatch
     from im2win import cuda
     from im2win.cuda import launch, plan as planning
     monkeypatch.setattr(planning, "ffma_split_count", lambda *args, **kw: splits)
+    monkeypatch.setattr(planning, "ffma_fixup_pays", lambda *args: True)   # every form
     algorithm = "im2win_nhwc" if layout == "NCHW" else "auto"
     options = Options(split_fixup=fixup)
     cuda._calls.clear()                                # plans remembered with other counts

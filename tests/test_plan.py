@@ -203,7 +203,7 @@ def test_options_validate_themselves():
     with pytest.raises(TypeError, match="Options.smem must be a bool"):
         Options(smem=1)
     ablations = Options.ablations()
-    assert ablations["full"] == Options() and len(ablations) == 12
+    assert ablations["full"] == Options() and len(ablations) == 13
     assert not ablations["no_double_buffer"].double_buffer
     assert plan_for(problem((1, 5, 8, 8), (4, 5, 3, 3)),
                     options=ablations["no_micro_kernel"]).tile.name == NO_MICRO_KERNEL
@@ -1153,14 +1153,17 @@ def test_float32_nchw_twins_read_x_in_place_on_the_strided_ffma_form():
                          options=off).file == "im2win_conv"
 
 
-def test_ffma_split_fixup_names_its_y_form_and_counts_its_tiles():
+def test_ffma_split_fixup_names_its_y_form_and_counts_its_tiles(monkeypatch):
     """Options.split_fixup: split-K's tiles summed by their last block (im2win_ffma_fixup),
     which writes y in its plan's form (NHWC; on the NCHW twin the float4 or staged NCHW y, as
-    im2win_ffma_to_nchw), no split_reduce; its workspace the partial sums and an int a tile."""
+    im2win_ffma_to_nchw), no split_reduce; its workspace the partial sums and an int a tile.
+    Forced here on every split (the planner's rule, ffma_fixup_pays, below)."""
+    from im2win.cuda import plan as planning
     from im2win.cuda.plan import fixup_counter_bytes, split_workspace
+    monkeypatch.setattr(planning, "ffma_fixup_pays", lambda *args: True)
     fixup = Options(split_fixup=True)
     nhwc = problem((8, 7, 7, 512), (512, 3, 3, 512), layout="NHWC", padding=1)
-    plain, fixed = plan_for(nhwc), plan_for(nhwc, options=fixup)
+    plain, fixed = plan_for(nhwc, options=Options(split_fixup=False)), plan_for(nhwc)
     assert plain.splits > 1 and not plain.fixup
     assert fixed.fixup and fixed.splits == plain.splits and fixed.kernel == \
         plain.kernel.replace("im2win_ffma_split<", "im2win_ffma_fixup<").replace(
@@ -1176,6 +1179,26 @@ def test_ffma_split_fixup_names_its_y_form_and_counts_its_tiles():
         assert inner.kernel.startswith(f"im2win_ffma_fixup<64, 128, 16, true, true, "
                                        f"{inner.splits}, {form}, true")
     assert not plan_for(nhwc, options=Options(split_fixup=True, split_k=False)).fixup
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_ffma_split_fixup_where_it_measured_faster(layout):
+    """By default the fixup sums two ranges on the kExact loop (cv6, cv11); eight ranges
+    (cv12) and the checked loop (resnet50.16: padded) keep split_reduce's second launch."""
+    cases = [((128, 256, 12, 12), (512, 256, 3, 3), {}, 2, True),          # cv6
+             ((128, 256, 14, 14), (256, 256, 3, 3), {}, 2, True),          # cv11
+             ((128, 512, 7, 7), (512, 512, 3, 3), {}, 8, False),           # cv12
+             ((32, 256, 14, 14), (256, 256, 3, 3), dict(padding=1), 2, False)]  # resnet50.16
+    for x_shape, w_shape, kwargs, splits, fixup in cases:
+        if layout == "NHWC":
+            x_shape, w_shape = (x_shape[0], *x_shape[2:], x_shape[1]), \
+                (w_shape[0], *w_shape[2:], w_shape[1])
+        prob = problem(x_shape, w_shape, layout=layout, **kwargs)
+        plan, off = plan_for(prob), plan_for(prob, options=Options(split_fixup=False))
+        if layout == "NCHW":
+            plan, off = plan.inner, off.inner
+        assert (plan.splits, plan.fixup, off.splits, off.fixup) == (splits, fixup, splits, False)
+        assert plan.kernel.startswith("im2win_ffma_fixup<" if fixup else "im2win_ffma_split<")
 
 
 def test_tma_problems_with_few_tiles_split_long_reductions(monkeypatch):

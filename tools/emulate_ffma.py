@@ -170,8 +170,8 @@ def kernel_name(tile: str, double: bool, swizzle: bool, nchw_y: int, strided: bo
 
 
 def fixup_name(tile: str, splits: int, nchw_y: int, strided: bool, exact: bool) -> str:
-    return ffma_kernel_name(FFMA_TILES[tile], Options(split_fixup=True), splits, nchw_y=nchw_y,
-                            strided=strided, exact=exact)
+    return ffma_kernel_name(FFMA_TILES[tile], Options(), splits, nchw_y=nchw_y,
+                            strided=strided, exact=exact, fixup=True)
 
 
 def source() -> str:

@@ -569,10 +569,10 @@ def strided_tile(tile: Tile) -> bool:
 
 def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int = 0,
                      strided: bool = False, tail: bool = False, exact: bool = False,
-                     taps: bool = False) -> str:
+                     taps: bool = False, fixup: bool = False) -> str:
     """The CuPy name expression of one im2win_ffma instantiation (im2win_ffma_split with
-    split-K's ranges, or with Options.split_fixup im2win_ffma_fixup, whose last block of a
-    tile writes y in any of the y forms). nchw_y: 0, an NHWC y (im2win_ffma); 1,
+    split-K's ranges, or with `fixup` im2win_ffma_fixup, whose last block of a tile writes y
+    in any of the y forms). nchw_y: 0, an NHWC y (im2win_ffma); 1,
     im2win_ffma_to_nchw writing an NCHW y (Geometry.y_nchw) with float4 along the pixels; 2,
     its form through shared memory (kStaged). strided: x read by the strided form
     (ffma_strided). tail: kTail, a reduction not a multiple of the tile's BK (runs_plan;
@@ -581,7 +581,7 @@ def ffma_kernel_name(tile: Tile, options: Options, splits: int = 1, nchw_y: int 
     read through the plan's table (runs_plan's fused form; one launch, no kTail), named
     likewise only where true."""
     flags = [tile.BM, tile.BN, tile.BK, options.double_buffer, options.conflict_free]
-    fixup = splits > 1 and options.split_fixup
+    fixup = splits > 1 and fixup
     if fixup:
         flags += [splits, nchw_y]
     elif splits > 1:
@@ -609,13 +609,27 @@ def ffma_plan(prob: Problem, options: Options, x_strides, tile: str | None,
     chunk = max(prob.N, 1)
     geo = geometry(prob, True, chunk, x_strides)
     splits = ffma_split_count(prob, chosen, options, workspace_limit, sms or PLAN_SMS)
+    exact = ffma_exact(geo, chosen, options)
+    fixup = splits > 1 and options.split_fixup and ffma_fixup_pays(splits, exact)
     name = ffma_kernel_name(chosen, options, splits, strided=ffma_strided(x_strides),
-                            exact=ffma_exact(geo, chosen, options))
+                            exact=exact, fixup=fixup)
     workspace = split_workspace(prob, splits) if splits > 1 else 0
-    if splits > 1 and options.split_fixup:
+    if fixup:
         workspace += fixup_counter_bytes(prob, chosen)
     return Plan("im2win_fused", chosen, options, "im2win_ffma", name, chunk, geo, b"", workspace,
                 splits=splits)
+
+
+def ffma_fixup_pays(splits: int, exact: bool) -> bool:
+    """Whether split-K's ranges are summed by the tile's last block (im2win_ffma_fixup) rather
+    than by split_reduce's second launch: where it measured faster, two ranges on the kExact
+    loop. tools/fixup_dev.py (H100, float32, TFLOPS best of 2 rounds alternating, second
+    launch -> fixup, outputs equal bit for bit; docs/hopper.md step 30): 2 ranges, kExact:
+    cv6 NHWC 40.8 -> 41.3, NCHW 38.8 -> 39.8; cv11 42.3 -> 42.5, 39.6 -> 40.2 (batch 128);
+    2 ranges, the checked loop: resnet50.16 (batch 32) 39.8 -> 38.9, 35.7 -> 34.8; 8 ranges:
+    cv12 38.9 -> 33.8, 34.7 -> 31.0, resnet50.22 33.5 -> 26.9, 29.7 -> 23.9 (a tile's last
+    block reads seven partial sums while the others' blocks have left)."""
+    return splits == 2 and exact
 
 
 def fixup_counter_bytes(prob: Problem, tile: Tile) -> int:
@@ -2290,7 +2304,7 @@ def around(prob: Problem, algorithm: str, inner: Plan, options: Options,
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
                 inner.tile, inner.options, inner.splits, nchw_y=2 if staged else 1,
                 strided=x_in_place, exact=ffma_exact(inner.geometry, inner.tile,
-                                                     inner.options)))
+                                                     inner.options), fixup=True))
         if inner.file == "im2win_ffma" and inner.splits == 1:
             taps = bool(inner.taps)                 # runs_plan's fused form (kTaps)
             inner = dataclasses.replace(inner, kernel=ffma_kernel_name(
@@ -3046,13 +3060,13 @@ def specializations() -> list[tuple[str, str]]:
             out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), splits,
                                                         strided=strided, exact=True))
                        for splits in SPLITS)
-    # split-K's fixup (Options.split_fixup, off by default) on the planner's 16-deep tiles,
-    # fully on: each y form, either x, checked or kExact (its 8-deep tiles' forms compile
-    # when asked for: CI's time)
-    fixup = Options(split_fixup=True)
+    # split-K's fixup on the planner's 16-deep tiles, fully on: each y form, either x,
+    # checked or kExact, every count of ranges (where the planner takes it, ffma_fixup_pays,
+    # is a measurement; the tests force the others; its 8-deep tiles' forms compile when
+    # asked for: CI's time)
     for tile in (FFMA_TILES["f64x128"], FFMA_TILES["f96x128"]):
-        out.update(("im2win_ffma", ffma_kernel_name(tile, fixup, splits, nchw_y=nchw_y,
-                                                    strided=strided, exact=exact))
+        out.update(("im2win_ffma", ffma_kernel_name(tile, Options(), splits, nchw_y=nchw_y,
+                                                    strided=strided, exact=exact, fixup=True))
                    for splits in SPLITS for nchw_y in (0, 1, 2)
                    for strided in ((False, True) if strided_tile(tile) else (False,))
                    for exact in (False, True))

@@ -222,8 +222,9 @@ class Options:
             everywhere).
         split_fixup: im2win_ffma.cu's split-K sums its ranges in the kernel: the tile's last
             block to finish adds the others' partial sums (in order of the range, the same
-            bits) and writes y, NHWC or NCHW, with the bias (im2win_ffma_fixup; off:
-            split_reduce's second launch). Off by default until timed on the GPU.
+            bits) and writes y, NHWC or NCHW, with the bias (im2win_ffma_fixup), where it
+            measured faster (plan.ffma_fixup_pays: two ranges on the kExact loop); off:
+            split_reduce's second launch everywhere.
     Both:
         index_tables: reduction offsets from the plan's table (off: div/mod per element).
         double_buffer: overlap loads with math: two shared buffers (CUDA cores; in
@@ -257,7 +258,7 @@ class Options:
     x_in_place: bool = True
     exact_loads: bool = True
     fused_runs: bool = True
-    split_fixup: bool = False
+    split_fixup: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -281,7 +282,7 @@ class Options:
 
 CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "vector_loads",
                       "conflict_free", "ffma", "x_in_place", "window_runs", "exact_loads",
-                      "fused_runs")
+                      "fused_runs", "split_fixup")
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
