@@ -436,6 +436,15 @@ same command (`logs/bench-float32-NCHW-h100-step22.log`, cuDNN on the same card)
 **0.93x** (34.4 against 37.0 TFLOPS; the last H100 run, twenty-second session, 0.89x): cv4
 44.9, cv8 44.3 (cuDNN 42.1), cv9 40.9, cv10 39.9, cv11 38.8, cv12 34.2, cv5 41.7, cv6 38.3,
 cv1 24.7, cv2 25.8, cv3 28.3, cv7 22.3; 48 of 48 correct.
+
+The thirty-first session (2026-12-06; hopper.md, step 30) again had only H100s: the same
+command there (`logs/session31-h100-float32-NCHW.json`, `-NHWC.json`, `logs/session31-h100-call3.log`,
+cuDNN on the same card, 48 of 48 correct each) after steps 25-28 (the stems' fused runs,
+kExact), split-K's fixup where it measured faster, and NCHW calls whose only copy is the
+filter's launched by pointers: NCHW **1.01x** (38.0 against 37.6 TFLOPS; 0.996x at the
+session's start without the last two, `logs/session31-h100-call1.log`), NHWC **1.21x** (38.7
+against 32.0). Issue 11's 45 TFLOPS on that H100: cv4 46.2 NCHW and 46.7 NHWC, cv8 44.9 NCHW
+and 45.6 NHWC. The tables above are still the H200's of 2026-12-05.
 """
 
 

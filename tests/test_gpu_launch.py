@@ -332,3 +332,62 @@ def test_a_16_bit_1x1_call_first_seen_inside_a_capture_keeps_its_kernel(rng, mon
     (call,) = cuda._calls.values()
     assert call.graph is None
     assert_replays_give(graph, [out], [eager], np.float16)
+
+
+PRELUDE_CASES = [  # (x, w, kwargs, layout, algorithm, splits): the filter's copy then one launch
+    ((2, 48, 8, 8), (40, 48, 3, 3), dict(padding=1), "NCHW", "im2win_nhwc", 1),   # float4 y
+    ((2, 48, 7, 7), (40, 48, 3, 3), dict(padding=1), "NCHW", "im2win_nhwc", 2),   # staged y
+    ((2, 64, 9, 9), (64, 64, 3, 3), dict(), "NCHW", "im2win_nhwc", 2),            # kExact
+    ((2, 3, 35, 35), (96, 3, 11, 11), dict(stride=4), "NCHW", "auto", 1),         # fused runs
+    ((2, 3, 33, 33), (64, 3, 11, 11), dict(stride=4, padding=2), "NHWC", "auto", 1)]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kwargs, layout, algorithm, splits, fixup",
+                         [case + (False,) for case in PRELUDE_CASES] +
+                         [case + (True,) for case in PRELUDE_CASES if case[-1] > 1])
+def test_filter_prelude_by_pointers_gives_the_scratch_paths_bits(rng, monkeypatch, x_shape,
+                                                                 w_shape, kwargs, layout,
+                                                                 algorithm, splits, fixup):
+    """An NCHW twin reading x in place, or a stem on its fused runs, copies only the filter
+    first, so a call that returns a new y goes by pointers (the copy into the workspace, the
+    inner launch's partial sums after it): the same bits as the Scratch path (out=), with w
+    off a 16-byte boundary too, and through PyTorch's allocator, also inside a PyTorch CUDA
+    graph (the workspace then the graph's own memory)."""
+    from im2win.cuda import launch, plan as planning
+    monkeypatch.setattr(planning, "ffma_split_count", lambda *args, **kw: splits)
+    monkeypatch.setattr(planning, "ffma_fixup_pays", lambda *args: fixup)
+    cuda._calls.clear()
+    launch._executables.clear()
+    try:
+        (x, w, b), kw = device_case(rng, (x_shape, w_shape, kwargs), np.float32, layout)
+        prob = make_problem(x, w, b, **kw)
+        plan = cuda._plan(prob, x, w, algorithm, None, None)
+        exe = launch.executable(prob, plan)
+        assert exe.by_pointers and exe.prelude is not None and plan.inner.splits == splits
+        assert exe.launch_workspace == exe.filter_bytes + exe.inner.launch_workspace
+        assert plan.inner.fixup == fixup
+        w_off = cupy.empty(w.size + 1, w.dtype)[1:].reshape(w.shape)     # 4 bytes off 16
+        w_off[...] = w
+        out = cupy.full(prob.y_shape, np.nan, np.float32)
+        scratch = im2win.conv2d(x, w, b, algorithm=algorithm, out=out, **kw)
+        assert scratch is out
+        for filters in (w, w_off, w):
+            y = im2win.conv2d(x, filters, b, algorithm=algorithm, **kw)
+            cupy.testing.assert_array_equal(y, scratch)
+        torch = pytest.importorskip("torch")
+        xt, wt, bt = (torch.from_dlpack(a) for a in (x, w, b))
+        yt = im2win.conv2d(xt, wt, bt, algorithm=algorithm, **kw)
+        cupy.testing.assert_array_equal(cupy.from_dlpack(yt), scratch)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            yt = im2win.conv2d(xt, wt, bt, algorithm=algorithm, **kw)
+        for _ in range(2):
+            yt.fill_(float("nan"))
+            bystanders = [torch.full((1 << 16,), 7.0, device=xt.device) for _ in range(8)]
+            graph.replay()
+            torch.cuda.synchronize()
+            cupy.testing.assert_array_equal(cupy.from_dlpack(yt), scratch)
+            assert all(bool((a == 7).all()) for a in bystanders)
+    finally:
+        cuda._calls.clear()
+        launch._executables.clear()

@@ -6,6 +6,7 @@ import pytest
 
 import im2win
 from im2win import interop, reference
+from im2win.cuda import Options
 from im2win.testing import assert_close
 
 
@@ -170,9 +171,10 @@ def test_a_remembered_torch_call_keeps_the_callers_stream_and_graphs(torch_cuda)
 def test_a_remembered_torch_call_of_several_launches_runs_on_the_tensors(
         torch_cuda, monkeypatch, w_shape, padding, algorithm):
     """A remembered call that is not one launch (cuBLAS's GEMM; the channels-last twin's
-    copies around its kernel) runs on views of the tensors and of a y from PyTorch's
-    allocator (TorchCall._run), on the caller's stream, and inside a PyTorch CUDA graph
-    (its scratch then the graph's own memory)."""
+    copies of x and w around its kernel: x not read in place, else only w is copied and the
+    call goes by pointers) runs on views of the tensors and of a y from PyTorch's allocator
+    (TorchCall._run), on the caller's stream, and inside a PyTorch CUDA graph (its scratch
+    then the graph's own memory)."""
     from im2win import cuda
     from im2win.cuda.launch import TorchCall
     torch = torch_cuda
@@ -182,7 +184,7 @@ def test_a_remembered_torch_call_of_several_launches_runs_on_the_tensors(
         self.call.exe.plan.algorithm) or run(self, *a))
     x, w, b, _ = torch_case(torch, (2, 32, 12, 11), w_shape, torch.float32, "NCHW", bias=True,
                             padding=padding)
-    kw = dict(padding=padding, algorithm=algorithm)
+    kw = dict(padding=padding, algorithm=algorithm, options=Options(x_in_place=False))
     im2win.conv2d(x, w, b, **kw)                              # remembered from here on
 
     def expected():

@@ -82,6 +82,14 @@ def element_strides(a, letters: str) -> tuple[int, ...]:
     return tuple(by_letter[letter] for letter in "NCHW")
 
 
+def contiguous_element_strides(shape, letters: str) -> tuple[int, ...]:
+    """`element_strides` of a C-contiguous array of `shape`."""
+    by_letter, step = {}, 1
+    for letter, n in zip(reversed(letters), reversed(shape)):
+        by_letter[letter], step = step, step * n
+    return tuple(by_letter[letter] for letter in "NCHW")
+
+
 class Packed:
     """One kernel launched straight through cuLaunchKernel, its arguments written into a
     buffer of this thread's, made once: CuPy's RawKernel call converts every argument on
@@ -493,9 +501,38 @@ class Executable:
         self.by_pointers = (plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH) \
             and len(launches) == 1 and self.split is None
         self.outputs = prob.N * prob.P * prob.Q * prob.K
-        self.partial_bytes = 4 * plan.splits * self.outputs + self.counters \
+        # launch_workspace: the bytes a launch by pointers needs besides y (split-K's partial
+        # sums and the fixup's counters; a filter prelude's copy, below)
+        self.launch_workspace = 4 * plan.splits * self.outputs + self.counters \
             if plan.splits > 1 else 0
-        self.single = self.by_pointers and not self.partial_bytes
+        self.single = self.by_pointers and not self.launch_workspace
+        # An NCHW problem whose twin reads x in place and writes the NCHW y, or a stem on its
+        # fused runs: nothing but the filter is copied before the inner launch, so the call
+        # goes by pointers too: the filter's copy (`prelude`: its launch, for w 16-byte
+        # aligned or not) into the workspace's first `filter_bytes`, the inner launch's
+        # workspace after it (Executable.__call__ keeps through_nhwc and through_runs for
+        # the Scratch path: out=, copies of w, captures with partial sums).
+        self.prelude, self.filter_bytes = None, 0
+        inner = self.inner
+        if inner is not None and plan.x_in_place and inner.by_pointers and \
+                inner.tma is None and plan.algorithm in ("im2win_nhwc", "im2win_runs") and \
+                (prob.layout == "NHWC" or plan.inner.geometry.y_nchw):
+            K, Cg, RS = prob.K, prob.Cg, prob.R * prob.S
+            if plan.algorithm == "im2win_nhwc":      # through_nhwc's transpose of w
+                self.prelude = tuple(self._transpose_form(
+                    prob.dtype.itemsize, K, Cg, RS, Cg * RS, RS, 1, aligned)
+                    for aligned in (False, True))
+                elements = K * RS * Cg
+            else:                                    # through_runs' window_runs of w
+                red = plan.inner.geometry.redp
+                form = (self.runs, (min(K, self.run_blocks), 1, 1), (256, 1, 1),
+                        (K, 1, red, prob.R, prob.S, Cg, prob.R, 1, 1, 0, 0,
+                         *contiguous_element_strides(prob.w_shape, prob.layout)))
+                self.prelude, elements = (form, form), K * red
+            self.filter_bytes = -(-elements * prob.dtype.itemsize // 256) * 256
+            self.launch_workspace = self.filter_bytes + inner.launch_workspace
+            self.by_pointers = True
+            self.has_table = self.has_table or inner.has_table
 
     def through_nhwc(self, x, w, bias, y, scratch: Scratch):
         """The NCHW problem on its NHWC twin: x and w copied channels-last into scratch, the
@@ -572,17 +609,20 @@ class Executable:
         elements at b*sb + r*sr + c*sc, transposed by the layout.cu kernel that
         plan.transpose_launch picks, on its grid."""
         a, b = src.data.ptr, dst.data.ptr
-        kernel, grid, block = transpose_launch(src.dtype.itemsize, batch, rows, cols, sb, sr,
-                                               sc, a % 16 == 0 and b % 16 == 0)
-        stream = cupy.cuda.get_current_stream().ptr
+        launch, grid, block, args = self._transpose_form(
+            src.dtype.itemsize, batch, rows, cols, sb, sr, sc, a % 16 == 0 and b % 16 == 0)
+        launch(grid, block, cupy.cuda.get_current_stream().ptr, a, b, *args)
+
+    def _transpose_form(self, itemsize, batch, rows, cols, sb, sr, sc, aligned: bool):
+        """(Packed launch, grid, block, its arguments after src and dst) of `_transpose`."""
+        kernel, grid, block = transpose_launch(itemsize, batch, rows, cols, sb, sr, sc, aligned)
         if kernel == "transpose_taps":
-            self.transpose_taps(grid, block, stream, a, b, batch, rows, cols, sb)
-        elif kernel == "transpose_words":
-            self.transpose_words(grid, block, stream, a, b, batch, rows, cols, sb, sr)
-        else:
-            {"transpose_narrow": self.transpose_narrow, "transpose_batched32": self.transpose32,
-             "transpose_batched": self.transpose}[kernel](
-                grid, block, stream, a, b, batch, rows, cols, sb, sr, sc)
+            return self.transpose_taps, grid, block, (batch, rows, cols, sb)
+        if kernel == "transpose_words":
+            return self.transpose_words, grid, block, (batch, rows, cols, sb, sr)
+        return {"transpose_narrow": self.transpose_narrow, "transpose_batched32": self.transpose32,
+                "transpose_batched": self.transpose}[kernel], grid, block, \
+            (batch, rows, cols, sb, sr, sc)
 
     def _argument_buffers(self):
         """This thread's (pointers, kernel-parameter arrays): four pointer slots, and per
@@ -610,8 +650,8 @@ class Executable:
 
     def launch_into(self, x, w, bias, y_ptr: int, stream: int, partial: int = 0) -> None:
         """The launch of a `by_pointers` Executable: conv(x, w) + bias into the contiguous
-        output at y_ptr on `stream` (split-K: through `partial_bytes` of partial sums at
-        `partial`); w and bias contiguous."""
+        output at y_ptr on `stream` (through `launch_workspace` bytes at `partial` where it
+        needs them: split-K's partial sums, a filter prelude's copy); w and bias contiguous."""
         self.launch_pointers(x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr,
                              y_ptr, stream, lambda: (x, w), partial)
 
@@ -619,9 +659,17 @@ class Executable:
                         partial: int = 0) -> None:
         """`launch_into` by the arrays' pointers (bias 0: none); `arrays()` gives x and w as
         CuPy arrays where a TMA descriptor must be encoded."""
+        if self.prelude is not None:             # the filter's copy, then the inner launch
+            if not partial:
+                raise ValueError("a launch with a filter prelude needs its workspace")
+            launch, grid, block, args = self.prelude[w % 16 == 0]
+            launch(grid, block, stream, w, partial, *args)
+            self.inner.launch_pointers(x, partial, bias, y, stream, arrays,
+                                       partial + self.filter_bytes)
+            return
         pointers, params = self._set_pointers(x, w, bias, y, arrays)
         grid = self.launches[0][2]
-        if self.partial_bytes:
+        if self.launch_workspace:
             if not partial:
                 raise ValueError("a split-K launch needs its partial sums' memory")
             pointers[4] = partial
@@ -635,7 +683,7 @@ class Executable:
         """Split-K's fixup: its tiles' counters (after the partial sums at `partial`) zeroed
         on `stream` before the launch."""
         if self.counters:
-            cupy.cuda.runtime.memsetAsync(partial + self.partial_bytes - self.counters, 0,
+            cupy.cuda.runtime.memsetAsync(partial + self.launch_workspace - self.counters, 0,
                                           self.counters, stream)
 
     def _sum_splits(self, partial: int, bias: int, y: int, stream: int) -> None:
@@ -688,8 +736,8 @@ class Executable:
                 x.data.ptr, w.data.ptr, 0 if bias is None else bias.data.ptr, y.data.ptr,
                 lambda: (x, w))
             partial = None
-            if self.partial_bytes:              # split-K: partial sums, then their sum
-                partial = scratch.empty((self.partial_bytes // 4,), np.float32)
+            if self.launch_workspace:           # split-K: partial sums, then their sum
+                partial = scratch.empty((self.launch_workspace // 4,), np.float32)
                 pointers[4] = partial.data.ptr
                 self._zero_counters(partial.data.ptr, scratch.stream)
             for (_, _, grid, _), param in zip(self.launches, params):
@@ -748,9 +796,10 @@ class TorchCall:
             if exe.has_table and cupy.cuda.runtime.streamIsCapturing(stream):
                 _captured.add(exe)               # the graph holds its table's address
             y = x.new_empty(call.y_shape)
-            partial = None       # split-K's partial sums: PyTorch's memory (graph-safe)
-            if exe.partial_bytes:
-                partial = torch.empty(exe.partial_bytes // 4, dtype=torch.float32,
+            partial = None       # split-K's partial sums, a filter's copy: PyTorch's
+            #                      memory (graph-safe)
+            if exe.launch_workspace:
+                partial = torch.empty(exe.launch_workspace // 4, dtype=torch.float32,
                                       device=x.device)
             exe.launch_pointers(x.data_ptr(), w.data_ptr(),
                                 0 if bias is None else bias.data_ptr(), y.data_ptr(), stream,
@@ -919,17 +968,19 @@ class Call:
             exe = self.graph                     # captured: the GPU time's plan (graph_plan)
         elif self.fast:
             # The kernel is launched as soon as y's memory exists; its array (2-3 us of host
-            # time) is made while the GPU runs. Split-K's partial sums come from CuPy's pool
-            # (back to it at once: the pool orders their reuse on this stream), except in a
-            # capture, where the graph must own them (Scratch, below).
+            # time) is made while the GPU runs. The workspace (split-K's partial sums, a
+            # filter prelude's copy) comes from CuPy's pool (back to it at once: the pool
+            # orders its reuse on this stream), except in a capture, where the graph must own
+            # it (Scratch, below).
             stream = cupy.cuda.get_current_stream().ptr
-            capturing = (exe.has_table or exe.partial_bytes) and \
+            capturing = (exe.has_table or exe.launch_workspace) and \
                 cupy.cuda.runtime.streamIsCapturing(stream)
             if capturing and exe.has_table:
                 _captured.add(exe)               # the graph holds its table's address
-            if not (capturing and exe.partial_bytes):
+            if not (capturing and exe.launch_workspace):
                 memory = cupy.cuda.alloc(self.nbytes)
-                partial = cupy.cuda.alloc(exe.partial_bytes) if exe.partial_bytes else None
+                partial = cupy.cuda.alloc(exe.launch_workspace) \
+                    if exe.launch_workspace else None
                 exe.launch_into(x, w, bias, memory.ptr, stream,
                                 0 if partial is None else partial.ptr)
                 return cupy.ndarray(self.y_shape, self.dtype, memory)
