@@ -494,10 +494,11 @@ class Executable:
             if plan.precision == "3xtf32" else None
         self.gemm = GemmCall(prob, plan) if plan.algorithm == "gemm" else None
         self.local = threading.local()
-        # One cuLaunchKernel (and, for split-K, the sum of its FP32 partial sums) with nothing
-        # else in scratch: a call can take y's memory (and the partial sums') from an
-        # allocator of its own and launch by pointers before y's array exists (Call.__call__,
-        # TorchCall); `single`: that one launch alone.
+        # One cuLaunchKernel (and, for split-K, the sum of its FP32 partial sums; with a
+        # filter prelude, below, the filter's copy before it) with nothing else in scratch: a
+        # call can take y's memory (and its workspace) from an allocator of its own and
+        # launch by pointers before y's array exists (Call.__call__, TorchCall); `single`:
+        # that one launch alone.
         self.by_pointers = (plan.algorithm == "im2win_fused" or plan.algorithm in ONE_LAUNCH) \
             and len(launches) == 1 and self.split is None
         self.outputs = prob.N * prob.P * prob.Q * prob.K
@@ -511,12 +512,13 @@ class Executable:
         # goes by pointers too: the filter's copy (`prelude`: its launch, for w 16-byte
         # aligned or not) into the workspace's first `filter_bytes`, the inner launch's
         # workspace after it (Executable.__call__ keeps through_nhwc and through_runs for
-        # the Scratch path: out=, copies of w, captures with partial sums).
+        # the Scratch path: out=, copies of w, captures with partial sums, and C = 0, where
+        # there is no filter to copy).
         self.prelude, self.filter_bytes = None, 0
         inner = self.inner
         if inner is not None and plan.x_in_place and inner.by_pointers and \
                 inner.tma is None and plan.algorithm in ("im2win_nhwc", "im2win_runs") and \
-                (prob.layout == "NHWC" or plan.inner.geometry.y_nchw):
+                (prob.layout == "NHWC" or plan.inner.geometry.y_nchw) and prob.Cg > 0:
             K, Cg, RS = prob.K, prob.Cg, prob.R * prob.S
             if plan.algorithm == "im2win_nhwc":      # through_nhwc's transpose of w
                 self.prelude = tuple(self._transpose_form(
@@ -662,8 +664,9 @@ class Executable:
         if self.prelude is not None:             # the filter's copy, then the inner launch
             if not partial:
                 raise ValueError("a launch with a filter prelude needs its workspace")
-            launch, grid, block, args = self.prelude[w % 16 == 0]
+            launch, grid, block, args = self.prelude[(w | partial) % 16 == 0]
             launch(grid, block, stream, w, partial, *args)
+            # arrays() gives the caller's w, not its copy: no TMA maps on the inner launch
             self.inner.launch_pointers(x, partial, bias, y, stream, arrays,
                                        partial + self.filter_bytes)
             return
@@ -765,9 +768,10 @@ class TorchCall:
 
     Where the Call needs no copy of w or bias first (a contiguous w and bias), y is a torch
     tensor from PyTorch's allocator and the work goes onto PyTorch's current stream:
-    - one launch into y (`Call.fast`, on the current device): by the tensors' pointers, no
-      array made at all;
-    - anything else (cuBLAS's GEMM, the channels-last twin's copies, split-K ...): the
+    - a launch by pointers into y (`Call.fast`, on the current device: one kernel, split-K's
+      with its sum, or a filter's copy before it), its workspace from PyTorch's allocator
+      too, no array made at all;
+    - anything else (cuBLAS's GEMM, the channels-last twin's copies of x ...): the
       Executable on CuPy views of the tensors and of y (`interop.cupy_view`, 3 us each),
       PyTorch's stream made CuPy's current one (`_external_stream`, made once per stream).
     No DLPack exchange either way (`cupy.from_dlpack` of a tensor took 23 us of host time, and
@@ -942,7 +946,8 @@ class Call:
         self.extents = None if out is None else tuple(
             None if a is None else _extent(a) for a in (out, x, w, bias))
         self.nbytes = int(np.prod(self.y_shape)) * self.dtype.itemsize
-        # A new y, one launch, nothing to copy first: y's memory, the launch, then y's array.
+        # A new y, a launch by pointers, nothing to copy first: y's memory, the launch, then
+        # y's array.
         self.fast = exe.by_pointers and out is None and self.nbytes > 0 and not (
             self.copy_w or self.copy_bias)
 
