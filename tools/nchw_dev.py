@@ -7,14 +7,15 @@ form) and with im2win_ffma's kernels from a copy of the file (xplace-base); for 
 not a multiple of 8) "im2win_columns" the three ways; against cuDNN FP32 (TF32 off, NCHW).
 
 ``python3 tools/nchw_dev.py [--layers cv1,cv7,...] [--batch 128] [--variants auto,xcopy]
-[--rounds 3] [--base FILE]`` (variants: auto, scalar, ytrans, xcopy, xplace-base, columns,
-columns-scalar, columns-ytrans; default all but xcopy and xplace-base; rounds: the variants
-timed in turn that many times, the median kept; xplace-base: "auto" with im2win_ffma's kernels
-from FILE.cu, a copy of im2win_ffma.cu in im2win/cuda, e.g. `git show
+[--rounds 3] [--base FILE] [--tiles f128x64,...]`` (variants: auto, scalar, ytrans, xcopy,
+xplace-base, columns, columns-scalar, columns-ytrans; default all but xcopy and xplace-base;
+rounds: the variants timed in turn that many times, the median kept; xplace-base: "auto" with
+im2win_ffma's kernels from FILE.cu, a copy of im2win_ffma.cu in im2win/cuda, e.g. `git show
 HEAD:im2win/cuda/im2win_ffma.cu > im2win/cuda/im2win_ffma__head.cu` with --base
-im2win_ffma__head, timed against the tree's): each variant checked against float64 (PyTorch
-on the GPU, first 2 images) with y poisoned first, then timed with CUDA events (median,
-`bench.GPU.time`). Table last (TFLOPS, plan).
+im2win_ffma__head, timed against the tree's; --tiles: "im2win_nhwc" on each of im2win_ffma.cu's
+tiles named, variants "tile NAME"): each variant checked against float64 (PyTorch on the GPU,
+first 2 images) with y poisoned first, then timed with CUDA events (median, `bench.GPU.time`).
+Table last (TFLOPS, plan).
 """
 
 import argparse
@@ -25,6 +26,7 @@ import torch
 
 import im2win
 from im2win import bench
+from im2win.arrays import checked_problem
 from im2win.bench import GPU, make_inputs
 from im2win import cuda
 from im2win.cuda import launch, plan as planning
@@ -50,6 +52,7 @@ def main():
                                           "columns-ytrans")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--base", default="im2win_ffma__head")
+    ap.add_argument("--tiles", default="")
     args = ap.parse_args()
     device = GPU()
     if not bench.torch_cuda_available():          # also: cuDNN benchmark on, TF32 off
@@ -65,6 +68,7 @@ def main():
     keys = dict(zip(("auto", "scalar", "ytrans", "xcopy", "xplace-base", "columns",
                      "columns-scalar", "columns-ytrans"), variants))
     variants = {keys[k]: variants[keys[k]] for k in args.variants.split(",")}
+    variants.update({f"tile {t}": ("im2win_nhwc", Options()) for t in args.tiles.split(",") if t})
     rows, kernel = [], launch.kernel
     for name in args.layers.split(","):
         layer = LAYERS[name]
@@ -84,11 +88,20 @@ def main():
                     args.base if file == "im2win_ffma" else file, expression))
             cuda._calls.clear()
             launch._executables.clear()
-            call = (lambda a=algorithm, o=options:
-                    im2win.conv2d(x, w, algorithm=a, options=o, **kw))
+            tile = label[5:] if label.startswith("tile ") else None
+            prob = checked_problem(x, w, **kw)[0]
+
+            def call(out=None, a=algorithm, o=options, t=tile, x=x, w=w, prob=prob):
+                if t is None:
+                    return im2win.conv2d(x, w, algorithm=a, options=o, out=out, **kw)
+                key = None if out is not None else ("nchw_dev", t)   # planned once, as conv2d's
+                remembered = cuda.cached_call(key)
+                if remembered is not None:
+                    return remembered(x, w, None, None)
+                return cuda.conv2d(prob, x, w, out=out, algorithm=a, options=o, tile=t, key=key)
             y = call()
             y.fill(np.nan)
-            y = im2win.conv2d(x, w, algorithm=algorithm, options=options, out=y, **kw)
+            y = call(out=y)
             err = relative_error(x, w, y, kw)
             flops = flops or 2 * y.size * layer.C * layer.R * layer.S
             times.setdefault(label, []).append(device.time(call))

@@ -1,11 +1,12 @@
 """Compile, in parallel, the kernels that the benchmark layers plan, into CuPy's disk cache.
 
 ``python3 tools/prewarm.py [--dtypes float32,float16] [--layouts NCHW,NHWC] [--jobs 16]
-[--suite NETWORK|all] [--specializations REGEX]``: plans for this device's compute capability
+[--suite NETWORK|all] [--specializations REGEX] [--ablation KERNELS]``: plans for this device's compute capability
 (the wgmma kernel's too on Hopper); ``--suite`` warms the convolutions of `im2win.networks`
 (batch 32, as ``python -m im2win --suite``) instead of the twelve layers; ``--specializations``
 compiles every specialisation CI compiles whose name expression matches REGEX instead (e.g.
-``im2win_mma`` before compute-sanitizer runs).
+``im2win_mma`` before compute-sanitizer runs); ``--ablation float32|float16|float16-wgmma``
+plans with each of tools/ablation.py's option sets of that kernel set too.
 
 The GPU machine's time is scarce and NVRTC compiles one instantiation at a time on first use;
 this compiles them all at once beforehand (the benchmark then finds them cached). It uses only
@@ -15,6 +16,7 @@ this compiles them all at once beforehand (the benchmark then finds them cached)
 
 import argparse
 import concurrent.futures
+import itertools
 import multiprocessing
 import re
 
@@ -41,8 +43,9 @@ def shape_problem(layer, batch: int, dtype: str, layout: str):
     return prob, ((C * H * W, H * W, W, 1) if layout == "NCHW" else (H * W * C, 1, W * C, C))
 
 
-def planned(dtypes, layouts, layers, batch, arch):
-    """(file, expression) of every kernel the layers run, default and materialised."""
+def planned(dtypes, layouts, layers, batch, arch, variants=(None,)):
+    """(file, expression) of every kernel the layers run, default and materialised, with each
+    of `variants` (Options; None: the defaults), inner plans' too."""
     out = set()
     for dtype in dtypes:
         for layout in layouts:
@@ -50,14 +53,16 @@ def planned(dtypes, layouts, layers, batch, arch):
                                f"{str(layout == 'NHWC').lower()}>"))
             for layer in layers:
                 prob, strides = shape_problem(layer, batch, dtype, layout)
-                for algorithm in ("auto", "im2win"):
+                for algorithm, options in itertools.product(("auto", "im2win"), variants):
                     try:
                         plan = make_plan(prob, x_strides=strides, w_aligned=True,
-                                         algorithm=algorithm, arch=arch)
+                                         algorithm=algorithm, options=options, arch=arch)
                     except ValueError:      # e.g. a workspace over the limit: not run either
                         continue
-                    if plan.kernel:
-                        out.add((plan.file, plan.kernel))
+                    while plan is not None:
+                        if plan.kernel:
+                            out.add((plan.file, plan.kernel))
+                        plan = plan.inner
     return sorted(out)
 
 
@@ -76,6 +81,8 @@ def main():
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--suite", choices=list(NETWORKS) + ["all"])
     parser.add_argument("--specializations", metavar="REGEX")
+    parser.add_argument("--ablation", choices=("float32", "float16", "float16-wgmma"),
+                        help="every variant of tools/ablation.py's kernel set (its dtype)")
     args = parser.parse_args()
     if args.specializations:
         from im2win.cuda.plan import specializations
@@ -90,7 +97,13 @@ def main():
             layers, batch = [c for convs in nets.values() for c in convs], SUITE_BATCH["gpu"]
         else:
             layers, batch = list(LAYERS.values()), GPU_BATCH
-        jobs = planned(args.dtypes.split(","), args.layouts.split(","), layers, batch, arch)
+        dtypes, variants = args.dtypes.split(","), (None,)
+        if args.ablation:
+            from im2win.cuda import Options
+            dtypes = [args.ablation.split("-")[0]]
+            variants = tuple(Options.ablations(tensor_cores=args.ablation == "float16",
+                                               hopper=args.ablation == "float16-wgmma").values())
+        jobs = planned(dtypes, args.layouts.split(","), layers, batch, arch, variants)
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
         done = list(pool.map(compile_one, jobs))
