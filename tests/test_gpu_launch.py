@@ -374,10 +374,18 @@ def test_filter_prelude_by_pointers_gives_the_scratch_paths_bits(rng, monkeypatc
         for filters in (w, w_off, w):
             y = im2win.conv2d(x, filters, b, algorithm=algorithm, **kw)
             cupy.testing.assert_array_equal(y, scratch)
+        # those calls went by pointers: remembered as fast Calls (w's and w_off's), no graph
+        remembered = [c for c in cuda._calls.values()
+                      if isinstance(c, launch.Call) and c.extents is None]     # (no out=)
+        assert any(c.exe is exe for c in remembered)
+        assert all(c.fast and c.graph is None and c.exe.prelude is not None for c in remembered)
         torch = pytest.importorskip("torch")
         xt, wt, bt = (torch.from_dlpack(a) for a in (x, w, b))
         yt = im2win.conv2d(xt, wt, bt, algorithm=algorithm, **kw)
         cupy.testing.assert_array_equal(cupy.from_dlpack(yt), scratch)
+        torch_calls = [c for c in cuda._calls.values() if isinstance(c, launch.TorchCall)]
+        assert torch_calls and all(c.direct and c.call.fast and c.call.exe is exe
+                                   for c in torch_calls)     # by pointers through PyTorch too
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             yt = im2win.conv2d(xt, wt, bt, algorithm=algorithm, **kw)
