@@ -60,6 +60,9 @@ if [[ $step == sweep ]]; then
   status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == ablation ]]; then
+  for kernels in float32 float16 float16-wgmma; do      # each variant's kernels, in parallel
+    python3 tools/prewarm.py --ablation $kernels --layouts NHWC 2>&1 | tail -n 1
+  done
   python3 tools/ablation.py "$OUT/ablation.json" 2>"$OUT/ablation.log" | tail -n 40
   status=$((status | PIPESTATUS[0]))
 fi
