@@ -1,17 +1,18 @@
 """Compile, in parallel, the kernels that the benchmark layers plan, into CuPy's disk cache.
 
 ``python3 tools/prewarm.py [--dtypes float32,float16] [--layouts NCHW,NHWC] [--jobs 16]
-[--suite NETWORK|all] [--specializations REGEX] [--ablation KERNELS]``: plans for this device's compute capability
-(the wgmma kernel's too on Hopper); ``--suite`` warms the convolutions of `im2win.networks`
-(batch 32, as ``python -m im2win --suite``) instead of the twelve layers; ``--specializations``
-compiles every specialisation CI compiles whose name expression matches REGEX instead (e.g.
-``im2win_mma`` before compute-sanitizer runs); ``--ablation float32|float16|float16-wgmma``
-plans with each of tools/ablation.py's option sets of that kernel set too.
+[--suite NETWORK|all] [--specializations REGEX] [--ablation KERNELS]``: plans for this
+device's compute capability (the wgmma kernel's too on Hopper), inner plans' kernels too;
+``--suite`` warms the convolutions of `im2win.networks` (batch 32, as ``python -m im2win
+--suite``) instead of the twelve layers; ``--specializations`` compiles every specialisation
+CI compiles whose name expression matches REGEX instead (e.g. ``im2win_mma`` before
+compute-sanitizer runs); ``--ablation float32|float16|float16-wgmma`` plans with each of
+tools/ablation.py's option sets of that kernel set (its dtype) too.
 
 The GPU machine's time is scarce and NVRTC compiles one instantiation at a time on first use;
 this compiles them all at once beforehand (the benchmark then finds them cached). It uses only
-`make_plan`, `Plan.file`, `Plan.kernel` and `plan.source`, so it also warms older commits
-(run it with that commit's tree on PYTHONPATH).
+`make_plan`, `Plan.file`, `Plan.kernel`, `Plan.inner` and `plan.source`, so it also warms older
+commits (run it with that commit's tree on PYTHONPATH).
 """
 
 import argparse
