@@ -327,7 +327,12 @@ doing fewer multiplications than the FLOPs we count (Winograd or FFT), which no 
 GEMM-based kernel can match. The materialised mode pays for writing and reading the window
 tensor, so the fused mode is the default.
 
-What issue 11's float32 NCHW target (1.0x) asks, against this run's cuDNN NCHW column: every
+Issue 11's float32 targets now hold on the H200 (the float32 tables above, 2026-12-06, the
+thirty-second session; hopper.md, step 31): NCHW 1.01x and NHWC 1.18x cuDNN FP32, cv4 46.2
+(NCHW) and 46.7 (NHWC) TFLOPS, cv8 45.3 and 45.6. What follows is how the float32 path got
+there, each step with the tables of its day.
+
+What issue 11's float32 NCHW target (1.0x) asked, against the cuDNN NCHW column of 2026-12-05: every
 layer at 45 TFLOPS (the FP32 path's best today, cv4 and cv8 in NHWC) would be 1.21x, at 50
 (cuBLAS's SGEMM on these GEMMs) 1.34x, so the target is not out of a direct method's reach
 although cuDNN's Winograd layers (cv5 139, cv10 78, cv11 64 TFLOPS) stay out of it (over the
@@ -354,7 +359,7 @@ predicates (`kExact`, hopper.md step 27): NHWC cv4 45.4 -> 46.4, cv10 40.6 -> 41
 H100, NCHW cv4 44.6 -> 45.8, the other NCHW layers unchanged. cv1 and cv2 now build each
 pixel's window run in shared memory straight from x (`kTaps`, hopper.md step 28) instead of
 materialising the window tensor first: on an H100, TFLOPS, NCHW cv1 31.2 -> 36.5, cv2 32.0 ->
-35.9, NHWC 31.9 -> 34.6 and 31.9 -> 34.5 (the tables above predate it and step 27). cv7's stem is not bound by its
+35.9, NHWC 31.9 -> 34.6 and 31.9 -> 34.5 (the tables of 2026-12-05 predate it and step 27). cv7's stem is not bound by its
 1.6 GB of y (a memset of
 it: 499 us of the kernel's 886) nor by its instruction count (a form with a sixth fewer ran at
 the same speed in NHWC): its warps wait on the FMA pipe, the tile's barrier and dispatch, 4 a
@@ -388,7 +393,7 @@ issue slots busy, and fewer consumer instructions (the pairs' word boundary hois
 outputs) left it at 204.9 us against 204.5, so its limit is not yet known (hopper.md, step 14).
 
 The FP32 path runs `im2win_ffma.cu` with split-K on small grids (hopper.md, step 12). The
-float32 tables above are of 2026-12-04 after its loop was rebuilt (hopper.md, step 15: the
+float32 tables of 2026-12-04 came after its loop was rebuilt (hopper.md, step 15: the
 shared fragments double-buffered in registers across the slice's barrier, the products in
 snaking 2 x 2 blocks), its tile rule refitted to that loop (step 16: 64 x 128 everywhere,
 split-K filling the small grids) and, in NCHW, its epilogue writing the NCHW y of the NHWC
@@ -400,7 +405,7 @@ and cv8 40.1 -> 44.6 in NHWC (issue 11's bar: 45 on both), cv6, cv11 and cv12 34
 25.0 (x's channels-last copy is still in the NCHW times). Between those runs a 16 KB
 shared-memory stage of the epilogue had cost NCHW 7-11% on the layers that never used it
 (step 19). cuDNN's Winograd on cv5, cv10 and cv11 sets the geometric mean. The float32 tables
-above are of 2026-12-05 (twenty-second session, the last run of the day), after changes first
+of 2026-12-05 (twenty-second session, the last run of the day) came after changes first
 timed on an H100:
 the 96-filter stems cv1 and cv2 on tiles of 96 filters (`f96x128k8`: tiles of 64 left a
 quarter of their rows idle), over their window columns in NCHW too (twentieth session;
@@ -419,7 +424,7 @@ moved within the runs' spread, as cuDNN's did (its NCHW geometric mean 36.4 in t
 first run, 37.1 in this one, at the same 0.89x for im2win's 32.6 and 33.2). Issue 11's 45
 TFLOPS: cv4 45.7 in NHWC (42.5 in NCHW), cv8 44.1 (42.5).
 
-The float32 NCHW table is a rerun of the same day (twenty-third session, H200) after the NHWC
+That day's float32 NCHW table was then rerun (twenty-third session, H200) after the NHWC
 twin reads x in place where x holds 0.0025 bytes a FLOP or more (`Plan.x_in_place`,
 `im2win_ffma.cu`'s strided form: cv4 and cv9 of the twelve; hopper.md, step 21): NCHW
 0.89x -> **0.91x** (33.2 -> 34.0 TFLOPS; cuDNN 37.1 -> 37.3), cv4 42.5 -> 43.7 TFLOPS with
@@ -431,7 +436,7 @@ change; their moves (cv6 36.7 -> 38.1, cv11 35.9 -> 38.0) are the runs' spread. 
 
 After it (twenty-fourth session; hopper.md, step 22) the strided form copies x into its shared
 tile by 4-byte cp.async and the twin reads x in place on every benchmark layer it runs; no
-H200 was lent for the benchmark, so the table above is still step 21's. On an **H100**, the
+H200 was lent for the benchmark, so the table stayed step 21's. On an **H100**, the
 same command (`logs/bench-float32-NCHW-h100-step22.log`, cuDNN on the same card): NCHW
 **0.93x** (34.4 against 37.0 TFLOPS; the last H100 run, twenty-second session, 0.89x): cv4
 44.9, cv8 44.3 (cuDNN 42.1), cv9 40.9, cv10 39.9, cv11 38.8, cv12 34.2, cv5 41.7, cv6 38.3,
@@ -444,7 +449,8 @@ kExact), split-K's fixup where it measured faster, and NCHW calls whose only cop
 filter's launched by pointers: NCHW **1.01x** (38.0 against 37.6 TFLOPS; 0.996x at the
 session's start without the last two, `logs/session31-h100-call1.log`), NHWC **1.21x** (38.7
 against 32.0). Issue 11's 45 TFLOPS on that H100: cv4 46.2 NCHW and 46.7 NHWC, cv8 44.9 NCHW
-and 45.6 NHWC. The tables above are still the H200's of 2026-12-05.
+and 45.6 NHWC. The thirty-second session's H200 tables (above) followed, with the NCHW
+epilogue's rows reached from one address a half (hopper.md, step 31: cv8 NCHW 44.9 -> 45.3).
 """
 
 
