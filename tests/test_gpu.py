@@ -448,6 +448,42 @@ def test_resident_filter_and_ping_pong_match_reference(rng, monkeypatch, x_shape
     run(x, w, b, "NHWC", dict(padding=1), dtype=dtype, options=options)
 
 
+# The multicast filter (im2win_wgmma_tma_mc, clusters of 2): odd tile counts (the last
+# cluster's second block a ghost that multiplies the last tile and stores nothing), one tile
+# (a ghost block beside it), boxes of 32 channels (cv4's form), a filter tail (K = 100 of 128),
+# padding, a stride.
+MULTICAST_CASES = [((7, 64, 63, 61), (100, 64, 3, 3), dict(padding=1), "wg128x128"),
+                   ((5, 32, 41, 41), (64, 32, 7, 7), dict(stride=2, padding=3), "wg256x64"),
+                   ((1, 64, 5, 5), (64, 64, 3, 3), dict(padding=1), "wg256x64"),
+                   ((3, 128, 21, 19), (96, 128, 3, 3), dict(padding=(0, 2)), "wg256x96")]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kwargs, tile", MULTICAST_CASES)
+@pytest.mark.parametrize("ping_pong", [False, True])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_multicast_filter_matches_reference(rng, monkeypatch, x_shape, w_shape, kwargs, tile,
+                                            ping_pong, dtype):
+    skip_unless_hopper(tile)
+    from im2win.cuda import plan as cuda_plan
+    # ping-pong where the tile allows it, from these small cases' tile counts (the rule is
+    # plan-tested); the filter kept out of shared memory, where it would fit
+    monkeypatch.setattr(cuda_plan, "PING_PONG_TILES", 1 if ping_pong else 1 << 40)
+    options = Options(resident_filter=False, multicast=True)
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    xh, wh = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
+    prob = make_problem(xh, wh, layout="NHWC", **kwargs)
+    strides = (prob.H * prob.W * prob.C, 1, prob.W * prob.C, prob.C)
+    plan = cuda_plan.make_plan(prob, x_strides=strides, w_aligned=True, options=options,
+                               arch=90, algorithm="im2win_fused", tile=tile)
+    assert plan.cluster == 2 and plan.kernel.startswith("im2win_wgmma_tma_mc<")
+    assert plan.tma.w_box[1] == plan.tile.BN // 2
+    assert cuda_plan.make_plan(prob, x_strides=strides, w_aligned=True, arch=90, tile=tile,
+                               options=Options(resident_filter=False),
+                               algorithm="im2win_fused").cluster == 1
+    run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused",
+        options=options)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("algorithm", WINDOWS + ["direct"])
 @pytest.mark.parametrize("kernel", ["default", "mma.sync", "wg128x256", "wg256x96"])

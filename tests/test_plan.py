@@ -267,7 +267,20 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     assert plan.kernel == "im2win_wgmma_tma<half_t, 128, 128, 4, true, true, true, false>"
     plain = plan_for(cv8, arch=90, options=Options(resident_filter=False, ping_pong=False))
     assert plain.resident == 0 and plain.smem == plain.tile.smem_bytes() <= 227 * 1024
+    assert plain.cluster == 1 and plain.tma.w_box == (64, 128)
     assert plain.kernel == "im2win_wgmma_tma<half_t, 128, 128, 6, true, false, false, false>"
+    # Options(multicast=True), the filter not resident: clusters of two, each block's TMA box
+    # half of each slice's 128 filter rows
+    plain = plan_for(cv8, arch=90, options=Options(resident_filter=False, ping_pong=False,
+                                                   multicast=True))
+    assert plain.kernel == "im2win_wgmma_tma_mc<half_t, 128, 128, 6, false, false, 2>"
+    assert plain.cluster == 2 and plain.tma.w_box == (64, 64)
+    # cv4: 200 KB of filter, too large to stay beside the ring
+    cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2)
+    assert plan_for(cv4, arch=90).cluster == 1
+    assert plan_for(cv4, arch=90, options=Options(multicast=True)).kernel == \
+        "im2win_wgmma_tma_mc<half_t, 256, 64, 5, true, true, 2>"
+    assert plan_for(cv4, arch=90, options=Options(multicast=True, persistent=False)).cluster == 1
     # 256 filters: two filter tiles, so nothing stays resident; 288 tiles, under
     # PING_PONG_TILES: the consumers share each tile.
     cv11 = problem((128, 14, 14, 256), (256, 3, 3, 256), np.float16, layout="NHWC")

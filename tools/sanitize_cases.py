@@ -6,7 +6,7 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
-filter and ping-pong consumers, split-K, a stem over its window columns, float32 as tf32 and
+filter and ping-pong consumers, the multicast filter (alone: ``multicast``), split-K, a stem over its window columns, float32 as tf32 and
 3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
 depthwise kernels' forms (each register window and the general one, a channel multiplier,
 tails, groups of 2, 4 and 8 channels in NHWC, of 2 and 4 in NCHW on the NHWC twin; the planner's rows or (NHWC) tile kernel, the
@@ -72,7 +72,7 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    ((1, 6, 8, 6), (6, 1, 7, 7), dict(padding=3)),
                    ((1, 6, 7, 7), (6, 1, 5, 5), dict(padding=2)),
                    ((2, 8, 9, 28), (8, 1, 7, 7), dict(padding=3))]
-MODES = ("float16", "wgmma", "tma", "tf32", "depthwise", "narrow", "pointwise", "ffma", "stems")
+MODES = ("float16", "wgmma", "tma", "multicast", "tf32", "depthwise", "narrow", "pointwise", "ffma", "stems")
 ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
 if ONLY is not None and ONLY not in MODES:
     sys.exit(f"sanitize_cases.py takes one of {', '.join(MODES)} or nothing, got {ONLY!r}")
@@ -301,6 +301,28 @@ for layout in ("NCHW", "NHWC"):
                       layout=layout, **kwargs)
 
 
+def multicast_filter():
+    """The TMA kernel's multicast filter (im2win_wgmma_tma_mc, clusters of two): both 16-bit
+    types; odd tile counts (the last cluster's second block a ghost that multiplies the last
+    tile and stores nothing), a single tile, boxes of 32 channels (cv4's form), a filter tail;
+    the consumers in turn (ping-pong, PING_PONG_TILES lowered) and sharing each tile."""
+    planned = cuda_plan.PING_PONG_TILES
+    try:
+        for dtype, pp in itertools.product((np.float16, ml_dtypes.bfloat16), (1, 1 << 40)):
+            cuda_plan.PING_PONG_TILES = pp
+            for shape, wshape, kw in (((5, 41, 41, 32), (64, 7, 7, 32), dict(stride=2, padding=3)),
+                                      ((1, 5, 5, 64), (64, 3, 3, 64), dict(padding=1)),
+                                      ((7, 63, 61, 64), (100, 3, 3, 64), dict(padding=1))):
+                x = cupy.asarray(rng.uniform(-1, 1, shape).astype(dtype))
+                w = cupy.asarray(rng.uniform(-1, 1, wshape).astype(dtype))
+                b = cupy.asarray(rng.uniform(-1, 1, wshape[0]).astype(dtype))
+                im2win.conv2d(x, w, b, layout="NHWC", algorithm="im2win_fused",
+                              options=Options(resident_filter=False, multicast=True), **kw)
+    finally:
+        cuda_plan.PING_PONG_TILES = planned
+        cuda._calls.clear()
+
+
 def float32_on_tensor_cores():
     """float32 on the wgmma kernel: "tf32" and "3xtf32" (its split filter), every tile, a K
     tail, groups whose filter tiles run into the next group's rows, NCHW on the NHWC twin, a
@@ -398,8 +420,11 @@ if HOPPER and runs("tma", "wgmma"):
             for shape, k in (((17, 34, 34, 64), 100), ((33, 34, 34, 64), 64)):
                 xr = cupy.asarray(rng.uniform(-1, 1, shape).astype(dtype))
                 wr = cupy.asarray(rng.uniform(-1, 1, (k, 3, 3, 64)).astype(dtype))
+                # resident_filter off, multicast on: the filter multicast in clusters of two
+                # (multicast_filter below has more)
                 for options in (Options(), Options(resident_filter=False),
-                                Options(ping_pong=False)):
+                                Options(ping_pong=False),
+                                Options(resident_filter=False, multicast=True)):
                     im2win.conv2d(xr, wr, layout="NHWC", options=options)
         finally:               # the cases after these run the planner's own threshold
             cuda_plan.PING_PONG_TILES = planned
@@ -423,8 +448,11 @@ if HOPPER and runs("tma", "wgmma"):
                                       cupy.ascontiguousarray(dy3.transpose(0, 3, 1, 2)),
                                       (16, 3, 5, 5), stride=2)
     float32_on_tensor_cores()
+    multicast_filter()
 elif HOPPER and ONLY == "tf32":
     float32_on_tensor_cores()
+elif HOPPER and ONLY == "multicast":
+    multicast_filter()
 # float32 NHWC on CUDA cores: im2win_ffma.cu (every tile and switch; tails of pixels and
 # filters, padding, stride, groups; NCHW x read in place), wgrad_ffma.cu (every tile, float4
 # and scalar x loads, one split and several), and window gradients of many channels (backward

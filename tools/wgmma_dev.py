@@ -2,10 +2,12 @@
 benchmark layers against the mma.sync kernel and cuDNN; a short table last.
 
     python3 tools/wgmma_dev.py [--layers cv4,cv8] [--layouts NHWC]
-        [--tiles wg256x128,wg128x128:no_resident_filter,...]
-        [--dtypes float16,bfloat16] [--no-check] [--ablation]
+        [--tiles wg256x128,wg128x128:no_resident_filter,wg256x64:multicast,...]
+        [--dtypes float16,bfloat16] [--no-check] [--ablation] [--multicast CTAS]
 
 Every timed variant's output is compared with the float64 reference on the first image.
+``--multicast CTAS`` plans clusters of CTAS blocks where the filter is multicast
+(plan.MULTICAST_CTAS; the tile's BN a multiple of 8 * CTAS).
 """
 
 from __future__ import annotations
@@ -101,7 +103,11 @@ def main(argv=None) -> int:
     parser.add_argument("--ablation", action="store_true")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--checks", type=int, default=len(CHECKS))
+    parser.add_argument("--multicast", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.multicast is not None:
+        from im2win.cuda import plan as cuda_plan
+        cuda_plan.MULTICAST_CTAS = args.multicast
     import cupy
     device = bench.GPU()
     have_torch = bench.torch_cuda_available()
@@ -123,10 +129,13 @@ def main(argv=None) -> int:
                                layout=layout, **layer.kwargs)
         inputs = bench.rotation(x, device)
         variants = {"wgmma": dict()}
-        for spec in filter(None, args.tiles.split(",")):   # TILE or TILE:no_SWITCH
+        for spec in filter(None, args.tiles.split(",")):   # TILE, TILE:no_SWITCH, TILE:SWITCH
             tile, _, switch = spec.partition(":")
-            variants[spec] = dict(tile=tile, options=Options.ablations(
-                tensor_cores=True, hopper=True)[switch or "full"])
+            options = Options.ablations(tensor_cores=True, hopper=True)["full"]
+            if switch:
+                on = not switch.startswith("no_")
+                options = dataclasses.replace(options, **{switch.removeprefix("no_"): on})
+            variants[spec] = dict(tile=tile, options=options)
         if args.ablation:
             for label, options in Options.ablations(tensor_cores=True, hopper=True).items():
                 if label != "full":

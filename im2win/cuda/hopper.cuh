@@ -87,6 +87,39 @@ __device__ __forceinline__ void tma_tile2d(unsigned dst, const TensorMap* map, i
       "r"(k), "r"(bar) : "memory");
 }
 
+// The same copy multicast to the CTAs of the cluster in `mask` (bit i: the CTA of rank i): the
+// box lands at `dst` of each, and each one's mbarrier at `bar` counts its bytes.
+__device__ __forceinline__ void tma_tile2d_multicast(unsigned dst, const TensorMap* map, int t,
+                                                     int k, unsigned bar, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(t), "r"(k), "r"(bar), "h"(mask) : "memory");
+}
+
+// Clusters (the multicast filter): this CTA's rank in its cluster; an arrival on the mbarrier
+// at `bar` of the CTA of rank `cta` (released to the cluster: what this thread's warp read
+// before it is done); the mbarriers' initialisation made visible to the cluster, and a
+// barrier of every thread of the cluster.
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta) : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync_after_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

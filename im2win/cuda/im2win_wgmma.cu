@@ -114,7 +114,8 @@ __device__ __forceinline__ TileAt tile_at(i64 tile, i64 ptiles, int ftiles, int 
 // The kernel's body; the two entry points below pass it the TMA descriptors or none.
 template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
           bool kSwizzle, bool kTable, bool kPersistent, bool kTma, int SPLITS = 1,
-          bool kThree = false, bool kResident = false, bool kPingPong = false, bool kHalf = false>
+          bool kThree = false, bool kResident = false, bool kPingPong = false, bool kHalf = false,
+          int MC = 1>
 __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* __restrict__ w,
                                            const T* __restrict__ bias, T* __restrict__ y,
                                            const int2* __restrict__ taps, const Geometry& geo,
@@ -130,6 +131,10 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   static_assert(!kPingPong || (kTma && kPersistent && !kThree),
                 "ping-pong consumers: TMA copies, the persistent grid, no 3xTF32");
   static_assert(!kHalf || (kTma && sizeof(T) == 2), "32-channel boxes: TMA, 16-bit types");
+  static_assert(MC == 1 || (kTma && kPersistent && SPLITS == 1 && !kThree && !kResident &&
+                            BN % (8 * MC) == 0),
+                "a multicast filter: TMA copies, the persistent grid, no split, no 3xTF32, "
+                "no resident filter, whole 8-row groups of the filter tile a CTA");
   constexpr int BK = 128 / (int)sizeof(T);           // elements per shared row (128 bytes)
   constexpr int K_STEPS = 4;                         // wgmma k-steps per row: 32 bytes each
   // m64 accumulators per consumer: half the tile's rows each, or (kPingPong) all of them.
@@ -184,7 +189,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, kTma ? 1 : 128);
-      mbar_init(empty + 8 * s, kPingPong ? 4 : 8);   // the warps that read the stage
+      // the warps that read the stage (with MC > 1, those of every CTA it is copied to)
+      mbar_init(empty + 8 * s, (kPingPong ? 4 : 8) * MC);
     }
     if (kResident) mbar_init(w_full, 1);
     if (kPingPong) {
@@ -192,7 +198,13 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
       mbar_init(done + 8, 1);
     }
   }
-  __syncthreads();
+  if constexpr (MC > 1) cluster_sync_after_init();   // the peers' barriers before any copy
+  else __syncthreads();
+  // MC > 1: the cluster's CTAs (blockIdx.x = MC * cluster + rank) take items MC apart in step,
+  // the peers' filter slices being theirs too; a CTA whose item lies past the last (`ghost`:
+  // items is not a multiple of MC) copies and multiplies the last item's tile, for its
+  // filter rows' sake, and stores nothing.
+  const int rank = MC > 1 ? (int)cluster_rank() : 0;
   // Work items: tile-major, SPLITS ranges of `per` slices each (the last ones may be empty:
   // their partial sums are zeros).
   const i64 items = tiles * SPLITS;
@@ -207,10 +219,19 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
         for (int j = 0; j < slices; ++j)
           tma_tile2d(resident + j * W_BYTES, w_map, j * BK, g0 * geo.Kg, w_full);
       }
+      // The filter's slice: with MC > 1 this CTA's BN / MC rows of it, into every CTA.
+      auto copy_w = [&](unsigned to, int t, int k, unsigned bar) {
+        if constexpr (MC > 1)
+          tma_tile2d_multicast(to + rank * (W_BYTES / MC), w_map, t, k + rank * (BN / MC), bar,
+                               (1 << MC) - 1);
+        else
+          tma_tile2d(to, w_map, t, k, bar);
+      };
       unsigned it = 0;
-      for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
-        const i64 tile = item / SPLITS;
-        const int split = (int)(item - tile * SPLITS);
+      for (i64 item = blockIdx.x; item - rank < items; item += kPersistent ? gridDim.x : items) {
+        const i64 real = MC > 1 ? min(item, items - 1) : item;   // a ghost: the last item's
+        const i64 tile = real / SPLITS;
+        const int split = (int)(real - tile * SPLITS);
         const TileAt at = tile_at<BM, BN>(tile, ptiles, ftiles, g0);
         const i64 n = at.m0 / geo.PQ;                // the tile's first pixel (n, p, q)
         const int pq = (int)(at.m0 - n * geo.PQ), p = pq / geo.Q, q = pq - p * geo.Q;
@@ -232,19 +253,24 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
               tma_im2col(a + h * SUB_BYTES, x_map, c, w0, h0, (int)n,
                          u < units ? us * geo.dw : 0, u < units ? ur * geo.dh : 0, bar);
             }
-            if (!kResident) tma_tile2d(a + A_BYTES, w_map, j * BK, k_base, bar);
+            if (!kResident) copy_w(a + A_BYTES, j * BK, k_base, bar);
             continue;
           }
           mbar_expect_bytes(bar, STAGE_BYTES);
           tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh, bar);
           const int t = (r * geo.S + s) * geo.Cg + cb * BK;
-          if (!kResident) tma_tile2d(a + A_BYTES, w_map, t, k_base, bar);
+          if (!kResident) copy_w(a + A_BYTES, t, k_base, bar);
           // kThree: the small parts, K rows further down the split filter. (A last tile's big
           // rows past K read small parts, and its small rows past 2K zeros: filters past K are
           // computed and not stored.)
           if (kThree) tma_tile2d(a + A_BYTES + W_BYTES, w_map, t, geo.K + k_base, bar);
         }
       }
+      // MC > 1: the peers' consumers arrive on this CTA's `empty` barriers; it stays until
+      // every stage is free again, so that none of them arrives on a CTA that has exited.
+      if constexpr (MC > 1)
+        for (int k = 0; k < STAGES; ++k, ++it)
+          mbar_wait(empty + 8 * (it % STAGES), ((it / STAGES) & 1) ^ 1);
       return;
     } else {                // the producer warpgroup's copies (16-bit elements)
       const int chunk = tid % 8, row0 = tid / 8;       // rows row0 + 16 * i, chunk `chunk`
@@ -346,12 +372,25 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   const int row_base = rows_at + warp * 16 + lane / 4;               // + i*64 (+8)
   const int col_base = (lane % 4) * 2;                               // + j*8 (+1)
   if (kResident) mbar_wait(w_full, 0);
+  // A warp is done reading a stage: it tells the producer of this CTA and (MC > 1) those of
+  // its peers, whose filter rows the stage holds too.
+  auto release = [&](int stage) {
+    __syncwarp();
+    if (lane == 0) {
+      mbar_arrive(empty + 8 * stage);
+#pragma unroll
+      for (int peer = 1; peer < MC; ++peer)
+        mbar_arrive_cluster(empty + 8 * stage, (rank + peer) % MC);
+    }
+  };
   unsigned it = 0;
   int turn = 0;      // kPingPong: the block's work items are the two consumers' in turn
   unsigned waits = 0;   // kPingPong: the other consumer's main loops waited for
-  for (i64 item = blockIdx.x; item < items; item += kPersistent ? gridDim.x : items) {
-    const i64 tile = item / SPLITS;
-    const int split = (int)(item - tile * SPLITS);
+  for (i64 item = blockIdx.x; item - rank < items; item += kPersistent ? gridDim.x : items) {
+    const bool ghost = MC > 1 && item >= items;   // multiplied, not stored
+    const i64 real = MC > 1 ? min(item, items - 1) : item;
+    const i64 tile = real / SPLITS;
+    const int split = (int)(real - tile * SPLITS);
     if (kPingPong && (turn++ & 1) != consumer) {   // the other's: skip its stages
       it += max(0, min(slices, (split + 1) * per) - split * per);
       continue;
@@ -432,8 +471,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
 #pragma unroll
           for (int e = 0; e < BN / 2; ++e) acc[i][e] = add(acc[i][e], part[i][e]);
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty + 8 * stage);
+        release(stage);
       } else {
 #pragma unroll
         for (int k = 0; k < K_STEPS; ++k) {
@@ -454,15 +492,11 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
         for (int i = 0; i < MI; ++i) pin(acc[i]);
         if (STAGES > 1) {
           wgmma_wait<1>();             // the previous slice's wgmmas have read their stage
-          if (previous >= 0) {
-            __syncwarp();
-            if (lane == 0) mbar_arrive(empty + 8 * previous);
-          }
+          if (previous >= 0) release(previous);
           previous = stage;
         } else {
           wgmma_wait<0>();
-          __syncwarp();
-          if (lane == 0) mbar_arrive(empty + 8 * stage);
+          release(stage);
         }
       }
     }
@@ -470,10 +504,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < MI; ++i) pin(acc[i]);
-    if (STAGES > 1 && previous >= 0) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty + 8 * previous);
-    }
+    if (STAGES > 1 && previous >= 0) release(previous);
+    if (ghost) continue;
 
     // Epilogue: accumulator (i, 4*j + e) is pixel at.m0 + row_base + 64*i (+8 for e >= 2) and
     // filter at.n0 + col_base + 8*j (+1 for odd e). y is overwritten, never added to. y is
@@ -574,6 +606,21 @@ __global__ void __launch_bounds__(384, 1)
   wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true, 1,
              false, kResident, kPingPong, kHalf>(src, w, bias, y, taps, geo, g0, &x_map,
                                                  &w_map);
+}
+
+// The TMA form with a multicast filter: clusters of MC CTAs (one filter tile and group a
+// launch, so that the cluster's items share every filter slice), each CTA copying BN / MC rows
+// of each slice into the whole cluster (w_map's box is BK x BN / MC), so that the L2 serves
+// each slice once a cluster, not once a CTA.
+template <typename T, int BM, int BN, int STAGES, bool kPingPong, bool kHalf, int MC>
+__global__ void __cluster_dims__(MC, 1, 1) __launch_bounds__(384, 1)
+    im2win_wgmma_tma_mc(const T* __restrict__ src, const T* __restrict__ w,
+                        const T* __restrict__ bias, T* __restrict__ y,
+                        const int2* __restrict__ taps, Geometry geo, int g0,
+                        const __grid_constant__ TensorMap x_map,
+                        const __grid_constant__ TensorMap w_map) {
+  wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, true, true, 1, false, false,
+             kPingPong, kHalf, MC>(src, w, bias, y, taps, geo, g0, &x_map, &w_map);
 }
 
 // Split-K (SPLITS of 2, 4 or 8) of the TMA form: FP32 partial sums into `partial`

@@ -76,6 +76,35 @@ def allow_shared_memory(function_ptr: int, smem: int) -> None:
             _dynamic_smem[function_ptr] = smem
 
 
+@functools.cache
+def active_clusters(function_ptr: int, smem: int, block: int, cluster: int, device: int) -> int:
+    """Clusters of `cluster` blocks of the kernel `function_ptr` (its cluster size compiled
+    in) that the device runs at once with `smem` bytes of dynamic shared memory a block
+    (cuOccupancyMaxActiveClusters: SMs that no cluster can pair are left out); at least 1."""
+    from cuda.bindings import driver
+    config = driver.CUlaunchConfig()
+    config.gridDimX = max(sm_count(device) // cluster, 1) * cluster
+    config.gridDimY = config.gridDimZ = config.blockDimY = config.blockDimZ = 1
+    config.blockDimX, config.sharedMemBytes, config.numAttrs = block, smem, 0
+    result, clusters = driver.cuOccupancyMaxActiveClusters(driver.CUfunction(function_ptr),
+                                                           config)
+    if result != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuOccupancyMaxActiveClusters failed: {result}")
+    return max(int(clusters), 1)
+
+
+def persistent_blocks(function_ptr: int, smem: int, block: int, cluster: int,
+                      items: int) -> int:
+    """The grid of a persistent launch of `items` work items: at most one block an SM; in
+    clusters of `cluster` > 1, whole clusters, at most as many as run at once (a later cluster
+    would start only once one has finished all its items)."""
+    device = cupy.cuda.runtime.getDevice()
+    if cluster == 1:
+        return min(items, sm_count(device))
+    clusters = active_clusters(function_ptr, smem, block, cluster, device)
+    return cluster * min(-(-items // cluster), clusters)
+
+
 def element_strides(a, letters: str) -> tuple[int, ...]:
     """a's strides in elements, NCHW-lettered: `letters` names a's axes, e.g. "NHWC"."""
     by_letter = dict(zip(letters, (s // a.itemsize for s in a.strides)))
@@ -436,7 +465,8 @@ class Executable:
                     images = min(plan.chunk, prob.N - n0)
                     grid = plan.grid(images, groups)
                     if plan.persistent:
-                        grid = (min(grid[0], sm_count(cupy.cuda.runtime.getDevice())), 1, 1)
+                        grid = (persistent_blocks(self.function_ptr, self.smem, plan.block,
+                                                  plan.cluster, grid[0]), 1, 1)
                     taps = 0 if self.taps is NULL else self.taps.data.ptr
                     geo = geometry_scalar(plan.geometry, images)
                     launches.append((n0, images, grid,

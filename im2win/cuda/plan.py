@@ -121,6 +121,8 @@ class Plan:
             its slices; 0: none.
         x_in_place: "im2win_nhwc": the inner plan reads the NCHW x itself (im2win_ffma.cu's
             strided form, its Geometry on x's own strides), so x is not copied channels-last.
+        cluster: TMA plans whose filter slices are multicast (multicast_ctas): the CTAs of a
+            cluster, each copying its share of every slice into all of them; 1: none.
     """
 
     algorithm: str
@@ -139,6 +141,7 @@ class Plan:
     precision: str = "float32"
     resident: int = 0
     x_in_place: bool = False
+    cluster: int = 1
 
     @property
     def tables(self) -> bool:
@@ -2898,6 +2901,35 @@ def tma_kernel_name(T: str, tile: WgmmaTile, stages: int, persistent: bool, resi
            f"{_cpp(resident)}, {_cpp(pingpong)}, {_cpp(half)}>"
 
 
+MULTICAST_CTAS = 2     # a cluster's CTAs sharing each filter slice (multicast_ctas)
+
+
+def multicast_ctas(prob: Problem, tile: WgmmaTile, options: Options, resident: int) -> int:
+    """The CTAs of a cluster that share each filter slice of a TMA plan of `tile` without split-K
+    (im2win_wgmma_tma_mc: each copies BN / MULTICAST_CTAS rows of it into all of them), or 1:
+    where Options.multicast and the persistent grid are on and the launch has one filter tile
+    (one group, K at most the tile's BN: every work item reads the same slices) that is not
+    resident (a resident filter is read from L2 once a block already). cv4 (float16 NHWC, 5941
+    tiles of 256x64, its 200 KB filter too large to stay beside the ring) read its filter
+    again for every tile: 1.2 of the 6.2 GB its launch moved through an L2 at 85% of its
+    throughput (docs/hopper.md step 11)."""
+    if not (options.multicast and options.persistent) or resident or prob.G > 1 or \
+            prob.Kg > tile.BN:
+        return 1
+    return MULTICAST_CTAS
+
+
+def multicast_kernel_name(prob: Problem, tile: WgmmaTile, options: Options, cluster: int) -> str:
+    return mc_kernel_name(CUDA_TYPES[prob.dtype.name][0], tile, wgmma_stages(tile, options),
+                          ping_pong(prob, tile, options), half_boxes(prob), cluster)
+
+
+def mc_kernel_name(T: str, tile: WgmmaTile, stages: int, pingpong: bool, half: bool,
+                   cluster: int) -> str:
+    return f"im2win_wgmma_tma_mc<{T}, {tile.BM}, {tile.BN}, {stages}, {_cpp(pingpong)}, " \
+           f"{_cpp(half)}, {cluster}>"
+
+
 def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Options,
                      tile: str | None, chunk: int, workspace: int, geo: Geometry,
                      src_aligned: bool, w_aligned: bool, x_strides=None,
@@ -2927,6 +2959,12 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
                         wgmma_split_kernel_name(prob, chosen, options, splits), chunk, geo, b"",
                         split_workspace(prob, splits), tma, splits=splits)
         resident = resident_slices(prob, chosen, options, splits)
+        cluster = multicast_ctas(prob, chosen, options, resident)
+        if cluster > 1:             # each CTA's TMA box: its share of the filter slice
+            return Plan(algorithm, chosen, options, family.file,
+                        multicast_kernel_name(prob, chosen, options, cluster), chunk, geo, b"",
+                        workspace, tma._replace(w_box=(tma.w_box[0], chosen.BN // cluster)),
+                        cluster=cluster)
         return Plan(algorithm, chosen, options, family.file,
                     wgmma_tma_kernel_name(prob, chosen, options, resident), chunk, geo, b"",
                     workspace, tma, resident=resident)
@@ -3122,6 +3160,11 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                                             tile.STAGES + 1 if resident else 0):
                             out.add((family.file, tma_kernel_name(T, tile, stages, True, True,
                                                                   pingpong, half)))
+                        # Options(multicast=True)'s, off in the full set: float16 only
+                        if options.persistent and prob.dtype.name == "float16":
+                            out.add((family.file, mc_kernel_name(
+                                T, tile, wgmma_stages(tile, options), pingpong, half,
+                                MULTICAST_CTAS)))
                     if options.split_k and options.persistent and options.double_buffer:
                         for splits, half in itertools.product(SPLITS, (False, True)):
                             out.add((family.file, split_kernel_name(

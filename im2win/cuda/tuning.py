@@ -145,7 +145,8 @@ WGMMA_BK = 64
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """Optimisations of the im2win kernels, each on by default and switchable alone.
+    """Optimisations of the im2win kernels, each on by default (but `multicast`) and switchable
+    alone.
 
     CUDA-core kernel (float32, float64; float16 with tensor_cores=False):
         smem: shared-memory tiling of both operands (off: straight from global memory);
@@ -183,6 +184,11 @@ class Options:
             consumer warpgroup (128x128, 256x64), each consumer takes whole tiles, the two in
             turn, so that one's epilogue overlaps the other's wgmmas (off: both share each
             tile, half its rows each; wgmma kernel).
+        multicast: where TMA copies on the persistent grid and a launch has one filter tile
+            that is not resident, blocks run in clusters of two that take neighbouring tiles,
+            each copying half of every filter slice into both (TMA multicast), so that the L2
+            serves each slice once a cluster (off, the default until it is measured on the
+            GPU: each block copies every slice itself; wgmma kernel).
         window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
@@ -252,6 +258,7 @@ class Options:
     ffma: bool = True
     resident_filter: bool = True
     ping_pong: bool = True
+    multicast: bool = False
     window_columns: bool = True
     window_runs: bool = True
     nchw_epilogue: bool = True
