@@ -2,7 +2,7 @@
 benchmark layers against the mma.sync kernel and cuDNN; a short table last.
 
     python3 tools/wgmma_dev.py [--layers cv4,cv8] [--layouts NHWC]
-        [--tiles wg256x128,wg128x128:no_resident_filter,wg256x64:multicast,...]
+        [--tiles wg256x128,wg128x128:no_resident_filter,wg256x64:multicast:no_ping_pong,...]
         [--dtypes float16,bfloat16] [--no-check] [--ablation] [--multicast CTAS]
 
 Every timed variant's output is compared with the float64 reference on the first image.
@@ -129,10 +129,10 @@ def main(argv=None) -> int:
                                layout=layout, **layer.kwargs)
         inputs = bench.rotation(x, device)
         variants = {"wgmma": dict()}
-        for spec in filter(None, args.tiles.split(",")):   # TILE, TILE:no_SWITCH, TILE:SWITCH
-            tile, _, switch = spec.partition(":")
+        for spec in filter(None, args.tiles.split(",")):   # TILE[:SWITCH|:no_SWITCH]...
+            tile, *switches = spec.split(":")
             options = Options.ablations(tensor_cores=True, hopper=True)["full"]
-            if switch:
+            for switch in switches:
                 on = not switch.startswith("no_")
                 options = dataclasses.replace(options, **{switch.removeprefix("no_"): on})
             variants[spec] = dict(tile=tile, options=options)

@@ -98,9 +98,11 @@ __device__ __forceinline__ void tma_tile2d_multicast(unsigned dst, const TensorM
 }
 
 // Clusters (the multicast filter): this CTA's rank in its cluster; an arrival on the mbarrier
-// at `bar` of the CTA of rank `cta` (released to the cluster: what this thread's warp read
-// before it is done); the mbarriers' initialisation made visible to the cluster, and a
-// barrier of every thread of the cluster.
+// at `bar` of the CTA of rank `cta` (the default .release.cta, as CUTLASS's ClusterBarrier: what
+// it orders, the warp's wgmma reads of a stage before the peer's copy into it, is complete
+// once wgmma.wait_group returns; `.release.cluster` made ptxas put MEMBAR.ALL.GPU before every
+// arrival, which cost cv4 40%); the mbarriers' initialisation made visible to the cluster, and
+// a barrier of every thread of the cluster.
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -110,7 +112,7 @@ __device__ __forceinline__ unsigned cluster_rank() {
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(cta) : "memory");
 }
 
