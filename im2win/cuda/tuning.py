@@ -187,8 +187,9 @@ class Options:
         multicast: where TMA copies on the persistent grid and a launch has one filter tile
             that is not resident, blocks run in clusters of two that take neighbouring tiles,
             each copying half of every filter slice into both (TMA multicast), so that the L2
-            serves each slice once a cluster (off, the default until it is measured on the
-            GPU: each block copies every slice itself; wgmma kernel).
+            serves each slice once a cluster (off: each block copies every slice itself, the
+            default until multicast is faster: correct on an H100, 40% slower in its first
+            form, docs/hopper.md step 33; wgmma kernel).
         window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
