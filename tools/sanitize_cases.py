@@ -6,8 +6,9 @@ tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
-filter and ping-pong consumers, the multicast filter (alone: ``multicast``), split-K, a stem over its window columns, float32 as tf32 and
-3xtf32, NCHW through the NHWC twin, and the backward-filter kernel); with ``depthwise``, the
+filter and ping-pong consumers, the multicast filter (alone: ``multicast``), split-K, a stem
+over its window columns, float32 as tf32 and 3xtf32, NCHW through the NHWC twin, and the
+backward-filter kernel); with ``depthwise``, the
 depthwise kernels' forms (each register window and the general one, a channel multiplier,
 tails, groups of 2, 4 and 8 channels in NHWC, of 2 and 4 in NCHW on the NHWC twin; the planner's rows or (NHWC) tile kernel, the
 register windows reading x in place, then the rows kernel in strips of 3 on every map it has a
@@ -72,7 +73,8 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    ((1, 6, 8, 6), (6, 1, 7, 7), dict(padding=3)),
                    ((1, 6, 7, 7), (6, 1, 5, 5), dict(padding=2)),
                    ((2, 8, 9, 28), (8, 1, 7, 7), dict(padding=3))]
-MODES = ("float16", "wgmma", "tma", "multicast", "tf32", "depthwise", "narrow", "pointwise", "ffma", "stems")
+MODES = ("float16", "wgmma", "tma", "multicast", "tf32", "depthwise", "narrow", "pointwise",
+         "ffma", "stems")
 ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
 if ONLY is not None and ONLY not in MODES:
     sys.exit(f"sanitize_cases.py takes one of {', '.join(MODES)} or nothing, got {ONLY!r}")
@@ -420,11 +422,9 @@ if HOPPER and runs("tma", "wgmma"):
             for shape, k in (((17, 34, 34, 64), 100), ((33, 34, 34, 64), 64)):
                 xr = cupy.asarray(rng.uniform(-1, 1, shape).astype(dtype))
                 wr = cupy.asarray(rng.uniform(-1, 1, (k, 3, 3, 64)).astype(dtype))
-                # resident_filter off, multicast on: the filter multicast in clusters of two
-                # (multicast_filter below has more)
+                # (the multicast filter: multicast_filter below)
                 for options in (Options(), Options(resident_filter=False),
-                                Options(ping_pong=False),
-                                Options(resident_filter=False, multicast=True)):
+                                Options(ping_pong=False)):
                     im2win.conv2d(xr, wr, layout="NHWC", options=options)
         finally:               # the cases after these run the planner's own threshold
             cuda_plan.PING_PONG_TILES = planned
