@@ -970,13 +970,14 @@ NARROW_WGMMA_CASES = [  # dense stems of K = 32 or 64 (narrow_wgmma.cu on Hopper
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", NARROW_WGMMA_CASES)
 def test_narrow_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shape, kwargs):
-    """narrow_wgmma.cu forced onto dense stems, those "auto" leaves to narrow_dense (32
-    filters) too."""
+    """narrow_wgmma.cu's narrow_dense_wgmma forced onto dense stems, those "auto" leaves to
+    narrow_dense (32 filters) or narrow_rows_wgmma too."""
     from im2win import cuda
     from im2win.cuda import plan as cuda_plan
     if not hopper():
         pytest.skip("narrow_wgmma.cu needs compute capability 9.0")
     monkeypatch.setattr(cuda_plan, "narrow_wgmma_pays", lambda prob: True)
+    monkeypatch.setattr(cuda_plan, "narrow_rows_pays", lambda prob: False)
     monkeypatch.setattr(cuda, "_calls", {})
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
     run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm="narrow")
@@ -990,6 +991,66 @@ def test_narrow_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shap
                            cupy.asnumpy(ws).astype(np.float64), layout="NHWC", **kwargs)
     y = im2win.conv2d(flipped, ws, layout="NHWC", algorithm="narrow", **kwargs)
     assert_close(cupy.asnumpy(y), ref, dtype, prob.reduction)
+
+
+NARROW_ROWS_CASES = [  # stems of stride 2 narrow_rows_wgmma takes (x, w NCHW-lettered, kwargs)
+    ((3, 3, 29, 31), (64, 3, 7, 7), dict(stride=2)),                     # cv3's, 3 images
+    ((2, 3, 40, 45), (64, 3, 7, 7), dict(stride=2, padding=3)),          # ResNet's
+    ((3, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),          # MobileNet's
+    ((2, 4, 15, 224), (40, 4, 4, 4), dict(stride=2, padding=((2, 1), (3, 0)))),  # Q = 112
+    ((5, 1, 18, 17), (64, 1, 8, 8), dict(stride=(3, 2), padding=((1, 2), (2, 3)))),  # C = 1
+    ((2, 2, 16, 20), (20, 2, 3, 7), dict(stride=2, dilation=(2, 1), padding=(1, 0))),  # K = 20
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", NARROW_ROWS_CASES)
+def test_narrow_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shape, kwargs):
+    """narrow_rows_wgmma (Options(stem_rows=True)) forced (K < 64 too) with the device's grid
+    and with one sized for a device of one SM (a block's run of output rows then crosses
+    images); an infinity in x next to a window's last column (odd S: the column its last
+    chunk reads from the zeroed copy) reaches only the outputs whose windows hold it; x's
+    rows in reverse."""
+    import weakref
+    from im2win import cuda
+    from im2win.cuda import launch
+    from im2win.cuda import plan as cuda_plan
+    if not hopper():
+        pytest.skip("narrow_rows_wgmma needs compute capability 9.0")
+    monkeypatch.setattr(cuda_plan, "narrow_rows_pays", lambda prob: True)
+    on = Options(stem_rows=True)
+    monkeypatch.setattr(launch, "_executables", weakref.WeakValueDictionary())
+    monkeypatch.setattr(cuda, "_calls", {})
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    xs, ws = to_layout("NHWC", x.astype(dtype), w.astype(dtype))
+    xs, ws = cupy.asarray(xs), cupy.asarray(ws)
+    prob = make_problem(xs, ws, layout="NHWC", **kwargs)
+    plan = cuda._plan(prob, xs, ws, "narrow", on, None)
+    assert plan.kernel.startswith("narrow_rows_wgmma<")
+    sms = launch.sm_count
+    for one_sm in (False, True):
+        monkeypatch.setattr(launch, "sm_count", (lambda device: 1) if one_sm else sms)
+        launch._executables.clear()
+        cuda._calls.clear()
+        run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm="narrow", options=on)
+        run(x, w, None, "NHWC", kwargs, dtype=dtype, algorithm="narrow", options=on)
+    flipped = xs[:, ::-1]
+    ref = reference.conv2d(cupy.asnumpy(flipped).astype(np.float64),
+                           cupy.asnumpy(ws).astype(np.float64), layout="NHWC", **kwargs)
+    y = im2win.conv2d(flipped, ws, layout="NHWC", algorithm="narrow", options=on, **kwargs)
+    assert_close(cupy.asnumpy(y), ref, dtype, prob.reduction)
+    # an infinity at column S of image 0's row 0 (x's), no padding on the left: pixel q reads
+    # columns 2q .. 2q + S (its last chunk's), so pixel 0 reads it only through the zeroed copy
+    if prob.pl == 0 and prob.S % 2 and prob.S < prob.W:
+        xi = xs.copy()
+        xi[0, 0, prob.S, 0] = np.inf
+        y = cupy.asnumpy(im2win.conv2d(xi, ws, layout="NHWC", algorithm="narrow", options=on,
+                                       **kwargs))
+        ref = reference.conv2d(cupy.asnumpy(xi).astype(np.float64),
+                               cupy.asnumpy(ws).astype(np.float64), layout="NHWC", **kwargs)
+        assert (np.isfinite(y) == np.isfinite(ref)).all() and not np.isfinite(ref).all()
+        finite = np.isfinite(ref)
+        assert_close(np.where(finite, y, 0), np.where(finite, ref, 0), dtype, prob.reduction)
 
 
 def test_narrow_views_and_misaligned_out(rng):

@@ -10,7 +10,10 @@ choices; "narrow" is algorithm="narrow" (the planner's block; stems densely pack
 narrow_dense takes them); "padded" is algorithm="narrow" with stems' C padded to 8
 (narrow_nhwc); mtM forces M m16 tiles per warp where the kernel has them; "mma" is "auto"
 with narrow_wgmma.cu (dense stems on Hopper) out of narrow.cu's forms (narrow_dense instead),
-"wgmma" algorithm="narrow" with it forced where it runs, "wgmmaS" the same with S stages.
+"wgmma" algorithm="narrow" with it forced where it runs (narrow_dense_wgmma), "wgmmaS" the
+same with S stages; "rows" algorithm="narrow" with narrow_rows_wgmma forced where it runs
+(Options(stem_rows=True): stems of stride 2; the other variants leave it out, "auto" as the
+planner does). Each variant's first and last images are checked.
 Times are back-to-back calls between CUDA events (the GPU's figure); TFLOPS count
 2*N*K*P*Q*(C/G)*R*S. The twelve benchmark layers (cv1..cv12) run at their own batch, 128.
 """
@@ -24,6 +27,7 @@ import numpy as np
 
 import im2win
 from im2win import bench, reference
+from im2win.cuda import Options
 from im2win.cuda import plan as cuda_plan
 from im2win.layers import LAYERS as BENCHMARK_LAYERS
 from im2win.networks import NETWORKS
@@ -56,6 +60,7 @@ def main(argv=None) -> int:
             cuda_plan.NARROW_AUTO_DENSE_REDUCTION)
     blocks, dense = cuda_plan.narrow_blocks, cuda_plan.narrow_dense
     wgmma_pays, stages = cuda_plan.narrow_wgmma_pays, cuda_plan.NARROW_WGMMA_STAGES
+    rows_pays = cuda_plan.narrow_rows_pays
     lines, wrong, layout = [], 0, "NHWC"
     for name in args.layers.split(","):
         conv = convs[name]
@@ -64,8 +69,8 @@ def main(argv=None) -> int:
         x_host, w_host = bench.make_inputs(conv, batch, args.dtype, layout)
         x, w = cupy.asarray(x_host), cupy.asarray(w_host)
         prob = make_problem(x, w, layout=layout, **kwargs)
-        ref = reference.conv2d(x_host[:1].astype(np.float64), w_host.astype(np.float64),
-                               layout=layout, **kwargs)
+        ref = reference.conv2d(x_host[::max(batch - 1, 1)].astype(np.float64),
+                               w_host.astype(np.float64), layout=layout, **kwargs)
         inputs = bench.rotation(x, device)
         row = [f"{name:20s}"]
         for variant in args.variants.split(","):
@@ -81,7 +86,8 @@ def main(argv=None) -> int:
             else:
                 (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
                  cuda_plan.NARROW_AUTO_DENSE_REDUCTION) = auto
-                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded", "mma") or
+                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded", "mma",
+                                                                 "rows") or
                                            variant.startswith("wgmma") else
                                            forced_blocks(blocks, int(variant[2:])))
                 cuda_plan.narrow_dense = ((lambda *a: False) if variant == "padded" else dense)
@@ -91,17 +97,25 @@ def main(argv=None) -> int:
                                            (lambda prob: True) if forced else wgmma_pays)
             cuda_plan.NARROW_WGMMA_STAGES = int(variant[5:]) if forced and variant[5:] else \
                 stages
+            cuda_plan.narrow_rows_pays = (rows_pays if variant == "auto" else
+                                          (lambda prob, v=variant: v == "rows"))
+            if variant == "rows":
+                algorithm = "narrow"
             if variant == "mma":
                 algorithm = "auto"
             im2win.cuda._calls.clear()         # remembered calls hold the last variant's plan
             turn = iter(range(1 << 30))
 
+            options = Options(stem_rows=True) if variant == "rows" else None
+
             def call():
                 return im2win.conv2d(inputs[next(turn) % len(inputs)], w, layout=layout,
-                                     algorithm=algorithm, **kwargs)
+                                     algorithm=algorithm, options=options, **kwargs)
             try:
-                y = im2win.conv2d(x, w, layout=layout, algorithm=algorithm, **kwargs)
-                err = relative_error(cupy.asnumpy(y[:1]).astype(np.float64), ref)
+                y = im2win.conv2d(x, w, layout=layout, algorithm=algorithm, options=options,
+                                  **kwargs)
+                err = relative_error(cupy.asnumpy(y[::max(batch - 1, 1)]).astype(np.float64),
+                                     ref)
                 ok = err <= allowed_error(np.dtype(x.dtype), prob.reduction)
                 wrong += not ok
                 seconds = device.back_to_back(call, calls=20, repeats=5)

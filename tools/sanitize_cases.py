@@ -2,7 +2,7 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|pointwise|ffma|stems]``: with ``float16``, every tile
+``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|rows|pointwise|ffma|stems]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
@@ -15,7 +15,9 @@ register windows reading x in place, then the rows kernel in strips of 3 on ever
 form for (in NHWC also copying 2 input rows ahead), and for 16-bit NHWC the Tensor-Core kernel
 on every stride-1 form) in every dtype and
 both layouts; with ``narrow``,
-narrow.cu's stems and groups (both 16-bit types, vector and element copies); with
+narrow.cu's stems and groups (both 16-bit types, vector and element copies) and
+narrow_wgmma.cu's dense stems; with ``rows``, narrow_rows_wgmma alone (stems of stride 2,
+K < 64 too, with the device's grid and with one sized for a device of one SM); with
 ``pointwise``, pointwise.cu's 1x1 forms (both 16-bit types, x in place and a channel slice, y
 and w off 16 bytes); with ``tf32``,
 float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
@@ -73,8 +75,8 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    ((1, 6, 8, 6), (6, 1, 7, 7), dict(padding=3)),
                    ((1, 6, 7, 7), (6, 1, 5, 5), dict(padding=2)),
                    ((2, 8, 9, 28), (8, 1, 7, 7), dict(padding=3))]
-MODES = ("float16", "wgmma", "tma", "multicast", "tf32", "depthwise", "narrow", "pointwise",
-         "ffma", "stems")
+MODES = ("float16", "wgmma", "tma", "multicast", "tf32", "depthwise", "narrow", "rows",
+         "pointwise", "ffma", "stems")
 ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
 if ONLY is not None and ONLY not in MODES:
     sys.exit(f"sanitize_cases.py takes one of {', '.join(MODES)} or nothing, got {ONLY!r}")
@@ -166,9 +168,11 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
     wide = cupy.zeros(x.shape[:3] + (2 * x.shape[3],), x.dtype)    # a view: element copies
     wide[..., ::2] = x
     im2win.conv2d(wide[..., ::2], w, layout="NHWC", algorithm="narrow", **kwargs)
-# narrow_wgmma.cu (Hopper) on every dense stem of K = 32 or 64 above and two more (three
-# tiles a row; no padding), forced where "auto" leaves one to narrow_dense (32 filters).
+# narrow_wgmma.cu's narrow_dense_wgmma (Hopper) on every dense stem of K = 32 or 64 above and
+# two more (three tiles a row; no padding), forced where "auto" leaves one to narrow_dense (32
+# filters) or takes narrow_rows_wgmma.
 pays, cuda_plan.narrow_wgmma_pays = cuda_plan.narrow_wgmma_pays, lambda prob: True
+rows_pays, cuda_plan.narrow_rows_pays = cuda_plan.narrow_rows_pays, lambda prob: False
 cuda._calls.clear()
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         NARROW_CASES + [((2, 3, 9, 300), (64, 3, 3, 3), dict(padding=1)),
@@ -181,7 +185,31 @@ for (x_shape, w_shape, kwargs), dtype in itertools.product(
                (x_shape, w_shape, w_shape[0]))
     x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
     im2win.conv2d(x, w, cupy.asarray(b), layout="NHWC", algorithm="narrow", **kwargs)
-cuda_plan.narrow_wgmma_pays = pays
+cuda_plan.narrow_wgmma_pays, cuda_plan.narrow_rows_pays = pays, rows_pays
+cuda._calls.clear()
+# narrow_rows_wgmma (Hopper, stems of stride 2) forced, K < 64 too, with the device's grid and
+# one sized for a device of one SM (a block's run of output rows crosses images).
+ROWS_CASES = [((3, 3, 29, 31), (64, 3, 7, 7), dict(stride=2)),
+              ((2, 3, 40, 45), (64, 3, 7, 7), dict(stride=2, padding=3)),
+              ((3, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),
+              ((2, 4, 15, 224), (40, 4, 4, 4), dict(stride=2, padding=((2, 1), (3, 0)))),
+              ((2, 2, 16, 20), (20, 2, 3, 7), dict(stride=2, dilation=(2, 1), padding=(1, 0)))]
+pays, cuda_plan.narrow_rows_pays = cuda_plan.narrow_rows_pays, lambda prob: True
+for (x_shape, w_shape, kwargs), dtype, one_sm in itertools.product(
+        ROWS_CASES, (np.float16, ml_dtypes.bfloat16), (False, True)):
+    if not (runs("narrow", "rows") and HOPPER):
+        break
+    launch.sm_count = (lambda device: 1) if one_sm else sms
+    launch._executables.clear()
+    cuda._calls.clear()
+    x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
+               (x_shape, w_shape, w_shape[0]))
+    x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
+    im2win.conv2d(x, w, cupy.asarray(b), layout="NHWC", algorithm="narrow",
+                  options=Options(stem_rows=True), **kwargs)
+cuda_plan.narrow_rows_pays = pays
+launch.sm_count = sms
+launch._executables.clear()
 cuda._calls.clear()
 # narrow_ffma.cu (float32 stems), both layouts, with the device's grid and with one sized for a
 # device of one SM (each block loops over tiles): x, w (NCHW-lettered), kwargs.

@@ -357,3 +357,244 @@ __global__ void __launch_bounds__(384, 1)
     __syncwarp();                                    // st is written again next tile
   }
 }
+
+// ------------------------------------------------------------------------------------------
+// narrow_rows_wgmma: the dense stems of stride 2 (sw == 2, dw == 1, C <= 4 channels, S of 3,
+// 4, 7 or 8 taps, K <= 64 filters, Q <= 112, P >= STAGES: plan.narrow_rows_takes), with no
+// A fragments loaded at all. In shared memory x's row h (image n) lies in ring slot
+// (n*H + h) mod NR as cols columns of 4 channels (8 bytes; channels past C zero, columns
+// outside x zero): column pl + w holds x's column w. Output pixel q's window row then starts
+// at byte 16q (two columns of four channels a stride), so the pixels' runs lie 16 bytes apart
+// and overlap: one no-swizzle wgmma descriptor with 16-byte rows (pixels), chunks of 8
+// elements (two columns) 16 bytes apart (LBO) and 8-pixel groups 128 bytes apart (SBO) reads
+// the window rows of all the tile's pixels straight from the row as stored, in window order.
+// Where S is odd a window row's last chunk holds one column past the window: that chunk is
+// read from the slot's second copy of the row, whose odd columns are zero (the chunk starts
+// at an even column), by a descriptor whose LBO reaches into it, so no product with x's
+// data outside the window is taken (an infinity there stays out). The filters are A (64
+// rows, K-major, 128-byte swizzle, zero past K, C, S), the tile's pixels B (N = 112): one
+// wgmma m64n112k16 per k16 step, R * ceil(S/2)/2 steps a tile.
+//
+// A tile is one output row (n, p); a block takes a contiguous run of them, so consecutive
+// tiles share all but sh of their x rows and the producer warpgroup copies only the new rows
+// (through registers: 2-byte loads, 8-byte stores of 4 channels), then publishes the tile
+// on full[s] (fence.proxy.async first: the wgmmas read through the async proxy). The two
+// consumer warpgroups take the block's tiles in turn, free the stage after their wgmmas
+// retire, and write y through shared memory (stmatrix .trans: the accumulators are
+// filter-major) in 16-byte stores of whole pixels. A slot is reused only once every tile
+// that read it has freed its stage: the STAGES tiles in flight span at most NR =
+// 2*span + (STAGES - 1)*sh rows of (n*H + h) (two images at most: P >= STAGES).
+
+constexpr int ROWS_NP = 112;      // a tile's pixels (wgmma N)
+constexpr int ROWS_SP = 72;       // the output staging's pitch in elements (144 bytes)
+
+template <typename T>
+__device__ __forceinline__ void wgmma_n112(float (&d)[56], u64 desc_a, u64 desc_b) {
+  constexpr bool bf = same_type<T, bf16_t>::value;
+#define ROWS_MMA(TY)                                                                           \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                     \
+               "wgmma.mma_async.sync.aligned.m64n112k16.f32." TY "." TY " {" WG_REGS_48       \
+               ", %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1, 0, 0;\n}\n"    \
+               : WG_OUT_48, WG_F8(48)                                                          \
+               : "l"(desc_a), "l"(desc_b))
+  if constexpr (bf) ROWS_MMA("bf16");
+  else ROWS_MMA("f16");
+#undef ROWS_MMA
+}
+
+// Shared memory (bytes from the 1024-aligned base); plan.narrow_rows_smem says the same.
+struct RowsLayout {
+  int atoms, copy, slot, nr, a, ring, zero, out, bias, bars, total;
+  __host__ __device__ RowsLayout(int R, int S, int W, int pl, int sh, int dh, int STAGES) {
+    const int pairs = (S + 1) / 2, span = (R - 1) * dh + 1;
+    atoms = (R * pairs * 8 + 63) / 64;
+    int cols = pl + W > 2 * (ROWS_NP - 1) + 2 * pairs ? pl + W : 2 * (ROWS_NP - 1) + 2 * pairs;
+    cols = (cols + 1) / 2 * 2;
+    copy = cols * 8;                                        // one copy of a row, 16-byte multiple
+    slot = copy * (S % 2 ? 2 : 1);                          // the copy with odd columns zero
+    nr = 2 * span + (STAGES - 1) * sh;
+    a = 0;                                                  // [atoms][64][64], swizzled
+    ring = a + atoms * 64 * 128;                            // [nr] slots
+    zero = ring + nr * slot;                                // a slot of zeros (padding rows)
+    out = zero + slot;                                      // [2][ROWS_NP][ROWS_SP]
+    bias = out + 2 * ROWS_NP * ROWS_SP * 2;                 // float [64]
+    bars = bias + 64 * 4;                                   // full[STAGES], empty[STAGES]
+    total = bars + 16 * STAGES;
+  }
+};
+
+template <typename T, int STAGES>
+__global__ void __launch_bounds__(384, 1)
+    narrow_rows_wgmma(const T* __restrict__ x, const T* __restrict__ w,
+                      const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H, int W,
+                      int K, int G, int R, int S, int P, int Q, int sh, int sw, int dh, int dw,
+                      int pt, int pl, int TP, int TQ, i64 xn, i64 xc, i64 xh, i64 xw) {
+  // narrow_dense's arguments; G, sw (2), dw (1), TP, TQ, xc (1) and xw (C) go unread
+  constexpr int PRODUCER_REGS = 96, CONSUMER_REGS = ((168 * 3 - PRODUCER_REGS) / 2) & ~7;
+  const int pairs = (S + 1) / 2, row_steps = pairs / 2, span = (R - 1) * dh + 1;
+  const RowsLayout lay(R, S, W, pl, sh, dh, STAGES);
+  const int tiles = N * P;
+  const int t0 = (int)((i64)blockIdx.x * tiles / gridDim.x);
+  const int t1 = (int)((i64)(blockIdx.x + 1) * tiles / gridDim.x);
+
+  extern __shared__ unsigned char dynamic_smem[];
+  const unsigned base = (smem_addr(dynamic_smem) + 1023) & ~1023u;
+  unsigned char* smem = dynamic_smem + (base - smem_addr(dynamic_smem));
+  T* out = reinterpret_cast<T*>(smem + lay.out);
+  float* bias_s = reinterpret_cast<float*>(smem + lay.bias);
+  const unsigned full = base + lay.bars, empty = full + 8 * STAGES;
+  const int tid = threadIdx.x;
+
+  // The ring and the zero slot start as zeros: the producer writes x's columns only.
+  for (int i = tid * 16; i < lay.out - lay.ring; i += 384 * 16)
+    st_shared16(base + lay.ring + i, make_uint4(0, 0, 0, 0));
+  // The filters as A: [atom][filter][64 of the reduction], 128-byte rows, swizzled; element e
+  // of filter n is tap (r, s), channel c: e = (r*pairs*2 + s)*4 + c.
+  const T zero = from_acc<T>(0.f);
+  for (int i = tid; i < lay.atoms * 64 * 64; i += 384) {
+    const int n = i / (lay.atoms * 64), e = i - n * lay.atoms * 64;
+    const int r = e / (pairs * 8), j = e - r * pairs * 8, s = j / 4, c = j % 4;
+    const T v = n < K && r < R && s < S && c < C ? w[(((i64)n * R + r) * S + s) * C + c] : zero;
+    *reinterpret_cast<T*>(smem + lay.a + (e / 64) * 64 * 128 + chunk_offset<true>(n, (e % 64) / 8) +
+                          (e % 8) * 2) = v;
+  }
+  for (int i = tid; i < 64; i += 384) bias_s[i] = bias && i < K ? to_acc(bias[i], float()) : 0.f;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 128);                 // the producer's threads
+      mbar_init(empty + 8 * s, 4);                  // the reading consumer's four warps
+    }
+  }
+  fence_async_shared();                             // A and the zeros, for the wgmmas
+  __syncthreads();
+  const int odd_copy = S % 2 ? lay.copy : 0;
+
+  if (tid < 128) {  // ------------------------------------------------------------ producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    int prev_n = -1, prev_hi = 0;                   // rows [.., prev_hi) of image prev_n stored
+    for (int t = t0, i = 0; t < t1; ++t, ++i) {
+      const int s = i % STAGES;
+      if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
+      const int n = t / P, top = (t - n * P) * sh - pt;
+      const int lo = max(top, 0), hi = min(top + span, H);
+      const int from = n == prev_n ? max(lo, prev_hi) : lo;
+      prev_hi = n == prev_n ? max(prev_hi, hi) : hi;
+      prev_n = n;
+      // rows [from, hi): column c of row h from x, 8 columns at a time per thread (their
+      // loads first: a new image's first tile copies R rows, 13 columns a thread on cv3)
+      const int count = max(hi - from, 0) * W;
+      for (int i0 = tid; i0 < count; i0 += 8 * 128) {
+        uint2 v[8];
+        int at[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const int item = i0 + u * 128;
+          unsigned short e[4] = {0, 0, 0, 0};
+          at[u] = -1;
+          if (item < count) {
+            const int h = from + item / W, c = item - (item / W) * W;
+            const T* src = x + (i64)n * xn + (i64)h * xh + (i64)c * C;
+#pragma unroll
+            for (int ch = 0; ch < 4; ++ch)
+              if (ch < C) e[ch] = src[ch].bits;
+            at[u] = (int)((unsigned)(n * H + h) % lay.nr) * lay.slot + (pl + c) * 8;
+            v[u] = make_uint2(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16);
+            if (S % 2 && (pl + c) % 2) at[u] |= 1 << 30;          // an odd column: zero in copy 2
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          if (at[u] < 0) continue;
+          const unsigned to = base + lay.ring + (at[u] & ~(1 << 30));
+          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(to), "r"(v[u].x), "r"(v[u].y)
+                       : "memory");
+          if (S % 2) {
+            const bool odd = at[u] & (1 << 30);
+            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(to + odd_copy),
+                         "r"(odd ? 0u : v[u].x), "r"(odd ? 0u : v[u].y) : "memory");
+          }
+        }
+      }
+      fence_async_shared();                         // this thread's rows, for the wgmmas
+      mbar_arrive(full + 8 * s);
+    }
+    return;
+  }
+  // ------------------------------------------------------------------------------ consumers
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  const int consumer = tid / 128 - 1, ctid = tid % 128, warp = ctid / 32, lane = tid % 32;
+  const int g = lane / 4;
+  const u64 desc_a = descriptor<true>(base + lay.a);   // + (byte offset) / 16 a k-step
+  // B: pixels 16 bytes apart, 8-pixel groups 128 (SBO), a k16 step's two chunks 16 bytes
+  // apart, or the second from the row's copy with odd columns zero (LBO)
+  const u64 b_fields = (u64)(128 >> 4) << 32, lbo_near = (u64)1 << 16,
+            lbo_odd = (u64)((lay.copy + 16) >> 4) << 16;
+  const float b0 = bias_s[16 * warp + g], b1 = bias_s[16 * warp + g + 8];
+  const bool vector_y = reinterpret_cast<u64>(y) % 16 == 0 && K % 8 == 0;
+  T* st = out + consumer * ROWS_NP * ROWS_SP;
+  const unsigned st_addr = smem_addr(st);
+  int i = consumer;
+  for (int t = t0 + consumer; t < t1; t += 2, i += 2) {
+    const int s = i % STAGES;
+    mbar_wait(full + 8 * s, (i / STAGES) & 1);
+    const int n = t / P, p = t - n * P, top = p * sh - pt;
+    float acc[56];
+#pragma unroll
+    for (int j = 0; j < 14; ++j) {
+      acc[4 * j] = acc[4 * j + 1] = b0;
+      acc[4 * j + 2] = acc[4 * j + 3] = b1;
+    }
+    pin(acc);
+    wgmma_fence();                                  // the accumulators are written
+    for (int r = 0; r < R; ++r) {
+      const int h = top + r * dh;
+      const unsigned row = h >= 0 && h < H
+          ? base + lay.ring + (unsigned)(n * H + h) % lay.nr * lay.slot
+          : base + lay.zero;
+      for (int kk = 0; kk < row_steps; ++kk) {
+        const int step = r * row_steps + kk;
+        const bool last = S % 2 && kk == row_steps - 1;
+        const u64 desc_b = (u64)(((row + 32 * kk) & 0x3FFFF) >> 4) | b_fields |
+                           (last ? lbo_odd : lbo_near);
+        wgmma_n112<T>(acc, desc_a + (u64)((step / 4) * 64 * 8 + (step % 4) * 2), desc_b);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin(acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * s);       // this warp's wgmmas have read the stage
+
+    // acc[4j + q]: filter 16*warp + g (+8 for q >= 2), pixel 8j + 2*(lane % 4) (+1 for odd q);
+    // stmatrix .trans stores pixel-major rows of 8 filters: matrix m of an x4 is (filters
+    // + 8*(m % 2), pixels 8*(j + m / 2)), lane l giving the row of pixel 8*(j + m/2) + l % 8.
+    const int m = lane / 8;
+#pragma unroll
+    for (int j = 0; j < 14; j += 2) {
+      const unsigned to = st_addr + (((8 * (j + m / 2) + lane % 8) * ROWS_SP + 16 * warp +
+                                      8 * (m % 2)) * 2);
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::
+                   "r"(to), "r"(pack2<T>(acc[4 * j], acc[4 * j + 1])),
+                   "r"(pack2<T>(acc[4 * j + 2], acc[4 * j + 3])),
+                   "r"(pack2<T>(acc[4 * j + 4], acc[4 * j + 5])),
+                   "r"(pack2<T>(acc[4 * j + 6], acc[4 * j + 7])) : "memory");
+    }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
+    const int pixels = min(Q, ROWS_NP);
+    T* y_row = y + ((i64)n * P + p) * Q * K;
+    if (vector_y) {
+      const int kv = K / 8;
+      for (int v = ctid; v < pixels * kv; v += 128) {
+        const int px = v / kv, part = v - px * kv;
+        *reinterpret_cast<uint4*>(y_row + (i64)px * K + part * 8) =
+            ld_shared16(st_addr + (px * ROWS_SP + part * 8) * 2);
+      }
+    } else {
+      for (int v = ctid; v < pixels * K; v += 128) {
+        const int px = v / K, k = v - px * K;
+        y_row[(i64)px * K + k] = st[px * ROWS_SP + k];
+      }
+    }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");   // st is written again
+  }
+}

@@ -1556,6 +1556,8 @@ def narrow_plan(prob: Problem, options: Options, x_strides, x_aligned: bool,
     cp, stem = narrow_form(prob)
     vx = narrow_vector(prob, x_strides, x_aligned)
     dense = narrow_dense(prob, x_strides, x_aligned)
+    if dense and narrow_rows_takes(prob, options, arch) and narrow_rows_pays(prob):
+        return narrow_rows_plan(prob, options, x_strides)
     if dense and narrow_wgmma_takes(prob, options, arch) and narrow_wgmma_pays(prob):
         return narrow_wgmma_plan(prob, options, x_strides, arch)
     tile = narrow_tile(prob, cp, stem, vx, narrow_limit(arch), dense)
@@ -1619,6 +1621,61 @@ def narrow_wgmma_plan(prob: Problem, options: Options, x_strides, arch: int | No
 
 def narrow_wgmma_kernel_name(dtype: str, K: int) -> str:
     return f"narrow_dense_wgmma<{CUDA_TYPES[dtype][0]}, {K}, {NARROW_WGMMA_STAGES}>"
+
+
+# Dense stems of stride 2 on Hopper without A fragments (narrow_wgmma.cu's narrow_rows_wgmma):
+# x's rows kept in a ring as columns of 4 channels, each output row's pixels read from them by
+# one overlapping wgmma descriptor (16 bytes a pixel: two columns of four channels), the
+# filters as A (64 rows), a tile's 112 pixels as B. Its forms: sw == 2, dw == 1, C <= 4, S
+# whose two-column chunks come in pairs (3, 4, 7, 8), K <= 64, Q <= 112.
+NARROW_ROWS_STAGES = 4
+NARROW_ROWS_PIXELS = 112
+NARROW_ROWS_TAPS = (3, 4, 7, 8)
+
+
+def narrow_rows_smem(prob: Problem) -> int:
+    """narrow_rows_wgmma's shared memory in bytes (its RowsLayout, plus 1 KB to align it)."""
+    pairs, span = -(-prob.S // 2), (prob.R - 1) * prob.dh + 1
+    cols = max(prob.pl + prob.W, 2 * (NARROW_ROWS_PIXELS - 1) + 2 * pairs)
+    copy = -(-cols // 2) * 2 * 8
+    slot = copy * (2 if prob.S % 2 else 1)
+    nr = 2 * span + (NARROW_ROWS_STAGES - 1) * prob.sh
+    atoms = -(-prob.R * pairs * 8 // 64)
+    return (1024 + atoms * 64 * 128 + (nr + 1) * slot + 2 * NARROW_ROWS_PIXELS * 72 * 2 +
+            64 * 4 + 16 * NARROW_ROWS_STAGES)
+
+
+def narrow_rows_takes(prob: Problem, options: Options, arch: int | None) -> bool:
+    """Whether narrow_rows_wgmma can run a dense stem (narrow_dense's): on compute capability
+    9.0 with Options(hopper=True, stem_rows=True), its forms above, at least as many output
+    rows as stages (the stages in flight then span two images at most), N*H and N*P within
+    int (the ring's row numbers, the tiles) and its shared memory within the device's."""
+    return (options.hopper and options.stem_rows and arch == HOPPER and prob.G == 1 and
+            prob.sw == 2 and prob.dw == 1 and prob.C <= 4 and prob.S in NARROW_ROWS_TAPS and
+            prob.K <= 64 and prob.Q <= NARROW_ROWS_PIXELS and prob.P >= NARROW_ROWS_STAGES and
+            prob.N * max(prob.H, prob.P) < 2 ** 31 and
+            narrow_rows_smem(prob) <= smem_limits(arch)[0])
+
+
+def narrow_rows_pays(prob: Problem) -> bool:
+    """Whether a stem narrow_rows_wgmma takes runs on it: K = 64 (cv3, ResNet's stem)."""
+    return prob.K == 64
+
+
+def narrow_rows_plan(prob: Problem, options: Options, x_strides) -> Plan:
+    """narrow_rows_wgmma's plan: at most one block an SM of 384 threads, each over a
+    contiguous run of the N*P output rows; narrow_dense's arguments (TP = 1, TQ = Q)."""
+    tiles = max(prob.N, 1) * prob.P
+    args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.G, prob.R, prob.S, prob.P,
+                       prob.Q, prob.sh, prob.sw, prob.dh, prob.dw, prob.pt, prob.pl, 1, prob.Q),
+                      tuple(x_strides), (NARROW_WGMMA_THREADS, 1, 1), narrow_rows_smem(prob),
+                      tiles, 1, 1)
+    return Plan("narrow", None, options, "narrow_wgmma",
+                narrow_rows_kernel_name(prob.dtype.name), max(prob.N, 1), args, b"", 0)
+
+
+def narrow_rows_kernel_name(dtype: str) -> str:
+    return f"narrow_rows_wgmma<{CUDA_TYPES[dtype][0]}, {NARROW_ROWS_STAGES}>"
 
 
 # float32 stems on CUDA cores (narrow_ffma.cu): one group of at most NARROW_FFMA_CHANNELS
@@ -3068,6 +3125,7 @@ def specializations() -> list[tuple[str, str]]:
                        for mt in mts)
         out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
                    for K in NARROW_WGMMA_FILTERS)
+        out.add(("narrow_wgmma", narrow_rows_kernel_name(dtype)))
     out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, tn, nchw, resident, stage,
                                                        packed))
                for C in range(1, NARROW_FFMA_CHANNELS + 1)
