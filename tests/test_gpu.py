@@ -999,7 +999,7 @@ NARROW_ROWS_CASES = [  # stems of stride 2 narrow_rows_wgmma takes (x, w NCHW-le
     ((3, 3, 23, 21), (32, 3, 3, 3), dict(stride=2, padding=1)),          # MobileNet's
     ((2, 4, 15, 224), (40, 4, 4, 4), dict(stride=2, padding=((2, 1), (3, 0)))),  # Q = 112
     ((5, 1, 18, 17), (64, 1, 8, 8), dict(stride=(3, 2), padding=((1, 2), (2, 3)))),  # C = 1
-    ((2, 2, 16, 20), (20, 2, 3, 7), dict(stride=2, dilation=(2, 1), padding=(1, 0))),  # K = 20
+    ((2, 2, 16, 20), (24, 2, 3, 7), dict(stride=2, dilation=(2, 1), padding=(1, 0))),  # dh = 2
 ]
 
 
@@ -1010,7 +1010,7 @@ def test_narrow_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w
     and with one sized for a device of one SM (a block's run of output rows then crosses
     images); an infinity in x next to a window's last column (odd S: the column its last
     chunk reads from the zeroed copy) reaches only the outputs whose windows hold it; x's
-    rows in reverse."""
+    rows in reverse into an out one element off 16 bytes (element stores)."""
     import weakref
     from im2win import cuda
     from im2win.cuda import launch
@@ -1034,16 +1034,18 @@ def test_narrow_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w
         cuda._calls.clear()
         run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm="narrow", options=on)
         run(x, w, None, "NHWC", kwargs, dtype=dtype, algorithm="narrow", options=on)
-    flipped = xs[:, ::-1]
+    flipped = xs[:, ::-1]                           # and y one element off 16 bytes
     ref = reference.conv2d(cupy.asnumpy(flipped).astype(np.float64),
                            cupy.asnumpy(ws).astype(np.float64), layout="NHWC", **kwargs)
-    y = im2win.conv2d(flipped, ws, layout="NHWC", algorithm="narrow", options=on, **kwargs)
-    assert_close(cupy.asnumpy(y), ref, dtype, prob.reduction)
-    # an infinity at column S of image 0's row 0 (x's), no padding on the left: pixel q reads
-    # columns 2q .. 2q + S (its last chunk's), so pixel 0 reads it only through the zeroed copy
+    out = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, dtype)[1:].reshape(prob.y_shape)
+    im2win.conv2d(flipped, ws, layout="NHWC", algorithm="narrow", options=on, out=out, **kwargs)
+    assert_close(cupy.asnumpy(out), ref, dtype, prob.reduction)
+    # an infinity at column S of image 0's first row that output row 0 reads, no padding on
+    # the left: pixel q reads columns 2q .. 2q + S (its last chunk's), so pixel 0 reads it
+    # only through the zeroed copy
     if prob.pl == 0 and prob.S % 2 and prob.S < prob.W:
         xi = xs.copy()
-        xi[0, 0, prob.S, 0] = np.inf
+        xi[0, -(-prob.pt // prob.dh) * prob.dh - prob.pt, prob.S, 0] = np.inf
         y = cupy.asnumpy(im2win.conv2d(xi, ws, layout="NHWC", algorithm="narrow", options=on,
                                        **kwargs))
         ref = reference.conv2d(cupy.asnumpy(xi).astype(np.float64),

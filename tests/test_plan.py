@@ -333,14 +333,15 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
         assert plan_for(taken).kernel.startswith("narrow_dense<half_t, ")
     # on Hopper, dense stems of 64 filters at stride 2 run narrow_rows_wgmma (cv3's: a block of
     # 384 threads an SM over a contiguous run of the 128 * 111 output rows; a ring of 7 * 2 +
-    # 3 * 2 rows of 230 columns, two copies each (S odd), and a slot of zeros; 4 atoms of the
-    # filters' 7 rows of 32)
+    # 3 * 2 rows of 230 columns, two copies each (S odd), and a slot of zeros; x's raw rows
+    # copied ahead; 4 atoms of the filters' 7 rows of 32)
     cv3 = problem((128, 227, 227, 3), (64, 7, 7, 3), np.float16, layout="NHWC", stride=2)
     rows = plan_for(cv3, arch=90, options=Options(stem_rows=True))
     assert (rows.file, rows.kernel) == ("narrow_wgmma", "narrow_rows_wgmma<half_t, 4>")
     assert rows.geometry.ints[-2:] == (1, 111) and rows.geometry.tiles == 128 * 111
     assert rows.geometry.block == (384, 1, 1) and rows.geometry.grid(cv3, 132) == (132, 1, 1)
-    assert rows.smem == 1024 + 4 * 64 * 128 + 21 * 2 * 230 * 8 + 2 * 112 * 144 + 256 + 64
+    assert rows.smem == (1024 + 4 * 64 * 128 + 21 * 2 * 230 * 8 + 22 * 1376 + 2 * 112 * 144 +
+                         256 + 64)                # raw rows: 227 * 3 * 2 + 4 to 16, 7 * 2 + 4 * 2
     on = Options(stem_rows=True)
     for other in (dict(stride=1), dict(stride=2, dilation=(1, 2))):   # sw != 2, dw != 1
         assert not plan_for(problem((8, 64, 64, 3), (64, 7, 7, 3), np.float16, layout="NHWC",

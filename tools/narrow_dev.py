@@ -13,7 +13,8 @@ with narrow_wgmma.cu (dense stems on Hopper) out of narrow.cu's forms (narrow_de
 "wgmma" algorithm="narrow" with it forced where it runs (narrow_dense_wgmma), "wgmmaS" the
 same with S stages; "rows" algorithm="narrow" with narrow_rows_wgmma forced where it runs
 (Options(stem_rows=True): stems of stride 2; the other variants leave it out, "auto" as the
-planner does). Each variant's first and last images are checked.
+planner does), "rowsN" the same with narrow_rows_wgmma's PROBE N (parts left out: wrong
+results, for timing only), "rowssS" (or "rowsNsS") with S stages. Each variant's first and last images are checked.
 Times are back-to-back calls between CUDA events (the GPU's figure); TFLOPS count
 2*N*K*P*Q*(C/G)*R*S. The twelve benchmark layers (cv1..cv12) run at their own batch, 128.
 """
@@ -21,6 +22,7 @@ Times are back-to-back calls between CUDA events (the GPU's figure); TFLOPS coun
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import numpy as np
@@ -60,7 +62,8 @@ def main(argv=None) -> int:
             cuda_plan.NARROW_AUTO_DENSE_REDUCTION)
     blocks, dense = cuda_plan.narrow_blocks, cuda_plan.narrow_dense
     wgmma_pays, stages = cuda_plan.narrow_wgmma_pays, cuda_plan.NARROW_WGMMA_STAGES
-    rows_pays = cuda_plan.narrow_rows_pays
+    rows_pays, rows_name = cuda_plan.narrow_rows_pays, cuda_plan.narrow_rows_kernel_name
+    rows_stages = cuda_plan.NARROW_ROWS_STAGES
     lines, wrong, layout = [], 0, "NHWC"
     for name in args.layers.split(","):
         conv = convs[name]
@@ -86,9 +89,8 @@ def main(argv=None) -> int:
             else:
                 (cuda_plan.NARROW_AUTO_STEM_REDUCTION, cuda_plan.NARROW_AUTO_GROUPS,
                  cuda_plan.NARROW_AUTO_DENSE_REDUCTION) = auto
-                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded", "mma",
-                                                                 "rows") or
-                                           variant.startswith("wgmma") else
+                cuda_plan.narrow_blocks = (blocks if variant in ("narrow", "padded", "mma") or
+                                           variant.startswith(("wgmma", "rows")) else
                                            forced_blocks(blocks, int(variant[2:])))
                 cuda_plan.narrow_dense = ((lambda *a: False) if variant == "padded" else dense)
                 algorithm = "narrow"
@@ -98,15 +100,21 @@ def main(argv=None) -> int:
             cuda_plan.NARROW_WGMMA_STAGES = int(variant[5:]) if forced and variant[5:] else \
                 stages
             cuda_plan.narrow_rows_pays = (rows_pays if variant == "auto" else
-                                          (lambda prob, v=variant: v == "rows"))
-            if variant == "rows":
+                                          (lambda prob, v=variant: v.startswith("rows")))
+            if variant.startswith("rows"):
                 algorithm = "narrow"
             if variant == "mma":
                 algorithm = "auto"
             im2win.cuda._calls.clear()         # remembered calls hold the last variant's plan
             turn = iter(range(1 << 30))
 
-            options = Options(stem_rows=True) if variant == "rows" else None
+            options = Options(stem_rows=True) if variant.startswith("rows") else None
+            form = re.fullmatch(r"rows(\d*)(?:s(\d+))?", variant)
+            probe = form.group(1) if form else ""
+            cuda_plan.NARROW_ROWS_STAGES = int(form.group(2)) if form and form.group(2) else \
+                rows_stages
+            cuda_plan.narrow_rows_kernel_name = (
+                (lambda dtype, p=probe: rows_name(dtype)[:-1] + f", {p}>") if probe else rows_name)
 
             def call():
                 return im2win.conv2d(inputs[next(turn) % len(inputs)], w, layout=layout,

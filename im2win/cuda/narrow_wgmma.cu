@@ -403,9 +403,12 @@ __device__ __forceinline__ void wgmma_n112(float (&d)[56], u64 desc_a, u64 desc_
 }
 
 // Shared memory (bytes from the 1024-aligned base); plan.narrow_rows_smem says the same.
+constexpr int ROWS_AHEAD = 2;     // tiles whose raw rows the producer copies ahead
+
 struct RowsLayout {
-  int atoms, copy, slot, nr, a, ring, zero, out, bias, bars, total;
-  __host__ __device__ RowsLayout(int R, int S, int W, int pl, int sh, int dh, int STAGES) {
+  int atoms, copy, slot, nr, raw_row, raw_nr, a, ring, zero, raw, out, bias, bars, total;
+  __host__ __device__ RowsLayout(int R, int S, int C, int W, int pl, int sh, int dh,
+                                 int STAGES) {
     const int pairs = (S + 1) / 2, span = (R - 1) * dh + 1;
     atoms = (R * pairs * 8 + 63) / 64;
     int cols = pl + W > 2 * (ROWS_NP - 1) + 2 * pairs ? pl + W : 2 * (ROWS_NP - 1) + 2 * pairs;
@@ -413,17 +416,23 @@ struct RowsLayout {
     copy = cols * 8;                                        // one copy of a row, 16-byte multiple
     slot = copy * (S % 2 ? 2 : 1);                          // the copy with odd columns zero
     nr = 2 * span + (STAGES - 1) * sh;
+    raw_row = (W * C * 2 + 4 + 15) / 16 * 16;               // x's row from its 4-byte word on
+    raw_nr = 2 * span + (ROWS_AHEAD + 2) * sh;
     a = 0;                                                  // [atoms][64][64], swizzled
     ring = a + atoms * 64 * 128;                            // [nr] slots
     zero = ring + nr * slot;                                // a slot of zeros (padding rows)
-    out = zero + slot;                                      // [2][ROWS_NP][ROWS_SP]
+    raw = zero + slot;                                      // [raw_nr][raw_row]
+    out = raw + raw_nr * raw_row;                           // [2][ROWS_NP][ROWS_SP]
     bias = out + 2 * ROWS_NP * ROWS_SP * 2;                 // float [64]
     bars = bias + 64 * 4;                                   // full[STAGES], empty[STAGES]
     total = bars + 16 * STAGES;
   }
 };
 
-template <typename T, int STAGES>
+// PROBE (tools/narrow_dev.py's rowsN variants, wrong results): 1 the producer copies nothing
+// from x (converts whatever its raw slots hold), 2 the consumers run no wgmma, 4 they store no
+// y.
+template <typename T, int STAGES, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
     narrow_rows_wgmma(const T* __restrict__ x, const T* __restrict__ w,
                       const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H, int W,
@@ -432,7 +441,7 @@ __global__ void __launch_bounds__(384, 1)
   // narrow_dense's arguments; G, sw (2), dw (1), TP, TQ, xc (1) and xw (C) go unread
   constexpr int PRODUCER_REGS = 96, CONSUMER_REGS = ((168 * 3 - PRODUCER_REGS) / 2) & ~7;
   const int pairs = (S + 1) / 2, row_steps = pairs / 2, span = (R - 1) * dh + 1;
-  const RowsLayout lay(R, S, W, pl, sh, dh, STAGES);
+  const RowsLayout lay(R, S, C, W, pl, sh, dh, STAGES);
   const int tiles = N * P;
   const int t0 = (int)((i64)blockIdx.x * tiles / gridDim.x);
   const int t1 = (int)((i64)(blockIdx.x + 1) * tiles / gridDim.x);
@@ -446,17 +455,23 @@ __global__ void __launch_bounds__(384, 1)
   const int tid = threadIdx.x;
 
   // The ring and the zero slot start as zeros: the producer writes x's columns only.
-  for (int i = tid * 16; i < lay.out - lay.ring; i += 384 * 16)
+  for (int i = tid * 16; i < lay.raw - lay.ring; i += 384 * 16)
     st_shared16(base + lay.ring + i, make_uint4(0, 0, 0, 0));
   // The filters as A: [atom][filter][64 of the reduction], 128-byte rows, swizzled; element e
   // of filter n is tap (r, s), channel c: e = (r*pairs*2 + s)*4 + c.
-  const T zero = from_acc<T>(0.f);
-  for (int i = tid; i < lay.atoms * 64 * 64; i += 384) {
-    const int n = i / (lay.atoms * 64), e = i - n * lay.atoms * 64;
-    const int r = e / (pairs * 8), j = e - r * pairs * 8, s = j / 4, c = j % 4;
-    const T v = n < K && r < R && s < S && c < C ? w[(((i64)n * R + r) * S + s) * C + c] : zero;
-    *reinterpret_cast<T*>(smem + lay.a + (e / 64) * 64 * 128 + chunk_offset<true>(n, (e % 64) / 8) +
-                          (e % 8) * 2) = v;
+  // A 16-byte chunk a thread at a time (two taps of four channels, one row r: pairs*8 is a
+  // multiple of 8), its 8 loads together.
+#pragma unroll 2
+  for (int i = tid; i < lay.atoms * 64 * 8; i += 384) {
+    const int n = i / (lay.atoms * 8), e = (i - n * lay.atoms * 8) * 8;
+    const int r = e / (pairs * 8), s0 = (e - r * pairs * 8) / 4;
+    unsigned short v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int s = s0 + u / 4, c = u % 4;
+      v[u] = n < K && r < R && s < S && c < C ? w[(((i64)n * R + r) * S + s) * C + c].bits : 0;
+    }
+    st_shared16(base + lay.a + (e / 64) * 64 * 128 + chunk_offset<true>(n, (e % 64) / 8), pack8(v));
   }
   for (int i = tid; i < 64; i += 384) bias_s[i] = bias && i < K ? to_acc(bias[i], float()) : 0.f;
   if (tid == 0) {
@@ -471,53 +486,83 @@ __global__ void __launch_bounds__(384, 1)
 
   if (tid < 128) {  // ------------------------------------------------------------ producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-    int prev_n = -1, prev_hi = 0;                   // rows [.., prev_hi) of image prev_n stored
-    for (int t = t0, i = 0; t < t1; ++t, ++i) {
-      const int s = i % STAGES;
-      if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
-      const int n = t / P, top = (t - n * P) * sh - pt;
-      const int lo = max(top, 0), hi = min(top + span, H);
-      const int from = n == prev_n ? max(lo, prev_hi) : lo;
-      prev_hi = n == prev_n ? max(prev_hi, hi) : hi;
-      prev_n = n;
-      // rows [from, hi): column c of row h from x, 8 columns at a time per thread (their
-      // loads first: a new image's first tile copies R rows, 13 columns a thread on cv3)
-      const int count = max(hi - from, 0) * W;
-      for (int i0 = tid; i0 < count; i0 += 8 * 128) {
-        uint2 v[8];
-        int at[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const int item = i0 + u * 128;
-          unsigned short e[4] = {0, 0, 0, 0};
-          at[u] = -1;
-          if (item < count) {
-            const int h = from + item / W, c = item - (item / W) * W;
-            const T* src = x + (i64)n * xn + (i64)h * xh + (i64)c * C;
-#pragma unroll
-            for (int ch = 0; ch < 4; ++ch)
-              if (ch < C) e[ch] = src[ch].bits;
-            at[u] = (int)((unsigned)(n * H + h) % lay.nr) * lay.slot + (pl + c) * 8;
-            v[u] = make_uint2(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16);
-            if (S % 2 && (pl + c) % 2) at[u] |= 1 << 30;          // an odd column: zero in copy 2
+    const u64 x_elem = reinterpret_cast<u64>(x) / 2;
+    // x's extent in elements from x (its strides may be negative): [x_lo, x_hi)
+    const i64 x_lo = (i64)(N - 1) * min(xn, (i64)0) + (i64)(H - 1) * min(xh, (i64)0);
+    const i64 x_hi = (i64)(N - 1) * max(xn, (i64)0) + (i64)(H - 1) * max(xh, (i64)0) +
+                     (i64)W * C;
+    // The rows tile t adds to the ring: [from, hi) of image n (all its rows where it is the
+    // block's first or its image's first, else those below the tile before's).
+    auto new_rows = [&](int t, int& n, int& from, int& hi) {
+      n = t / P;
+      const int p = t - n * P, top = p * sh - pt, lo = max(top, 0);
+      hi = min(top + span, H);
+      from = t == t0 || p == 0 ? lo : max(lo, min(top - sh + span, H));
+    };
+    // Tile t's new rows copied raw into their raw slots, x's 4-byte words by cp.async (a
+    // row from the word holding its first element: `shift` elements before it), a word
+    // reaching outside x element by element; one commit group a tile, even an empty one.
+    auto issue = [&](int t) {
+      if (t < t1 && !(PROBE & 1)) {
+        int n, from, hi;
+        new_rows(t, n, from, hi);
+        for (int h = from; h < hi; ++h) {
+          const i64 e0 = (i64)n * xn + (i64)h * xh;
+          const int shift = (int)((x_elem + (u64)e0) & 1), words = (shift + W * C + 1) / 2;
+          const unsigned to = base + lay.raw + (unsigned)(n * H + h) % lay.raw_nr * lay.raw_row;
+          for (int k = tid; k < words; k += 128) {
+            const i64 e = e0 - shift + 2 * k;
+            if (e >= x_lo && e + 2 <= x_hi) {
+              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to + 4 * k),
+                           "l"(x + e));
+            } else {
+              const unsigned short e_0 = e >= x_lo && e < x_hi ? x[e].bits : 0;
+              const unsigned short e_1 = e + 1 >= x_lo && e + 1 < x_hi ? x[e + 1].bits : 0;
+              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(to + 4 * k),
+                           "r"(e_0 | (unsigned)e_1 << 16) : "memory");
+            }
           }
         }
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    for (int t = t0; t < t0 + ROWS_AHEAD; ++t) issue(t);
+    for (int t = t0, i = 0; t < t1; ++t, ++i) {
+      issue(t + ROWS_AHEAD);
+      cp_async_wait_n<ROWS_AHEAD>();                // this thread's copies of tile t landed
+      producer_sync();                              // ... and every producer thread's
+      const int s = i % STAGES;
+      if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
+      // tile t's new rows from their raw slots into the ring: column c as 4 channels (8
+      // bytes, zeros past C), in the second copy zeros at odd columns
+      int n, from, hi;
+      new_rows(t, n, from, hi);
+      for (int h = from; h < hi; ++h) {
+        const i64 e0 = (i64)n * xn + (i64)h * xh;
+        const int shift = (int)((x_elem + (u64)e0) & 1);
+        const unsigned raw = base + lay.raw + (unsigned)(n * H + h) % lay.raw_nr * lay.raw_row +
+                             2 * shift;
+        const unsigned to = base + lay.ring + (unsigned)(n * H + h) % lay.nr * lay.slot + 8 * pl;
+        for (int c = tid; c < W; c += 128) {
+          unsigned short e[4] = {0, 0, 0, 0};
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          if (at[u] < 0) continue;
-          const unsigned to = base + lay.ring + (at[u] & ~(1 << 30));
-          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(to), "r"(v[u].x), "r"(v[u].y)
+          for (int ch = 0; ch < 4; ++ch)
+            if (ch < C)
+              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(e[ch]) : "r"(raw + 2 * (c * C + ch)));
+          const unsigned v0 = e[0] | (unsigned)e[1] << 16, v1 = e[2] | (unsigned)e[3] << 16;
+          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(to + 8 * c), "r"(v0), "r"(v1)
                        : "memory");
           if (S % 2) {
-            const bool odd = at[u] & (1 << 30);
-            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(to + odd_copy),
-                         "r"(odd ? 0u : v[u].x), "r"(odd ? 0u : v[u].y) : "memory");
+            const bool odd = (pl + c) % 2;
+            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(to + odd_copy + 8 * c),
+                         "r"(odd ? 0u : v0), "r"(odd ? 0u : v1) : "memory");
           }
         }
       }
       fence_async_shared();                         // this thread's rows, for the wgmmas
       mbar_arrive(full + 8 * s);
     }
+    cp_async_wait_n<0>();
     return;
   }
   // ------------------------------------------------------------------------------ consumers
@@ -538,6 +583,9 @@ __global__ void __launch_bounds__(384, 1)
     const int s = i % STAGES;
     mbar_wait(full + 8 * s, (i / STAGES) & 1);
     const int n = t / P, p = t - n * P, top = p * sh - pt;
+    // window row r (x's row top + r*dh) lies in slot (n*H + top + r*dh) mod nr; top >= -pt
+    // and span <= nr, so one modulo a tile and a subtraction a row
+    int slot = (int)((unsigned)(n * H + top + lay.nr) % lay.nr);
     float acc[56];
 #pragma unroll
     for (int j = 0; j < 14; ++j) {
@@ -548,15 +596,16 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_fence();                                  // the accumulators are written
     for (int r = 0; r < R; ++r) {
       const int h = top + r * dh;
-      const unsigned row = h >= 0 && h < H
-          ? base + lay.ring + (unsigned)(n * H + h) % lay.nr * lay.slot
-          : base + lay.zero;
+      const unsigned row = h >= 0 && h < H ? base + lay.ring + slot * lay.slot : base + lay.zero;
+      slot += dh;
+      if (slot >= lay.nr) slot -= lay.nr;
       for (int kk = 0; kk < row_steps; ++kk) {
         const int step = r * row_steps + kk;
         const bool last = S % 2 && kk == row_steps - 1;
         const u64 desc_b = (u64)(((row + 32 * kk) & 0x3FFFF) >> 4) | b_fields |
                            (last ? lbo_odd : lbo_near);
-        wgmma_n112<T>(acc, desc_a + (u64)((step / 4) * 64 * 8 + (step % 4) * 2), desc_b);
+        if (!(PROBE & 2))
+          wgmma_n112<T>(acc, desc_a + (u64)((step / 4) * 64 * 8 + (step % 4) * 2), desc_b);
       }
     }
     wgmma_commit();
@@ -580,14 +629,14 @@ __global__ void __launch_bounds__(384, 1)
                    "r"(pack2<T>(acc[4 * j + 6], acc[4 * j + 7])) : "memory");
     }
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
-    const int pixels = min(Q, ROWS_NP);
+    const int pixels = PROBE & 4 ? 0 : min(Q, ROWS_NP);
     T* y_row = y + ((i64)n * P + p) * Q * K;
-    if (vector_y) {
-      const int kv = K / 8;
-      for (int v = ctid; v < pixels * kv; v += 128) {
-        const int px = v / kv, part = v - px * kv;
-        *reinterpret_cast<uint4*>(y_row + (i64)px * K + part * 8) =
-            ld_shared16(st_addr + (px * ROWS_SP + part * 8) * 2);
+    if (vector_y) {                                 // 8 lanes a pixel, K/8 of them storing
+      for (int v = ctid; v < pixels * 8; v += 128) {
+        const int px = v / 8, part = v % 8;
+        if (part < K / 8)
+          *reinterpret_cast<uint4*>(y_row + (i64)px * K + part * 8) =
+              ld_shared16(st_addr + (px * ROWS_SP + part * 8) * 2);
       }
     } else {
       for (int v = ctid; v < pixels * K; v += 128) {
