@@ -376,9 +376,10 @@ __global__ void __launch_bounds__(384, 1)
 // wgmma m64n112k16 per k16 step, R * ceil(S/2)/2 steps a tile.
 //
 // A tile is one output row (n, p); a block takes a contiguous run of them, so consecutive
-// tiles share all but sh of their x rows and the producer warpgroup copies only the new rows
-// (through registers: 2-byte loads, 8-byte stores of 4 channels), then publishes the tile
-// on full[s] (fence.proxy.async first: the wgmmas read through the async proxy). The two
+// tiles share all but sh of their x rows and the producer warpgroup copies only the new rows:
+// raw, ROWS_AHEAD tiles ahead, by 4-byte cp.async, then once landed converted to columns of 4
+// channels (2-byte shared loads, 8-byte stores), and publishes the tile on full[s]
+// (fence.proxy.async first: the wgmmas read through the async proxy). The two
 // consumer warpgroups take the block's tiles in turn, free the stage after their wgmmas
 // retire, and write y through shared memory (stmatrix .trans: the accumulators are
 // filter-major) in 16-byte stores of whole pixels. A slot is reused only once every tile
@@ -402,9 +403,9 @@ __device__ __forceinline__ void wgmma_n112(float (&d)[56], u64 desc_a, u64 desc_
 #undef ROWS_MMA
 }
 
-// Shared memory (bytes from the 1024-aligned base); plan.narrow_rows_smem says the same.
 constexpr int ROWS_AHEAD = 2;     // tiles whose raw rows the producer copies ahead
 
+// Shared memory (bytes from the 1024-aligned base); plan.narrow_rows_smem says the same.
 struct RowsLayout {
   int atoms, copy, slot, nr, raw_row, raw_nr, a, ring, zero, raw, out, bias, bars, total;
   __host__ __device__ RowsLayout(int R, int S, int C, int W, int pl, int sh, int dh,

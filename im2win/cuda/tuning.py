@@ -188,15 +188,16 @@ class Options:
             that is not resident, blocks run in clusters of two that take neighbouring tiles,
             each copying half of every filter slice into both (TMA multicast), so that the L2
             serves each slice once a cluster (off: each block copies every slice itself, the
-            default until multicast is faster: correct on an H100, 40% slower in its first
-            form, docs/hopper.md step 33; wgmma kernel).
+            default until a rule for where it pays has run on the benchmark: on an H100 cv4
+            +6% and cv10 -7%, docs/hopper.md step 34; wgmma kernel).
         stem_rows: a dense stem of stride 2 (C <= 4, S of 3, 4, 7 or 8, K <= 64, Q <= 112,
             16-bit, NHWC, Hopper) runs on narrow_rows_wgmma: x's rows kept in a ring of
             shared memory as columns of four channels, each read by the consecutive output
             rows over it, and every output row's windows read by one overlapping wgmma
             descriptor (no A fragments loaded; plan.narrow_rows_takes) (off:
             narrow_dense_wgmma, whose tiles copy all R rows and load each pair of elements;
-            the default until it has run on a GPU: docs/hopper.md step 34).
+            the default: it ties narrow_dense_wgmma on cv3, beats it on ResNet's padded stem
+            and loses on 3 x 3 stems of 32 filters, docs/hopper.md step 34).
         window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
