@@ -14,7 +14,8 @@ with narrow_wgmma.cu (dense stems on Hopper) out of narrow.cu's forms (narrow_de
 same with S stages; "rows" algorithm="narrow" with narrow_rows_wgmma forced where it runs
 (Options(stem_rows=True): stems of stride 2; the other variants leave it out, "auto" as the
 planner does), "rowsN" the same with narrow_rows_wgmma's PROBE N (parts left out: wrong
-results, for timing only), "rowssS" (or "rowsNsS") with S stages. Each variant's first and last images are checked.
+results, for timing only), "rowssS" (or "rowsNsS") with S stages. Each variant's first and
+last images are checked.
 Times are back-to-back calls between CUDA events (the GPU's figure); TFLOPS count
 2*N*K*P*Q*(C/G)*R*S. The twelve benchmark layers (cv1..cv12) run at their own batch, 128.
 """
