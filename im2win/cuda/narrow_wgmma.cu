@@ -403,7 +403,7 @@ __device__ __forceinline__ void wgmma_n112(float (&d)[56], u64 desc_a, u64 desc_
 #undef ROWS_MMA
 }
 
-constexpr int ROWS_AHEAD = 2;     // tiles whose raw rows the producer copies ahead
+constexpr int ROWS_AHEAD = 4;     // tiles whose raw rows the producer copies ahead
 
 // Shared memory (bytes from the 1024-aligned base); plan.narrow_rows_smem says the same.
 struct RowsLayout {
@@ -417,7 +417,7 @@ struct RowsLayout {
     copy = cols * 8;                                        // one copy of a row, 16-byte multiple
     slot = copy * (S % 2 ? 2 : 1);                          // the copy with odd columns zero
     nr = 2 * span + (STAGES - 1) * sh;
-    raw_row = (W * C * 2 + 4 + 15) / 16 * 16;               // x's row from its 4-byte word on
+    raw_row = (W * C * 2 + 14 + 15) / 16 * 16;              // x's row from its 16-byte chunk
     raw_nr = 2 * span + (ROWS_AHEAD + 2) * sh;
     a = 0;                                                  // [atoms][64][64], swizzled
     ring = a + atoms * 64 * 128;                            // [nr] slots
@@ -432,7 +432,9 @@ struct RowsLayout {
 
 // PROBE (tools/narrow_dev.py's rowsN variants, wrong results): 1 the producer copies nothing
 // from x (converts whatever its raw slots hold), 2 the consumers run no wgmma, 4 they store no
-// y.
+// y, 8 the producer converts nothing, 16 the consumers skip their epilogue, 64 the producer
+// waits for no copy nor its other threads, 128 it fences nothing; 32 (right results) a
+// producer warp arrives once on a full barrier, after __syncwarp.
 template <typename T, int STAGES, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
     narrow_rows_wgmma(const T* __restrict__ x, const T* __restrict__ w,
@@ -477,7 +479,7 @@ __global__ void __launch_bounds__(384, 1)
   for (int i = tid; i < 64; i += 384) bias_s[i] = bias && i < K ? to_acc(bias[i], float()) : 0.f;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + 8 * s, 128);                 // the producer's threads
+      mbar_init(full + 8 * s, PROBE & 32 ? 4 : 128);  // the producer's threads (warps)
       mbar_init(empty + 8 * s, 4);                  // the reading consumer's four warps
     }
   }
@@ -488,6 +490,7 @@ __global__ void __launch_bounds__(384, 1)
   if (tid < 128) {  // ------------------------------------------------------------ producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
     const u64 x_elem = reinterpret_cast<u64>(x) / 2;
+    const int shift_step = (int)((u64)xh & 7);      // a row's step in x's alignment
     // x's extent in elements from x (its strides may be negative): [x_lo, x_hi)
     const i64 x_lo = (i64)(N - 1) * min(xn, (i64)0) + (i64)(H - 1) * min(xh, (i64)0);
     const i64 x_hi = (i64)(N - 1) * max(xn, (i64)0) + (i64)(H - 1) * max(xh, (i64)0) +
@@ -500,8 +503,8 @@ __global__ void __launch_bounds__(384, 1)
       hi = min(top + span, H);
       from = t == t0 || p == 0 ? lo : max(lo, min(top - sh + span, H));
     };
-    // Tile t's new rows copied raw into their raw slots, x's 4-byte words by cp.async (a
-    // row from the word holding its first element: `shift` elements before it), a word
+    // Tile t's new rows copied raw into their raw slots, x's 16-byte chunks by cp.async (a
+    // row from the chunk holding its first element: `shift` elements before it), a chunk
     // reaching outside x element by element; one commit group a tile, even an empty one.
     auto issue = [&](int t) {
       if (t < t1 && !(PROBE & 1)) {
@@ -509,18 +512,24 @@ __global__ void __launch_bounds__(384, 1)
         new_rows(t, n, from, hi);
         for (int h = from; h < hi; ++h) {
           const i64 e0 = (i64)n * xn + (i64)h * xh;
-          const int shift = (int)((x_elem + (u64)e0) & 1), words = (shift + W * C + 1) / 2;
+          const int shift = (int)((x_elem + (u64)e0) & 7), chunks = (shift + W * C + 7) / 8;
           const unsigned to = base + lay.raw + (unsigned)(n * H + h) % lay.raw_nr * lay.raw_row;
-          for (int k = tid; k < words; k += 128) {
-            const i64 e = e0 - shift + 2 * k;
-            if (e >= x_lo && e + 2 <= x_hi) {
-              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to + 4 * k),
-                           "l"(x + e));
+          // chunks [k_lo, k_hi) lie within x (all but, at most, a row's first and last)
+          const i64 e_first = e0 - shift;
+          const int k_lo = e_first >= x_lo ? 0 : 1;
+          const int k_hi = x_hi - e_first >= 8 * (i64)chunks ? chunks : chunks - 1;
+          for (int k = tid; k < chunks; k += 128) {
+            if (k >= k_lo && k < k_hi) {
+              asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to + 16 * k),
+                           "l"(x + e_first + 8 * k));
             } else {
-              const unsigned short e_0 = e >= x_lo && e < x_hi ? x[e].bits : 0;
-              const unsigned short e_1 = e + 1 >= x_lo && e + 1 < x_hi ? x[e + 1].bits : 0;
-              asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(to + 4 * k),
-                           "r"(e_0 | (unsigned)e_1 << 16) : "memory");
+              unsigned short v[8];
+#pragma unroll
+              for (int u = 0; u < 8; ++u) {
+                const i64 e = e_first + 8 * k + u;
+                v[u] = e >= x_lo && e < x_hi ? x[e].bits : 0;
+              }
+              st_shared16(to + 16 * k, pack8(v));
             }
           }
         }
@@ -530,38 +539,56 @@ __global__ void __launch_bounds__(384, 1)
     for (int t = t0; t < t0 + ROWS_AHEAD; ++t) issue(t);
     for (int t = t0, i = 0; t < t1; ++t, ++i) {
       issue(t + ROWS_AHEAD);
-      cp_async_wait_n<ROWS_AHEAD>();                // this thread's copies of tile t landed
-      producer_sync();                              // ... and every producer thread's
+      if (!(PROBE & 64)) {
+        cp_async_wait_n<ROWS_AHEAD>();              // this thread's copies of tile t landed
+        producer_sync();                            // ... and every producer thread's
+      }
       const int s = i % STAGES;
       if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
       // tile t's new rows from their raw slots into the ring: column c as 4 channels (8
-      // bytes, zeros past C), in the second copy zeros at odd columns
+      // bytes, zeros past C), in the second copy zeros at odd columns. The (row, column)
+      // pairs in turn, thread tid taking pairs tid, tid + 128, ...: a row's slots and x's
+      // alignment follow the thread from row to row, with no division a pair.
       int n, from, hi;
       new_rows(t, n, from, hi);
-      for (int h = from; h < hi; ++h) {
+      if (PROBE & 8) hi = from;
+      int h = from, c = tid;
+      while (c >= W) c -= W, ++h;
+      if (h < hi) {
         const i64 e0 = (i64)n * xn + (i64)h * xh;
-        const int shift = (int)((x_elem + (u64)e0) & 1);
-        const unsigned raw = base + lay.raw + (unsigned)(n * H + h) % lay.raw_nr * lay.raw_row +
-                             2 * shift;
-        const unsigned to = base + lay.ring + (unsigned)(n * H + h) % lay.nr * lay.slot + 8 * pl;
-        for (int c = tid; c < W; c += 128) {
+        int shift = (int)((x_elem + (u64)e0) & 7);
+        int raw_slot = (int)((unsigned)(n * H + h) % lay.raw_nr);
+        int slot = (int)((unsigned)(n * H + h) % lay.nr);
+        for (;;) {
+          const unsigned short* from_raw = reinterpret_cast<const unsigned short*>(
+              smem + lay.raw + raw_slot * lay.raw_row) + shift + c * C;
           unsigned short e[4] = {0, 0, 0, 0};
 #pragma unroll
           for (int ch = 0; ch < 4; ++ch)
-            if (ch < C)
-              asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(e[ch]) : "r"(raw + 2 * (c * C + ch)));
-          const unsigned v0 = e[0] | (unsigned)e[1] << 16, v1 = e[2] | (unsigned)e[3] << 16;
-          asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(to + 8 * c), "r"(v0), "r"(v1)
-                       : "memory");
-          if (S % 2) {
-            const bool odd = (pl + c) % 2;
-            asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(to + odd_copy + 8 * c),
-                         "r"(odd ? 0u : v0), "r"(odd ? 0u : v1) : "memory");
-          }
+            if (ch < C) e[ch] = from_raw[ch];
+          const uint2 v = make_uint2(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16);
+          unsigned char* to = smem + lay.ring + slot * lay.slot + 8 * (pl + c);
+          *reinterpret_cast<uint2*>(to) = v;
+          if (S % 2)
+            *reinterpret_cast<uint2*>(to + odd_copy) = (pl + c) % 2 ? make_uint2(0, 0) : v;
+          c += 128;
+          if (c < W) continue;
+          do {
+            c -= W, ++h;
+            shift = (shift + shift_step) & 7;
+            raw_slot = raw_slot + 1 == lay.raw_nr ? 0 : raw_slot + 1;
+            slot = slot + 1 == lay.nr ? 0 : slot + 1;
+          } while (c >= W);
+          if (h >= hi) break;
         }
       }
-      fence_async_shared();                         // this thread's rows, for the wgmmas
-      mbar_arrive(full + 8 * s);
+      if (!(PROBE & 128)) fence_async_shared();     // this thread's rows, for the wgmmas
+      if (PROBE & 32) {
+        __syncwarp();
+        if (tid % 32 == 0) mbar_arrive(full + 8 * s);
+      } else {
+        mbar_arrive(full + 8 * s);
+      }
     }
     cp_async_wait_n<0>();
     return;
@@ -618,6 +645,7 @@ __global__ void __launch_bounds__(384, 1)
     // acc[4j + q]: filter 16*warp + g (+8 for q >= 2), pixel 8j + 2*(lane % 4) (+1 for odd q);
     // stmatrix .trans stores pixel-major rows of 8 filters: matrix m of an x4 is (filters
     // + 8*(m % 2), pixels 8*(j + m / 2)), lane l giving the row of pixel 8*(j + m/2) + l % 8.
+    if (PROBE & 16) continue;
     const int m = lane / 8;
 #pragma unroll
     for (int j = 0; j < 14; j += 2) {

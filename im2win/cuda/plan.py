@@ -1629,7 +1629,7 @@ def narrow_wgmma_kernel_name(dtype: str, K: int) -> str:
 # filters as A (64 rows), a tile's 112 pixels as B. Its forms: sw == 2, dw == 1, C <= 4, S
 # whose two-column chunks come in pairs (3, 4, 7, 8), K <= 64, Q <= 112.
 NARROW_ROWS_STAGES = 4
-NARROW_ROWS_AHEAD = 2              # tiles whose raw rows the producer copies ahead (ROWS_AHEAD)
+NARROW_ROWS_AHEAD = 4              # tiles whose raw rows the producer copies ahead (ROWS_AHEAD)
 NARROW_ROWS_PIXELS = 112
 NARROW_ROWS_TAPS = (3, 4, 7, 8)
 
@@ -1641,7 +1641,8 @@ def narrow_rows_smem(prob: Problem) -> int:
     copy = -(-cols // 2) * 2 * 8
     slot = copy * (2 if prob.S % 2 else 1)
     nr = 2 * span + (NARROW_ROWS_STAGES - 1) * prob.sh
-    raw = -(-(prob.W * prob.C * 2 + 4) // 16) * 16 * (2 * span + (NARROW_ROWS_AHEAD + 2) * prob.sh)
+    raw_row = -(-(prob.W * prob.C * 2 + 14) // 16) * 16   # x's row from its 16-byte chunk
+    raw = raw_row * (2 * span + (NARROW_ROWS_AHEAD + 2) * prob.sh)
     atoms = -(-prob.R * pairs * 8 // 64)
     return (1024 + atoms * 64 * 128 + (nr + 1) * slot + raw + 2 * NARROW_ROWS_PIXELS * 72 * 2 +
             64 * 4 + 16 * NARROW_ROWS_STAGES)
