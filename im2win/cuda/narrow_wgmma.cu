@@ -495,50 +495,79 @@ __global__ void __launch_bounds__(384, 1)
     const i64 x_lo = (i64)(N - 1) * min(xn, (i64)0) + (i64)(H - 1) * min(xh, (i64)0);
     const i64 x_hi = (i64)(N - 1) * max(xn, (i64)0) + (i64)(H - 1) * max(xh, (i64)0) +
                      (i64)W * C;
-    // The rows tile t adds to the ring: [from, hi) of image n (all its rows where it is the
-    // block's first or its image's first, else those below the tile before's).
-    auto new_rows = [&](int t, int& n, int& from, int& hi) {
-      n = t / P;
-      const int p = t - n * P, top = p * sh - pt, lo = max(top, 0);
-      hi = min(top + span, H);
-      from = t == t0 || p == 0 ? lo : max(lo, min(top - sh + span, H));
+    // The block's tiles in order: tile (n, p)'s new rows [from, hi) of image n (all its rows
+    // where it is the block's first or its image's first, else those below the tile
+    // before's), and the raw ring's and the ring's slots of x's row g = n*H + from, carried
+    // from tile to tile (rows only go down; a division and two modulos a block).
+    struct Cursor {
+      int n, p, from, hi, g, raw_slot, slot;
     };
-    // Tile t's new rows copied raw into their raw slots, x's 16-byte chunks by cp.async (a
+    auto rows_of = [&](Cursor& u, bool first) {
+      const int top = u.p * sh - pt, lo = max(top, 0);
+      u.hi = min(top + span, H);
+      u.from = first || u.p == 0 ? lo : max(lo, min(top - sh + span, H));
+      u.g = u.n * H + u.from;
+    };
+    auto next = [&](Cursor& u) {
+      const int g = u.g;
+      if (++u.p == P) u.p = 0, ++u.n;
+      rows_of(u, false);
+      u.raw_slot += u.g - g;
+      while (u.raw_slot >= lay.raw_nr) u.raw_slot -= lay.raw_nr;
+      u.slot += u.g - g;
+      while (u.slot >= lay.nr) u.slot -= lay.nr;
+    };
+    auto wrap = [](int slot, int nr) { return slot + 1 == nr ? 0 : slot + 1; };
+    Cursor at_issue, at_convert;
+    at_issue.n = t0 / P, at_issue.p = t0 - at_issue.n * P;
+    rows_of(at_issue, true);
+    at_issue.raw_slot = (int)((unsigned)at_issue.g % lay.raw_nr);
+    at_issue.slot = (int)((unsigned)at_issue.g % lay.nr);
+    at_convert = at_issue;
+    // A tile's new rows copied raw into their raw slots, x's 16-byte chunks by cp.async (a
     // row from the chunk holding its first element: `shift` elements before it), a chunk
     // reaching outside x element by element; one commit group a tile, even an empty one.
-    auto issue = [&](int t) {
-      if (t < t1 && !(PROBE & 1)) {
-        int n, from, hi;
-        new_rows(t, n, from, hi);
-        for (int h = from; h < hi; ++h) {
-          const i64 e0 = (i64)n * xn + (i64)h * xh;
-          const int shift = (int)((x_elem + (u64)e0) & 7), chunks = (shift + W * C + 7) / 8;
-          const unsigned to = base + lay.raw + (unsigned)(n * H + h) % lay.raw_nr * lay.raw_row;
-          // chunks [k_lo, k_hi) lie within x (all but, at most, a row's first and last)
-          const i64 e_first = e0 - shift;
-          const int k_lo = e_first >= x_lo ? 0 : 1;
-          const int k_hi = x_hi - e_first >= 8 * (i64)chunks ? chunks : chunks - 1;
-          for (int k = tid; k < chunks; k += 128) {
-            if (k >= k_lo && k < k_hi) {
-              asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to + 16 * k),
-                           "l"(x + e_first + 8 * k));
+    // The (row, chunk) pairs in turn, thread tid taking pairs tid, tid + 128, ..., at most
+    // `row_chunks` a row.
+    const int row_chunks = (7 + W * C + 7) / 8;
+    auto issue = [&](const Cursor& u, bool any) {
+      int h = u.from, k = tid, raw_slot = u.raw_slot;
+      while (k >= row_chunks) k -= row_chunks, ++h, raw_slot = wrap(raw_slot, lay.raw_nr);
+      if (any && !(PROBE & 1) && h < u.hi) {
+        i64 e0 = (i64)u.n * xn + (i64)h * xh;
+        for (;;) {
+          const int shift = (int)((x_elem + (u64)e0) & 7);
+          if (k < (shift + W * C + 7) / 8) {
+            const i64 e = e0 - shift + 8 * k;
+            const unsigned to = base + lay.raw + raw_slot * lay.raw_row + 16 * k;
+            if (e >= x_lo && e + 8 <= x_hi) {
+              asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(x + e));
             } else {
               unsigned short v[8];
 #pragma unroll
-              for (int u = 0; u < 8; ++u) {
-                const i64 e = e_first + 8 * k + u;
-                v[u] = e >= x_lo && e < x_hi ? x[e].bits : 0;
-              }
-              st_shared16(to + 16 * k, pack8(v));
+              for (int j = 0; j < 8; ++j)
+                v[j] = e + j >= x_lo && e + j < x_hi ? x[e + j].bits : 0;
+              st_shared16(to, pack8(v));
             }
           }
+          k += 128;
+          if (k < row_chunks) continue;
+          do {
+            k -= row_chunks, ++h, e0 += xh;
+            raw_slot = wrap(raw_slot, lay.raw_nr);
+          } while (k >= row_chunks);
+          if (h >= u.hi) break;
         }
       }
       asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
-    for (int t = t0; t < t0 + ROWS_AHEAD; ++t) issue(t);
+    for (int t = t0; t < t0 + ROWS_AHEAD; ++t) {
+      issue(at_issue, t < t1);
+      if (t + 1 < t1) next(at_issue);
+    }
     for (int t = t0, i = 0; t < t1; ++t, ++i) {
-      issue(t + ROWS_AHEAD);
+      issue(at_issue, t + ROWS_AHEAD < t1);
+      if (t + ROWS_AHEAD + 1 < t1) next(at_issue);
       if (!(PROBE & 64)) {
         cp_async_wait_n<ROWS_AHEAD>();              // this thread's copies of tile t landed
         producer_sync();                            // ... and every producer thread's
@@ -546,42 +575,41 @@ __global__ void __launch_bounds__(384, 1)
       const int s = i % STAGES;
       if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
       // tile t's new rows from their raw slots into the ring: column c as 4 channels (8
-      // bytes, zeros past C), in the second copy zeros at odd columns. The (row, column)
-      // pairs in turn, thread tid taking pairs tid, tid + 128, ...: a row's slots and x's
-      // alignment follow the thread from row to row, with no division a pair.
-      int n, from, hi;
-      new_rows(t, n, from, hi);
-      if (PROBE & 8) hi = from;
-      int h = from, c = tid;
-      while (c >= W) c -= W, ++h;
-      if (h < hi) {
-        const i64 e0 = (i64)n * xn + (i64)h * xh;
-        int shift = (int)((x_elem + (u64)e0) & 7);
-        int raw_slot = (int)((unsigned)(n * H + h) % lay.raw_nr);
-        int slot = (int)((unsigned)(n * H + h) % lay.nr);
+      // bytes, zeros past C), in the second copy zeros at odd columns; the (row, column)
+      // pairs in turn, as the copies' (row, chunk) pairs
+      const Cursor& u = at_convert;
+      int h = u.from, c = tid, raw_slot = u.raw_slot, slot = u.slot;
+      while (c >= W) c -= W, ++h, raw_slot = wrap(raw_slot, lay.raw_nr), slot = wrap(slot, lay.nr);
+      if (!(PROBE & 8) && h < u.hi) {
+        int shift = (int)((x_elem + (u64)((i64)u.n * xn + (i64)h * xh)) & 7);
+        // the row's first element in its raw slot, its column 0 in its ring slot
+        const unsigned short* raw_row = reinterpret_cast<const unsigned short*>(
+            smem + lay.raw + raw_slot * lay.raw_row) + shift;
+        unsigned char* ring_row = smem + lay.ring + slot * lay.slot + 8 * pl;
         for (;;) {
-          const unsigned short* from_raw = reinterpret_cast<const unsigned short*>(
-              smem + lay.raw + raw_slot * lay.raw_row) + shift + c * C;
+          const unsigned short* from_raw = raw_row + c * C;
           unsigned short e[4] = {0, 0, 0, 0};
 #pragma unroll
           for (int ch = 0; ch < 4; ++ch)
             if (ch < C) e[ch] = from_raw[ch];
           const uint2 v = make_uint2(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16);
-          unsigned char* to = smem + lay.ring + slot * lay.slot + 8 * (pl + c);
+          unsigned char* to = ring_row + 8 * c;
           *reinterpret_cast<uint2*>(to) = v;
           if (S % 2)
             *reinterpret_cast<uint2*>(to + odd_copy) = (pl + c) % 2 ? make_uint2(0, 0) : v;
           c += 128;
           if (c < W) continue;
           do {
-            c -= W, ++h;
-            shift = (shift + shift_step) & 7;
-            raw_slot = raw_slot + 1 == lay.raw_nr ? 0 : raw_slot + 1;
-            slot = slot + 1 == lay.nr ? 0 : slot + 1;
+            c -= W, ++h, shift = (shift + shift_step) & 7;
+            raw_slot = wrap(raw_slot, lay.raw_nr), slot = wrap(slot, lay.nr);
           } while (c >= W);
-          if (h >= hi) break;
+          if (h >= u.hi) break;
+          raw_row = reinterpret_cast<const unsigned short*>(
+              smem + lay.raw + raw_slot * lay.raw_row) + shift;
+          ring_row = smem + lay.ring + slot * lay.slot + 8 * pl;
         }
       }
+      if (t + 1 < t1) next(at_convert);
       if (!(PROBE & 128)) fence_async_shared();     // this thread's rows, for the wgmmas
       if (PROBE & 32) {
         __syncwarp();
@@ -599,9 +627,10 @@ __global__ void __launch_bounds__(384, 1)
   const int g = lane / 4;
   const u64 desc_a = descriptor<true>(base + lay.a);   // + (byte offset) / 16 a k-step
   // B: pixels 16 bytes apart, 8-pixel groups 128 (SBO), a k16 step's two chunks 16 bytes
-  // apart, or the second from the row's copy with odd columns zero (LBO)
-  const u64 b_fields = (u64)(128 >> 4) << 32, lbo_near = (u64)1 << 16,
-            lbo_odd = (u64)((lay.copy + 16) >> 4) << 16;
+  // apart, or, in a window row's last step where S is odd, the second from the row's copy
+  // with odd columns zero (LBO)
+  const u64 b_near = (u64)(128 >> 4) << 32 | (u64)1 << 16;
+  const u64 b_last = S % 2 ? (u64)(128 >> 4) << 32 | (u64)((lay.copy + 16) >> 4) << 16 : b_near;
   const float b0 = bias_s[16 * warp + g], b1 = bias_s[16 * warp + g + 8];
   const bool vector_y = reinterpret_cast<u64>(y) % 16 == 0 && K % 8 == 0;
   T* st = out + consumer * ROWS_NP * ROWS_SP;
@@ -622,18 +651,25 @@ __global__ void __launch_bounds__(384, 1)
     }
     pin(acc);
     wgmma_fence();                                  // the accumulators are written
+    // A's k16 steps: 32 bytes apart in an atom of four, atoms 64 * 128 bytes apart
+    u64 da = desc_a;
+    int in_atom = 0;
+    auto mma = [&](u64 db) {
+      if (!(PROBE & 2)) wgmma_n112<T>(acc, da, db);
+      if (++in_atom == 4) in_atom = 0, da += 64 * 8 - 3 * 2;
+      else da += 2;
+    };
     for (int r = 0; r < R; ++r) {
       const int h = top + r * dh;
       const unsigned row = h >= 0 && h < H ? base + lay.ring + slot * lay.slot : base + lay.zero;
       slot += dh;
       if (slot >= lay.nr) slot -= lay.nr;
-      for (int kk = 0; kk < row_steps; ++kk) {
-        const int step = r * row_steps + kk;
-        const bool last = S % 2 && kk == row_steps - 1;
-        const u64 desc_b = (u64)(((row + 32 * kk) & 0x3FFFF) >> 4) | b_fields |
-                           (last ? lbo_odd : lbo_near);
-        if (!(PROBE & 2))
-          wgmma_n112<T>(acc, desc_a + (u64)((step / 4) * 64 * 8 + (step % 4) * 2), desc_b);
+      const u64 db = (u64)((row & 0x3FFFF) >> 4);   // a window row's one or two k16 steps
+      if (row_steps == 2) {
+        mma(db | b_near);
+        mma((db + 2) | b_last);
+      } else {
+        mma(db | b_last);
       }
     }
     wgmma_commit();
@@ -661,12 +697,11 @@ __global__ void __launch_bounds__(384, 1)
     const int pixels = PROBE & 4 ? 0 : min(Q, ROWS_NP);
     T* y_row = y + ((i64)n * P + p) * Q * K;
     if (vector_y) {                                 // 8 lanes a pixel, K/8 of them storing
-      for (int v = ctid; v < pixels * 8; v += 128) {
-        const int px = v / 8, part = v % 8;
-        if (part < K / 8)
+      const int part = ctid % 8;
+      if (part < K / 8)
+        for (int px = ctid / 8; px < pixels; px += 16)
           *reinterpret_cast<uint4*>(y_row + (i64)px * K + part * 8) =
               ld_shared16(st_addr + (px * ROWS_SP + part * 8) * 2);
-      }
     } else {
       for (int v = ctid; v < pixels * K; v += 128) {
         const int px = v / K, k = v - px * K;
