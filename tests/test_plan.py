@@ -337,7 +337,7 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     # copied ahead; 4 atoms of the filters' 7 rows of 32)
     cv3 = problem((128, 227, 227, 3), (64, 7, 7, 3), np.float16, layout="NHWC", stride=2)
     rows = plan_for(cv3, arch=90, options=Options(stem_rows=True))
-    assert (rows.file, rows.kernel) == ("narrow_wgmma", "narrow_rows_wgmma<half_t, 4>")
+    assert (rows.file, rows.kernel) == ("narrow_wgmma", "narrow_rows_wgmma<half_t, 3, 4>")
     assert rows.geometry.ints[-2:] == (1, 111) and rows.geometry.tiles == 128 * 111
     assert rows.geometry.block == (384, 1, 1) and rows.geometry.grid(cv3, 132) == (132, 1, 1)
     assert rows.smem == (1024 + 4 * 64 * 128 + 21 * 2 * 230 * 8 + 26 * 1376 + 2 * 112 * 144 +

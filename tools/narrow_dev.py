@@ -115,7 +115,8 @@ def main(argv=None) -> int:
             cuda_plan.NARROW_ROWS_STAGES = int(form.group(2)) if form and form.group(2) else \
                 rows_stages
             cuda_plan.narrow_rows_kernel_name = (
-                (lambda dtype, p=probe: rows_name(dtype)[:-1] + f", {p}>") if probe else rows_name)
+                (lambda dtype, C, p=probe: rows_name(dtype, C)[:-1] + f", {p}>") if probe else
+                rows_name)
 
             def call():
                 return im2win.conv2d(inputs[next(turn) % len(inputs)], w, layout=layout,

@@ -377,8 +377,9 @@ __global__ void __launch_bounds__(384, 1)
 //
 // A tile is one output row (n, p); a block takes a contiguous run of them, so consecutive
 // tiles share all but sh of their x rows and the producer warpgroup copies only the new rows:
-// raw, ROWS_AHEAD tiles ahead, by 4-byte cp.async, then once landed converted to columns of 4
-// channels (2-byte shared loads, 8-byte stores), and publishes the tile on full[s]
+// raw, ROWS_AHEAD tiles ahead, by 16-byte cp.async, then once landed converted to columns of
+// 4 channels (2-byte shared loads, 8-byte stores; C a template parameter), and publishes the
+// tile on full[s]
 // (fence.proxy.async first: the wgmmas read through the async proxy). The two
 // consumer warpgroups take the block's tiles in turn, free the stage after their wgmmas
 // retire, and write y through shared memory (stmatrix .trans: the accumulators are
@@ -435,13 +436,13 @@ struct RowsLayout {
 // y, 8 the producer converts nothing, 16 the consumers skip their epilogue, 64 the producer
 // waits for no copy nor its other threads, 128 it fences nothing; 32 (right results) a
 // producer warp arrives once on a full barrier, after __syncwarp.
-template <typename T, int STAGES, int PROBE = 0>
+template <typename T, int C, int STAGES, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
     narrow_rows_wgmma(const T* __restrict__ x, const T* __restrict__ w,
-                      const T* __restrict__ bias, T* __restrict__ y, int N, int C, int H, int W,
+                      const T* __restrict__ bias, T* __restrict__ y, int N, int C_, int H, int W,
                       int K, int G, int R, int S, int P, int Q, int sh, int sw, int dh, int dw,
                       int pt, int pl, int TP, int TQ, i64 xn, i64 xc, i64 xh, i64 xw) {
-  // narrow_dense's arguments; G, sw (2), dw (1), TP, TQ, xc (1) and xw (C) go unread
+  // narrow_dense's arguments; C_ (C), G, sw (2), dw (1), TP, TQ, xc (1) and xw (C) go unread
   constexpr int PRODUCER_REGS = 96, CONSUMER_REGS = ((168 * 3 - PRODUCER_REGS) / 2) & ~7;
   const int pairs = (S + 1) / 2, row_steps = pairs / 2, span = (R - 1) * dh + 1;
   const RowsLayout lay(R, S, C, W, pl, sh, dh, STAGES);
@@ -590,8 +591,7 @@ __global__ void __launch_bounds__(384, 1)
           const unsigned short* from_raw = raw_row + c * C;
           unsigned short e[4] = {0, 0, 0, 0};
 #pragma unroll
-          for (int ch = 0; ch < 4; ++ch)
-            if (ch < C) e[ch] = from_raw[ch];
+          for (int ch = 0; ch < C; ++ch) e[ch] = from_raw[ch];
           const uint2 v = make_uint2(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16);
           unsigned char* to = ring_row + 8 * c;
           *reinterpret_cast<uint2*>(to) = v;

@@ -1674,11 +1674,11 @@ def narrow_rows_plan(prob: Problem, options: Options, x_strides) -> Plan:
                       tuple(x_strides), (NARROW_WGMMA_THREADS, 1, 1), narrow_rows_smem(prob),
                       tiles, 1, 1)
     return Plan("narrow", None, options, "narrow_wgmma",
-                narrow_rows_kernel_name(prob.dtype.name), max(prob.N, 1), args, b"", 0)
+                narrow_rows_kernel_name(prob.dtype.name, prob.C), max(prob.N, 1), args, b"", 0)
 
 
-def narrow_rows_kernel_name(dtype: str) -> str:
-    return f"narrow_rows_wgmma<{CUDA_TYPES[dtype][0]}, {NARROW_ROWS_STAGES}>"
+def narrow_rows_kernel_name(dtype: str, C: int) -> str:
+    return f"narrow_rows_wgmma<{CUDA_TYPES[dtype][0]}, {C}, {NARROW_ROWS_STAGES}>"
 
 
 # float32 stems on CUDA cores (narrow_ffma.cu): one group of at most NARROW_FFMA_CHANNELS
@@ -3128,7 +3128,7 @@ def specializations() -> list[tuple[str, str]]:
                        for mt in mts)
         out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
                    for K in NARROW_WGMMA_FILTERS)
-        out.add(("narrow_wgmma", narrow_rows_kernel_name(dtype)))
+        out.update(("narrow_wgmma", narrow_rows_kernel_name(dtype, C)) for C in range(1, 5))
     out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, tn, nchw, resident, stage,
                                                        packed))
                for C in range(1, NARROW_FFMA_CHANNELS + 1)
