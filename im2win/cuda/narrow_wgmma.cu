@@ -528,19 +528,17 @@ __global__ void __launch_bounds__(384, 1)
     // A tile's new rows copied raw into their raw slots, x's 16-byte chunks by cp.async (a
     // row from the chunk holding its first element: `shift` elements before it), a chunk
     // reaching outside x element by element; one commit group a tile, even an empty one.
-    // The (row, chunk) pairs in turn, thread tid taking pairs tid, tid + 128, ..., at most
-    // `row_chunks` a row.
-    const int row_chunks = (7 + W * C + 7) / 8;
+    // Thread tid copies chunk tid of each row (a row has at most 118: W <= 232, C <= 4;
+    // plan.narrow_rows_takes).
     auto issue = [&](const Cursor& u, bool any) {
-      int h = u.from, k = tid, raw_slot = u.raw_slot;
-      while (k >= row_chunks) k -= row_chunks, ++h, raw_slot = wrap(raw_slot, lay.raw_nr);
-      if (any && !(PROBE & 1) && h < u.hi) {
-        i64 e0 = (i64)u.n * xn + (i64)h * xh;
-        for (;;) {
+      if (any && !(PROBE & 1)) {
+        i64 e0 = (i64)u.n * xn + (i64)u.from * xh;
+        int raw_slot = u.raw_slot;
+        for (int h = u.from; h < u.hi; ++h) {
           const int shift = (int)((x_elem + (u64)e0) & 7);
-          if (k < (shift + W * C + 7) / 8) {
-            const i64 e = e0 - shift + 8 * k;
-            const unsigned to = base + lay.raw + raw_slot * lay.raw_row + 16 * k;
+          if (tid < (shift + W * C + 7) / 8) {
+            const i64 e = e0 - shift + 8 * tid;
+            const unsigned to = base + lay.raw + raw_slot * lay.raw_row + 16 * tid;
             if (e >= x_lo && e + 8 <= x_hi) {
               asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(x + e));
             } else {
@@ -551,16 +549,23 @@ __global__ void __launch_bounds__(384, 1)
               st_shared16(to, pack8(v));
             }
           }
-          k += 128;
-          if (k < row_chunks) continue;
-          do {
-            k -= row_chunks, ++h, e0 += xh;
-            raw_slot = wrap(raw_slot, lay.raw_nr);
-          } while (k >= row_chunks);
-          if (h >= u.hi) break;
+          e0 += xh;
+          raw_slot = wrap(raw_slot, lay.raw_nr);
         }
       }
       asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    // Column c of a row from its raw slot into its ring slot: 4 channels (8 bytes, zeros past
+    // C), in the second copy zeros at odd columns.
+    auto convert = [&](const unsigned short* raw_row, unsigned char* ring_row, int c) {
+      unsigned short e[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int ch = 0; ch < C; ++ch) e[ch] = raw_row[c * C + ch];
+      const uint2 v = make_uint2(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16);
+      *reinterpret_cast<uint2*>(ring_row + 8 * c) = v;
+      if (S % 2)
+        *reinterpret_cast<uint2*>(ring_row + odd_copy + 8 * c) =
+            (pl + c) % 2 ? make_uint2(0, 0) : v;
     };
     for (int t = t0; t < t0 + ROWS_AHEAD; ++t) {
       issue(at_issue, t < t1);
@@ -575,38 +580,21 @@ __global__ void __launch_bounds__(384, 1)
       }
       const int s = i % STAGES;
       if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
-      // tile t's new rows from their raw slots into the ring: column c as 4 channels (8
-      // bytes, zeros past C), in the second copy zeros at odd columns; the (row, column)
-      // pairs in turn, as the copies' (row, chunk) pairs
+      // tile t's new rows into the ring, thread tid converting columns tid and tid + 128
+      // (W <= 232)
       const Cursor& u = at_convert;
-      int h = u.from, c = tid, raw_slot = u.raw_slot, slot = u.slot;
-      while (c >= W) c -= W, ++h, raw_slot = wrap(raw_slot, lay.raw_nr), slot = wrap(slot, lay.nr);
-      if (!(PROBE & 8) && h < u.hi) {
-        int shift = (int)((x_elem + (u64)((i64)u.n * xn + (i64)h * xh)) & 7);
-        // the row's first element in its raw slot, its column 0 in its ring slot
-        const unsigned short* raw_row = reinterpret_cast<const unsigned short*>(
-            smem + lay.raw + raw_slot * lay.raw_row) + shift;
-        unsigned char* ring_row = smem + lay.ring + slot * lay.slot + 8 * pl;
-        for (;;) {
-          const unsigned short* from_raw = raw_row + c * C;
-          unsigned short e[4] = {0, 0, 0, 0};
-#pragma unroll
-          for (int ch = 0; ch < C; ++ch) e[ch] = from_raw[ch];
-          const uint2 v = make_uint2(e[0] | (unsigned)e[1] << 16, e[2] | (unsigned)e[3] << 16);
-          unsigned char* to = ring_row + 8 * c;
-          *reinterpret_cast<uint2*>(to) = v;
-          if (S % 2)
-            *reinterpret_cast<uint2*>(to + odd_copy) = (pl + c) % 2 ? make_uint2(0, 0) : v;
-          c += 128;
-          if (c < W) continue;
-          do {
-            c -= W, ++h, shift = (shift + shift_step) & 7;
-            raw_slot = wrap(raw_slot, lay.raw_nr), slot = wrap(slot, lay.nr);
-          } while (c >= W);
-          if (h >= u.hi) break;
-          raw_row = reinterpret_cast<const unsigned short*>(
+      if (!(PROBE & 8)) {
+        int raw_slot = u.raw_slot, slot = u.slot;
+        int shift = (int)((x_elem + (u64)((i64)u.n * xn + (i64)u.from * xh)) & 7);
+        for (int h = u.from; h < u.hi; ++h) {
+          const unsigned short* raw_row = reinterpret_cast<const unsigned short*>(
               smem + lay.raw + raw_slot * lay.raw_row) + shift;
-          ring_row = smem + lay.ring + slot * lay.slot + 8 * pl;
+          unsigned char* ring_row = smem + lay.ring + slot * lay.slot + 8 * pl;
+          if (tid < W) convert(raw_row, ring_row, tid);
+          if (tid + 128 < W) convert(raw_row, ring_row, tid + 128);
+          shift = (shift + shift_step) & 7;
+          raw_slot = wrap(raw_slot, lay.raw_nr);
+          slot = wrap(slot, lay.nr);
         }
       }
       if (t + 1 < t1) next(at_convert);
