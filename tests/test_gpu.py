@@ -1010,7 +1010,8 @@ def test_narrow_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w
     and with one sized for a device of one SM (a block's run of output rows then crosses
     images); an infinity in x next to a window's last column (odd S: the column its last
     chunk reads from the zeroed copy) reaches only the outputs whose windows hold it; x's
-    rows in reverse into an out one element off 16 bytes (element stores)."""
+    rows in reverse into an out one element off 16 bytes (element stores); x one element
+    off 16 bytes (its first and last rows' edge chunks)."""
     import weakref
     from im2win import cuda
     from im2win.cuda import launch
@@ -1040,6 +1041,13 @@ def test_narrow_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w
     out = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, dtype)[1:].reshape(prob.y_shape)
     im2win.conv2d(flipped, ws, layout="NHWC", algorithm="narrow", options=on, out=out, **kwargs)
     assert_close(cupy.asnumpy(out), ref, dtype, prob.reduction)
+    # x one element off 16 bytes: x's first row starts inside its first 16-byte chunk
+    shifted = cupy.empty(xs.size + 1, dtype)[1:].reshape(xs.shape)
+    shifted[...] = xs
+    ref = reference.conv2d(cupy.asnumpy(xs).astype(np.float64),
+                           cupy.asnumpy(ws).astype(np.float64), layout="NHWC", **kwargs)
+    y = im2win.conv2d(shifted, ws, layout="NHWC", algorithm="narrow", options=on, **kwargs)
+    assert_close(cupy.asnumpy(y), ref, dtype, prob.reduction)
     # an infinity at column S of image 0's first row that output row 0 reads, no padding on
     # the left: pixel q reads columns 2q .. 2q + S (its last chunk's), so pixel 0 reads it
     # only through the zeroed copy
@@ -1447,7 +1455,7 @@ def test_stems_over_their_window_columns_read_views_and_write_views(rng):
         cv3 = cupy.zeros((128, 227, 227, 3), cupy.float16), cupy.zeros((64, 7, 7, 3), cupy.float16)
         prob = make_problem(*cv3, layout="NHWC", stride=2)
         assert cuda._plan(prob, *cv3, "auto", None, None).kernel == \
-            "narrow_dense_wgmma<half_t, 64, 4>"
+            "narrow_rows_wgmma<half_t, 3, 4>"
 
 
 RUN_CASES = [  # x (N, C, H, W), w (K, C, R, S): float32 stems over their window's runs

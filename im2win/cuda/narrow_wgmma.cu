@@ -408,7 +408,7 @@ constexpr int ROWS_AHEAD = 4;     // tiles whose raw rows the producer copies ah
 
 // Shared memory (bytes from the 1024-aligned base); plan.narrow_rows_smem says the same.
 struct RowsLayout {
-  int atoms, copy, slot, nr, raw_row, raw_nr, a, ring, zero, raw, out, bias, bars, total;
+  int atoms, copy, slot, nr, raw_row, raw_nr, a, ring, zero, raw, out, bias, tiles, bars, total;
   __host__ __device__ RowsLayout(int R, int S, int C, int W, int pl, int sh, int dh,
                                  int STAGES) {
     const int pairs = (S + 1) / 2, span = (R - 1) * dh + 1;
@@ -426,7 +426,8 @@ struct RowsLayout {
     raw = zero + slot;                                      // [raw_nr][raw_row]
     out = raw + raw_nr * raw_row;                           // [2][ROWS_NP][ROWS_SP]
     bias = out + 2 * ROWS_NP * ROWS_SP * 2;                 // float [64]
-    bars = bias + 64 * 4;                                   // full[STAGES], empty[STAGES]
+    tiles = bias + 64 * 4;                                  // int4 [8]: a tile's new rows
+    bars = tiles + 8 * 16;                                  // full[STAGES], empty[STAGES]
     total = bars + 16 * STAGES;
   }
 };
@@ -519,20 +520,26 @@ __global__ void __launch_bounds__(384, 1)
       while (u.slot >= lay.nr) u.slot -= lay.nr;
     };
     auto wrap = [](int slot, int nr) { return slot + 1 == nr ? 0 : slot + 1; };
-    Cursor at_issue, at_convert;
+    Cursor at_issue;
     at_issue.n = t0 / P, at_issue.p = t0 - at_issue.n * P;
     rows_of(at_issue, true);
     at_issue.raw_slot = (int)((unsigned)at_issue.g % lay.raw_nr);
     at_issue.slot = (int)((unsigned)at_issue.g % lay.nr);
-    at_convert = at_issue;
+    // The block's tile i's rows for its conversion: (from, hi, raw slot | ring slot << 16,
+    // x's alignment at row from) in entry i mod 8 of a table, written by thread 0 with its
+    // copies ROWS_AHEAD tiles ahead, read after the producer_sync of iteration i.
+    int4* const tile_rows = reinterpret_cast<int4*>(smem + lay.tiles);
     // A tile's new rows copied raw into their raw slots, x's 16-byte chunks by cp.async (a
     // row from the chunk holding its first element: `shift` elements before it), a chunk
     // reaching outside x element by element; one commit group a tile, even an empty one.
     // Thread tid copies chunk tid of each row (a row has at most 118: W <= 232, C <= 4;
     // plan.narrow_rows_takes).
-    auto issue = [&](const Cursor& u, bool any) {
+    auto issue = [&](const Cursor& u, bool any, int j) {
+      i64 e0 = (i64)u.n * xn + (i64)u.from * xh;
+      if (any && tid == 0)
+        tile_rows[j & 7] = make_int4(u.from, u.hi, u.raw_slot | u.slot << 16,
+                                     (int)((x_elem + (u64)e0) & 7));
       if (any && !(PROBE & 1)) {
-        i64 e0 = (i64)u.n * xn + (i64)u.from * xh;
         int raw_slot = u.raw_slot;
         for (int h = u.from; h < u.hi; ++h) {
           const int shift = (int)((x_elem + (u64)e0) & 7);
@@ -568,11 +575,11 @@ __global__ void __launch_bounds__(384, 1)
             (pl + c) % 2 ? make_uint2(0, 0) : v;
     };
     for (int t = t0; t < t0 + ROWS_AHEAD; ++t) {
-      issue(at_issue, t < t1);
+      issue(at_issue, t < t1, t - t0);
       if (t + 1 < t1) next(at_issue);
     }
     for (int t = t0, i = 0; t < t1; ++t, ++i) {
-      issue(at_issue, t + ROWS_AHEAD < t1);
+      issue(at_issue, t + ROWS_AHEAD < t1, i + ROWS_AHEAD);
       if (t + ROWS_AHEAD + 1 < t1) next(at_issue);
       if (!(PROBE & 64)) {
         cp_async_wait_n<ROWS_AHEAD>();              // this thread's copies of tile t landed
@@ -582,11 +589,10 @@ __global__ void __launch_bounds__(384, 1)
       if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
       // tile t's new rows into the ring, thread tid converting columns tid and tid + 128
       // (W <= 232)
-      const Cursor& u = at_convert;
       if (!(PROBE & 8)) {
-        int raw_slot = u.raw_slot, slot = u.slot;
-        int shift = (int)((x_elem + (u64)((i64)u.n * xn + (i64)u.from * xh)) & 7);
-        for (int h = u.from; h < u.hi; ++h) {
+        const int4 rows = tile_rows[i & 7];
+        int raw_slot = rows.z & 0xFFFF, slot = rows.z >> 16, shift = rows.w;
+        for (int h = rows.x; h < rows.y; ++h) {
           const unsigned short* raw_row = reinterpret_cast<const unsigned short*>(
               smem + lay.raw + raw_slot * lay.raw_row) + shift;
           unsigned char* ring_row = smem + lay.ring + slot * lay.slot + 8 * pl;
@@ -597,7 +603,6 @@ __global__ void __launch_bounds__(384, 1)
           slot = wrap(slot, lay.nr);
         }
       }
-      if (t + 1 < t1) next(at_convert);
       if (!(PROBE & 128)) fence_async_shared();     // this thread's rows, for the wgmmas
       if (PROBE & 32) {
         __syncwarp();

@@ -1645,7 +1645,7 @@ def narrow_rows_smem(prob: Problem) -> int:
     raw = raw_row * (2 * span + (NARROW_ROWS_AHEAD + 2) * prob.sh)
     atoms = -(-prob.R * pairs * 8 // 64)
     return (1024 + atoms * 64 * 128 + (nr + 1) * slot + raw + 2 * NARROW_ROWS_PIXELS * 72 * 2 +
-            64 * 4 + 16 * NARROW_ROWS_STAGES)
+            64 * 4 + 8 * 16 + 16 * NARROW_ROWS_STAGES)
 
 
 def narrow_rows_takes(prob: Problem, options: Options, arch: int | None) -> bool:
@@ -1663,7 +1663,9 @@ def narrow_rows_takes(prob: Problem, options: Options, arch: int | None) -> bool
 
 
 def narrow_rows_pays(prob: Problem) -> bool:
-    """Whether a stem narrow_rows_wgmma takes runs on it: K = 64 (cv3, ResNet's stem)."""
+    """Whether a stem narrow_rows_wgmma takes runs on it: K = 64 (tools/narrow_dev.py, batch
+    128, an H100: cv3 204 -> 132 us against narrow_dense_wgmma, ResNet's stem 225 -> 131;
+    MobileNetV2's, 3 x 3 of 32 filters, only ties narrow_dense's 103 us: 100)."""
     return prob.K == 64
 
 

@@ -194,10 +194,10 @@ class Options:
             16-bit, NHWC, Hopper) runs on narrow_rows_wgmma: x's rows kept in a ring of
             shared memory as columns of four channels, each read by the consecutive output
             rows over it, and every output row's windows read by one overlapping wgmma
-            descriptor (no A fragments loaded; plan.narrow_rows_takes) (off:
-            narrow_dense_wgmma, whose tiles copy all R rows and load each pair of elements;
-            the default: it ties narrow_dense_wgmma on cv3, beats it on ResNet's padded stem
-            and loses on 3 x 3 stems of 32 filters, docs/hopper.md step 34).
+            descriptor (no A fragments loaded; plan.narrow_rows_takes), where it pays (K = 64:
+            plan.narrow_rows_pays) (off: narrow_dense_wgmma, whose tiles copy all R rows and
+            load each pair of elements; on an H100 cv3 204 -> 134 us, ResNet's stem 221 ->
+            132, docs/hopper.md step 35).
         window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
@@ -268,7 +268,7 @@ class Options:
     resident_filter: bool = True
     ping_pong: bool = True
     multicast: bool = False
-    stem_rows: bool = False
+    stem_rows: bool = True
     window_columns: bool = True
     window_runs: bool = True
     nchw_epilogue: bool = True
