@@ -304,7 +304,7 @@ TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_fre
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
                    "split_k", "resident_filter", "ping_pong", "window_columns",
-                   "nchw_epilogue")
+                   "nchw_epilogue", "stem_rows")
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "narrow",
