@@ -527,7 +527,8 @@ __global__ void __launch_bounds__(384, 1)
     at_issue.slot = (int)((unsigned)at_issue.g % lay.nr);
     // The block's tile i's rows for its conversion: (from, hi, raw slot | ring slot << 16,
     // x's alignment at row from) in entry i mod 8 of a table, written by thread 0 with its
-    // copies ROWS_AHEAD tiles ahead, read after the producer_sync of iteration i.
+    // copies ROWS_AHEAD tiles ahead, read after the producer_sync of iteration i (and
+    // written again for tile i + 8 in iteration i + 4, past every thread's reads of it).
     int4* const tile_rows = reinterpret_cast<int4*>(smem + lay.tiles);
     // A tile's new rows copied raw into their raw slots, x's 16-byte chunks by cp.async (a
     // row from the chunk holding its first element: `shift` elements before it), a chunk
