@@ -434,9 +434,7 @@ struct RowsLayout {
 
 // PROBE (tools/narrow_dev.py's rowsN variants, wrong results): 1 the producer copies nothing
 // from x (converts whatever its raw slots hold), 2 the consumers run no wgmma, 4 they store no
-// y, 8 the producer converts nothing, 16 the consumers skip their epilogue, 64 the producer
-// waits for no copy nor its other threads, 128 it fences nothing; 32 (right results) a
-// producer warp arrives once on a full barrier, after __syncwarp.
+// y, 8 the producer converts nothing, 16 the consumers skip their epilogue.
 template <typename T, int C, int STAGES, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
     narrow_rows_wgmma(const T* __restrict__ x, const T* __restrict__ w,
@@ -481,7 +479,7 @@ __global__ void __launch_bounds__(384, 1)
   for (int i = tid; i < 64; i += 384) bias_s[i] = bias && i < K ? to_acc(bias[i], float()) : 0.f;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + 8 * s, PROBE & 32 ? 4 : 128);  // the producer's threads (warps)
+      mbar_init(full + 8 * s, 128);                 // the producer's threads
       mbar_init(empty + 8 * s, 4);                  // the reading consumer's four warps
     }
   }
@@ -533,7 +531,7 @@ __global__ void __launch_bounds__(384, 1)
     // A tile's new rows copied raw into their raw slots, x's 16-byte chunks by cp.async (a
     // row from the chunk holding its first element: `shift` elements before it), a chunk
     // reaching outside x element by element; one commit group a tile, even an empty one.
-    // Thread tid copies chunk tid of each row (a row has at most 118: W <= 232, C <= 4;
+    // Thread tid copies chunk tid of each row (a row has at most 117: W <= 232, C <= 4;
     // plan.narrow_rows_takes).
     auto issue = [&](const Cursor& u, bool any, int j) {
       i64 e0 = (i64)u.n * xn + (i64)u.from * xh;
@@ -582,10 +580,8 @@ __global__ void __launch_bounds__(384, 1)
     for (int t = t0, i = 0; t < t1; ++t, ++i) {
       issue(at_issue, t + ROWS_AHEAD < t1, i + ROWS_AHEAD);
       if (t + ROWS_AHEAD + 1 < t1) next(at_issue);
-      if (!(PROBE & 64)) {
-        cp_async_wait_n<ROWS_AHEAD>();              // this thread's copies of tile t landed
-        producer_sync();                            // ... and every producer thread's
-      }
+      cp_async_wait_n<ROWS_AHEAD>();                // this thread's copies of tile t landed
+      producer_sync();                              // ... and every producer thread's
       const int s = i % STAGES;
       if (i >= STAGES) mbar_wait(empty + 8 * s, (i / STAGES - 1) & 1);
       // tile t's new rows into the ring, thread tid converting columns tid and tid + 128
@@ -604,13 +600,8 @@ __global__ void __launch_bounds__(384, 1)
           slot = wrap(slot, lay.nr);
         }
       }
-      if (!(PROBE & 128)) fence_async_shared();     // this thread's rows, for the wgmmas
-      if (PROBE & 32) {
-        __syncwarp();
-        if (tid % 32 == 0) mbar_arrive(full + 8 * s);
-      } else {
-        mbar_arrive(full + 8 * s);
-      }
+      fence_async_shared();                         // this thread's rows, for the wgmmas
+      mbar_arrive(full + 8 * s);
     }
     cp_async_wait_n<0>();
     return;

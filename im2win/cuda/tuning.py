@@ -196,8 +196,8 @@ class Options:
             rows over it, and every output row's windows read by one overlapping wgmma
             descriptor (no A fragments loaded; plan.narrow_rows_takes), where it pays (K = 64:
             plan.narrow_rows_pays) (off: narrow_dense_wgmma, whose tiles copy all R rows and
-            load each pair of elements; on an H100 cv3 204 -> 134 us, ResNet's stem 221 ->
-            132, docs/hopper.md step 35).
+            load each pair of elements; on an H100 cv3 204 -> 131 us, ResNet's stem 225 ->
+            131, docs/hopper.md step 35).
         window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
