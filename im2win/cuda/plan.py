@@ -3040,17 +3040,18 @@ def specializations() -> list[tuple[str, str]]:
     """Every (file, name expression) CI compiles: what the planner can instantiate, bfloat16
     under the full optimisation set only.
 
-    CI compiles each of them with nvcc for sm_80 and sm_90: for every dtype, layout and window
-    mode, every tile the planner picks under every optimisation set (full, and each
-    optimisation off alone), with and without 16-byte filter loads (they depend on alignment)
-    and the reduction table (it depends on whether the offsets fit 32 bits); every other tile
+    CI compiles each of them with nvcc for sm_90 (and a chunk of each file for sm_80 too:
+    tests/test_kernel_sources.py): for every dtype, layout and window mode, every tile the
+    planner picks under every optimisation set (full, and each optimisation off alone), in
+    the alignment and table forms of `switch_forms` (16-byte filter loads depend on
+    alignment, the reduction table on whether the offsets fit 32 bits); every other tile
     (autotuning) with the full set; and for float16 and bfloat16 every Tensor-Core tile of both
-    Tensor-Core kernels (mma.sync for sm_80, wgmma for sm_90a) under the full set, with and
-    without 16-byte copies of either operand and tables, and for float16 the tiles the planner
-    picks under each optimisation of that kernel off alone. bfloat16 differs from float16 in
-    its MMA instruction and conversions, which the full set compiles; a bfloat16 call with an
-    optimisation off (the ablation runs float16) is compiled where it runs (NVRTC), as every
-    kernel is.
+    Tensor-Core kernels (mma.sync, and wgmma for sm_90a) under the full set, in the forms of
+    `switch_forms` (16-byte copies of either operand, tables), and for float16 the tiles the
+    planner picks under each optimisation of that kernel off alone. bfloat16 differs from
+    float16 in its MMA instruction and conversions, which the full set compiles; a bfloat16
+    call with an optimisation off (the ablation runs float16) is compiled where it runs
+    (NVRTC), as every kernel is.
     """
     from im2win.cuda.tuning import TILES, choose_tile
     out = set()
@@ -3115,10 +3116,10 @@ def specializations() -> list[tuple[str, str]]:
                     if options == Options():
                         tiles = [t for t in TILES if TILES[t].fits(accumulator_bytes(prob))]
                     for tile in tiles:
-                        for vector_filter in (True, False):
-                            for tables in {True, False} & {options.index_tables, False}:
-                                out.add(("im2win_conv", kernel_name(
-                                    prob, fused, TILES[tile], options, tables, vector_filter)))
+                        for vector_filter, _, tables in switch_forms(
+                                False, options.index_tables, options == Options()):
+                            out.add(("im2win_conv", kernel_name(
+                                prob, fused, TILES[tile], options, tables, vector_filter)))
     out.add(("layout", "copy_rows"))
     for dtype in NARROW_DTYPES:
         forms = [(NARROW_STEM_CHANNELS, True, vx) for vx in (True, False)] + [
@@ -3191,14 +3192,29 @@ def specializations() -> list[tuple[str, str]]:
     return sorted(out)
 
 
+def switch_forms(vector_x: bool, tables: bool, full: bool) -> set:
+    """The alignment and table forms CI compiles of one tile, as (16-byte copies of the
+    filter, 16-byte copies of the window where the layout has them, index tables): every
+    operand aligned (C/G a multiple of 8), none (odd views), the filter alone (a stem whose
+    R*S*C is a multiple of 8 and C is not: ConvNeXt's), with tables as the option set has
+    them; under the full set also the aligned form without tables (offsets past 32 bits).
+    Not compiled: the window aligned and the filter not, which takes a misaligned view of
+    the filter (its R*S*C/G is a multiple of 8 wherever C/G is), and the rest of the
+    product without tables; such a call compiles its kernel where it runs (NVRTC), as every
+    call does, from paths these forms compile. The full product cost CI several minutes."""
+    forms = {(True, vector_x, tables), (True, False, tables), (False, False, tables)}
+    if full and tables:
+        forms.add((True, vector_x, False))
+    return forms
+
+
 def tensor_core_specializations(prob: Problem, fused: bool) -> set:
-    """The mma.sync and wgmma instantiations of one (dtype, layout, window mode): every tile,
-    every alignment case (16-byte copies of the filter, and in NHWC of the window, each on or
-    off), with and without tables, under the full option set (autotuning reaches every tile
-    under it); and for float16 each tile the planner can pick (`Family.choose`) under each
-    optimisation off alone, with tables as that set says."""
+    """The mma.sync and wgmma instantiations of one (dtype, layout, window mode): every tile
+    in every form of `switch_forms` (16-byte copies of the filter, and in NHWC of the window;
+    tables) under the full option set (autotuning reaches every tile under it); and for
+    float16 each tile the planner can pick (`Family.choose`) under each optimisation off
+    alone, in its forms with tables as that set says."""
     out = set()
-    vectors = [(f, x) for f in (False, True) for x in (False, prob.layout == "NHWC")]
     for hopper, family in ((False, MMA), (True, WGMMA)):
         sets = Options.ablations(tensor_cores=True, hopper=hopper)
         picked = {family.choose(dataclasses.replace(prob, K=Kg, C=reduction, N=pixels))
@@ -3209,10 +3225,10 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                 continue      # bfloat16's own code is its MMA instruction: the full set has it
             for tile in (family.tiles[name] for name in family.tiles
                          if label == "full" or name in picked):
-                for vector_w, vector_x in set(vectors):
-                    for tables in ({True, False} if label == "full" else {options.index_tables}):
-                        out.add((family.file, family.name(prob, fused, tile, options, tables,
-                                                          vector_w, vector_x)))
+                for vector_w, vector_x, tables in switch_forms(
+                        prob.layout == "NHWC", options.index_tables, label == "full"):
+                    out.add((family.file, family.name(prob, fused, tile, options, tables,
+                                                      vector_w, vector_x)))
                 if hopper and fused and prob.layout == "NHWC" and options.tma:
                     T = CUDA_TYPES[prob.dtype.name][0]
                     resident = resident_allowed(options)
