@@ -347,6 +347,9 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
         assert not plan_for(problem((8, 64, 64, 3), (64, 7, 7, 3), np.float16, layout="NHWC",
                                     **other), arch=90, algorithm="narrow",
                             options=on).kernel.startswith("narrow_rows")
+    assert not plan_for(problem((8, 64, 64, 3), (64, 9, 7, 3), np.float16, layout="NHWC",
+                                stride=2), arch=90, algorithm="narrow",
+                        options=on).kernel.startswith("narrow_rows")    # 18 k16 steps > 16
     assert plan_for(problem((8, 64, 64, 3), (64, 5, 5, 3), np.float16, layout="NHWC", stride=2),
                     arch=90, algorithm="narrow",
                     options=on).kernel.startswith("narrow_dense_wgmma")  # S = 5

@@ -359,21 +359,21 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // ------------------------------------------------------------------------------------------
-// narrow_rows_wgmma: the dense stems of stride 2 (sw == 2, dw == 1, C <= 4 channels, S of 3,
-// 4, 7 or 8 taps, K <= 64 filters, Q <= 112, P >= STAGES: plan.narrow_rows_takes), with no
-// A fragments loaded at all. In shared memory x's row h (image n) lies in ring slot
-// (n*H + h) mod NR as cols columns of 4 channels (8 bytes; channels past C zero, columns
-// outside x zero): column pl + w holds x's column w. Output pixel q's window row then starts
-// at byte 16q (two columns of four channels a stride), so the pixels' runs lie 16 bytes apart
-// and overlap: one no-swizzle wgmma descriptor with 16-byte rows (pixels), chunks of 8
-// elements (two columns) 16 bytes apart (LBO) and 8-pixel groups 128 bytes apart (SBO) reads
-// the window rows of all the tile's pixels straight from the row as stored, in window order.
-// Where S is odd a window row's last chunk holds one column past the window: that chunk is
-// read from the slot's second copy of the row, whose odd columns are zero (the chunk starts
-// at an even column), by a descriptor whose LBO reaches into it, so no product with x's
-// data outside the window is taken (an infinity there stays out). The filters are A (64
-// rows, K-major, 128-byte swizzle, zero past K, C, S), the tile's pixels B (N = 112): one
-// wgmma m64n112k16 per k16 step, R * ceil(S/2)/2 steps a tile.
+// narrow_rows_wgmma: the dense stems of stride 2 (sw == 2, dw == 1, C <= 4 channels, S of 3, 4, 7
+// or 8 taps, K <= 64 filters, Q <= 112, P >= STAGES, R * ceil(S/2)/2 <= 16:
+// plan.narrow_rows_takes), with no window fragments loaded at all. In shared memory x's row h
+// (image n) lies in ring slot (n*H + h) mod NR as cols columns of 4 channels (8 bytes; channels
+// past C zero, columns outside x zero): column pl + w holds x's column w. Output pixel q's window
+// row then starts at byte 16q (two columns of four channels a stride), so the pixels' runs lie 16
+// bytes apart and overlap: one no-swizzle wgmma descriptor with 16-byte rows (pixels), chunks of 8
+// elements (two columns) 16 bytes apart (LBO) and 8-pixel groups 128 bytes apart (SBO) reads the
+// window rows of all the tile's pixels straight from the row as stored, in window order. Where S is
+// odd a window row's last chunk holds one column past the window: that chunk is read from the
+// slot's second copy of the row, whose odd columns are zero (the chunk starts at an even column),
+// by a descriptor whose LBO reaches into it, so no product with x's data outside the window is
+// taken (an infinity there stays out). The filters are A (64 rows, K-major, zero past K, C, S;
+// staged in shared memory with 128-byte swizzle, then held in each consumer's registers), the
+// tile's pixels B (N = 112): one wgmma m64n112k16 per k16 step, R * ceil(S/2)/2 steps a tile.
 //
 // A tile is one output row (n, p); a block takes a contiguous run of them, so consecutive
 // tiles share all but sh of their x rows and the producer warpgroup copies only the new rows:
@@ -390,18 +390,22 @@ __global__ void __launch_bounds__(384, 1)
 constexpr int ROWS_NP = 112;      // a tile's pixels (wgmma N)
 constexpr int ROWS_SP = 72;       // the output staging's pitch in elements (144 bytes)
 
+// wgmma m64n112k16 with A from registers (a[4]: the m16n8k16 A fragment of the thread's
+// warp's 16 rows) and B from shared memory, FP32 accumulators.
 template <typename T>
-__device__ __forceinline__ void wgmma_n112(float (&d)[56], u64 desc_a, u64 desc_b) {
+__device__ __forceinline__ void wgmma_n112_rs(float (&d)[56], const unsigned (&a)[4],
+                                              u64 desc_b) {
   constexpr bool bf = same_type<T, bf16_t>::value;
-#define ROWS_MMA(TY)                                                                           \
+#define ROWS_MMA_RS(TY)                                                                        \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                     \
                "wgmma.mma_async.sync.aligned.m64n112k16.f32." TY "." TY " {" WG_REGS_48       \
-               ", %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1, 0, 0;\n}\n"    \
+               ", %48, %49, %50, %51, %52, %53, %54, %55}, {%56, %57, %58, %59}, %60, p, 1, "  \
+               "1, 0;\n}\n"                                                                     \
                : WG_OUT_48, WG_F8(48)                                                          \
-               : "l"(desc_a), "l"(desc_b))
-  if constexpr (bf) ROWS_MMA("bf16");
-  else ROWS_MMA("f16");
-#undef ROWS_MMA
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+  if constexpr (bf) ROWS_MMA_RS("bf16");
+  else ROWS_MMA_RS("f16");
+#undef ROWS_MMA_RS
 }
 
 constexpr int ROWS_AHEAD = 4;     // tiles whose raw rows the producer copies ahead
@@ -610,7 +614,6 @@ __global__ void __launch_bounds__(384, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
   const int consumer = tid / 128 - 1, ctid = tid % 128, warp = ctid / 32, lane = tid % 32;
   const int g = lane / 4;
-  const u64 desc_a = descriptor<true>(base + lay.a);   // + (byte offset) / 16 a k-step
   // B: pixels 16 bytes apart, 8-pixel groups 128 (SBO), a k16 step's two chunks 16 bytes
   // apart, or, in a window row's last step where S is odd, the second from the row's copy
   // with odd columns zero (LBO)
@@ -620,6 +623,18 @@ __global__ void __launch_bounds__(384, 1)
   const bool vector_y = reinterpret_cast<u64>(y) % 16 == 0 && K % 8 == 0;
   T* st = out + consumer * ROWS_NP * ROWS_SP;
   const unsigned st_addr = smem_addr(st);
+  // The filters' fragments in registers for the whole kernel (R * row_steps <= 16 k16 steps:
+  // plan.narrow_rows_takes), loaded once from A by ldmatrix: step k's are A's rows 16*warp..,
+  // chunks 2*(k % 4) and + 1 of atom k / 4 (A from registers takes a quarter of the wgmmas'
+  // shared-memory reads away: an H100, cv3 129.3 -> 123.0 us).
+  const int steps = R * row_steps;
+  unsigned af[16][4];
+#pragma unroll
+  for (int k = 0; k < 16; ++k)
+    if (k < steps)
+      ldmatrix_x4(base + lay.a + (k / 4) * 64 * 128 +
+                      chunk_offset<true>(16 * warp + lane % 16, 2 * (k % 4) + lane / 16),
+                  af[k]);
   int i = consumer;
   for (int t = t0 + consumer; t < t1; t += 2, i += 2) {
     const int s = i % STAGES;
@@ -636,25 +651,24 @@ __global__ void __launch_bounds__(384, 1)
     }
     pin(acc);
     wgmma_fence();                                  // the accumulators are written
-    // A's k16 steps: 32 bytes apart in an atom of four, atoms 64 * 128 bytes apart
-    u64 da = desc_a;
-    int in_atom = 0;
-    auto mma = [&](u64 db) {
-      if (!(PROBE & 2)) wgmma_n112<T>(acc, da, db);
-      if (++in_atom == 4) in_atom = 0, da += 64 * 8 - 3 * 2;
-      else da += 2;
-    };
-    for (int r = 0; r < R; ++r) {
-      const int h = top + r * dh;
-      const unsigned row = h >= 0 && h < H ? base + lay.ring + slot * lay.slot : base + lay.zero;
-      slot += dh;
-      if (slot >= lay.nr) slot -= lay.nr;
-      const u64 db = (u64)((row & 0x3FFFF) >> 4);   // a window row's one or two k16 steps
-      if (row_steps == 2) {
-        mma(db | b_near);
-        mma((db + 2) | b_last);
-      } else {
-        mma(db | b_last);
+    {
+      u64 db = 0;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        if (k < steps) {
+          const bool second = row_steps == 2 && k % 2;   // a window row's second k16 step
+          if (!second) {
+            const int h = top + (row_steps == 2 ? k / 2 : k) * dh;
+            const unsigned row =
+                h >= 0 && h < H ? base + lay.ring + slot * lay.slot : base + lay.zero;
+            slot += dh;
+            if (slot >= lay.nr) slot -= lay.nr;
+            db = (u64)((row & 0x3FFFF) >> 4);
+          }
+          const u64 desc_b =
+              second ? (db + 2) | b_last : db | (row_steps == 2 ? b_near : b_last);
+          if (!(PROBE & 2)) wgmma_n112_rs<T>(acc, af[k], desc_b);
+        }
       }
     }
     wgmma_commit();

@@ -1653,12 +1653,14 @@ def narrow_rows_takes(prob: Problem, options: Options, arch: int | None) -> bool
     9.0 with Options(hopper=True, stem_rows=True), its forms above, at least as many output
     rows as stages (the stages in flight then span two images at most), N*H and N*P within
     int (the ring's row numbers, the tiles), rows of at most 2*112 + 8 columns (a producer
-    thread copies one 16-byte chunk of a row and converts two columns; Q <= 112 implies it)
+    thread copies one 16-byte chunk of a row and converts two columns; Q <= 112 implies it),
+    at most 16 k16 steps of the filters (R * ceil(S/2)/2: a consumer holds them in registers)
     and its shared memory within the device's."""
     return (options.hopper and options.stem_rows and arch == HOPPER and prob.G == 1 and
             prob.sw == 2 and prob.dw == 1 and prob.C <= 4 and prob.S in NARROW_ROWS_TAPS and
             prob.K <= 64 and prob.Q <= NARROW_ROWS_PIXELS and prob.P >= NARROW_ROWS_STAGES and
-            prob.W <= 2 * NARROW_ROWS_PIXELS + 8 and prob.N * max(prob.H, prob.P) < 2 ** 31 and
+            prob.W <= 2 * NARROW_ROWS_PIXELS + 8 and prob.R * (2 if prob.S > 4 else 1) <= 16 and
+            prob.N * max(prob.H, prob.P) < 2 ** 31 and
             narrow_rows_smem(prob) <= smem_limits(arch)[0])
 
 

@@ -193,11 +193,12 @@ class Options:
         stem_rows: a dense stem of stride 2 (C <= 4, S of 3, 4, 7 or 8, K <= 64, Q <= 112,
             16-bit, NHWC, Hopper) runs on narrow_rows_wgmma: x's rows kept in a ring of
             shared memory as columns of four channels, each read by the consecutive output
-            rows over it, and every output row's windows read by one overlapping wgmma
-            descriptor (no A fragments loaded; plan.narrow_rows_takes), where it pays (K = 64:
-            plan.narrow_rows_pays) (off: narrow_dense_wgmma, whose tiles copy all R rows and
-            load each pair of elements; on an H100 cv3 204 -> 131 us, ResNet's stem 225 ->
-            131, docs/hopper.md step 35).
+            rows over it, every output row's windows read by one overlapping wgmma
+            descriptor (no window fragments loaded) and the filters held in registers
+            (plan.narrow_rows_takes), where it pays (K = 64: plan.narrow_rows_pays) (off:
+            narrow_dense_wgmma, whose tiles copy all R rows and load each pair of elements;
+            on an H200 cv3 205.5 -> 125.3 us, ResNet's stem 226.3 -> 126.0, docs/hopper.md
+            steps 35 and 36).
         window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
