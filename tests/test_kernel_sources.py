@@ -262,6 +262,8 @@ def test_emulated_kernels_have_no_shared_memory_races(tool, args, tsan, monkeypa
     OS threads and its barriers std::barrier, so a shared-memory access of one thread that no
     barrier orders against another thread's write (racecheck's hazards on a GPU) fails the run.
     A barrier removed from depthwise_rows or pointwise_nhwc (or transpose_batched's last, or
-    window_runs' last) made it fail."""
+    window_runs' last) made it fail. im2win_ffma.cu's and narrow_ffma.cu's emulations run each
+    kernel form on the first problem that takes it, in each copy timing (the plain runs above
+    check every problem)."""
     monkeypatch.setenv("EMULATE_TSAN", "1")
     emulation(tool, args, capsys)

@@ -14,7 +14,8 @@ from im2win import reference
 from im2win.cuda import TILES, Options
 from im2win.cuda.plan import (CUDA_TYPES, GEOMETRY_64BIT, KERNEL_DIR, DepthwiseTile, Geometry,
                               depthwise_tile, geometry, graph_plan, make_plan, reduction_taps,
-                              reduction_tables, specializations, window_bytes)
+                              instantiable, reduction_tables, specializations,
+                              window_bytes)
 from im2win.cuda.tuning import FFMA_TILES, NO_MICRO_KERNEL, WGMMA_TILES, choose_tile
 from im2win.layers import LAYERS
 from im2win.problem import make_problem
@@ -403,17 +404,17 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
                     problem((2, 9, 9, 3), (12, 3, 3, 3), np.float16, layout="NHWC")):   # K
         with pytest.raises(ValueError, match="algorithm='narrow'"):
             plan_for(refused, algorithm="narrow")
-    compiled = {expr for _, expr in specializations()}
+    listed = {expr for _, expr in instantiable()}
     assert {plan_for(stem).kernel, plan_for(cv1, algorithm="narrow").kernel, plan.kernel,
             plan_for(grouped).kernel, plan_for(small, algorithm="narrow").kernel,
-            plan_for(cv3, arch=90).kernel} <= compiled
+            plan_for(cv3, arch=90).kernel} <= listed
 
 
 def test_float32_stems_get_narrow_ffma_when_forced():
     from im2win.cuda.plan import (NARROW_FFMA_FORMS, NARROW_FFMA_PACKED_REDUCTION,
                                   NARROW_FFMA_PACKED_RESIDENT, NARROW_FFMA_RESIDENT_BYTES,
                                   narrow_ffma_smem, smem_limits)
-    compiled = {expr for _, expr in specializations()}
+    listed = {expr for _, expr in instantiable()}
     for prob, kernel in (
             (problem((128, 3, 227, 227), (96, 3, 11, 11), stride=4),      # 55 x 55: tiles of
              "narrow_ffma<3, 96, 2, 7, true, false, true, true>"),       # 2 x 56 of 112 slots
@@ -426,7 +427,7 @@ def test_float32_stems_get_narrow_ffma_when_forced():
         plan = plan_for(prob, algorithm="narrow", arch=90)
         args = plan.geometry
         assert (plan.algorithm, plan.file, plan.kernel) == ("narrow", "narrow_ffma", kernel)
-        assert plan.kernel in compiled
+        assert plan.kernel in listed
         kb, tn = int(kernel.split(", ")[1]), int(kernel.split(", ")[3])
         tp, tq = args.ints[-2:]
         # the block's threads cover KB filters of its WP*TN*8 pixels; the tile fits them
@@ -481,7 +482,7 @@ def test_depthwise_problems_get_their_own_kernel():
         "depthwise_nhwc<half_t, float, 8, 1, 8, 7, 1>"
 
     for odd in (problem((2, 9, 9, 32), (32, 3, 3, 1), np.float16, groups=32, layout="NHWC",
-                        dilation=2),                                # dilation: not compiled
+                        dilation=2),                                # dilation: not listed
                 problem((2, 9, 9, 32), (32, 3, 5, 1), np.float16, groups=32, layout="NHWC"),
                 problem((2, 9, 9, 32), (64, 3, 3, 1), np.float16, groups=32, layout="NHWC")):
         assert depthwise_tile(odd, 8) is None and plan_for(odd).kernel.startswith(
@@ -531,9 +532,9 @@ def test_depthwise_problems_get_their_own_kernel():
                   problem((2, 64, 9, 9), (128, 4, 3, 3), np.float32, groups=16)):  # K != C
         assert plan_for(other).algorithm != "im2win_nhwc" or \
             plan_for(other).inner.algorithm != "depthwise"
-    compiled = {expr for _, expr in specializations()}
+    listed = {expr for _, expr in instantiable()}
     assert {plan.kernel, plan_for(mult).kernel, plan_for(dilated).kernel,
-            plan_for(grouped).kernel, plan_for(pairs).inner.kernel} <= compiled
+            plan_for(grouped).kernel, plan_for(pairs).inner.kernel} <= listed
 
 
 def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():
@@ -582,7 +583,7 @@ def test_depthwise_5x5_and_7x7_16_bit_layers_take_tensor_cores():
         assert not plan_for(problem_, options=Options(tensor_cores=False)).kernel.startswith(
             "depthwise_mma")
     assert {plan.kernel, small.kernel, plan_for(seven).kernel} <= \
-        {expr for _, expr in specializations()}
+        {expr for _, expr in instantiable()}
 
 
 def test_depthwise_rows_vec_takes_nchw_rows_of_whole_vectors(monkeypatch):
@@ -704,8 +705,8 @@ def test_depthwise_rows_take_large_maps_and_strides_of_2(monkeypatch):
                   problem((32, 56, 56, 144), (288, 3, 3, 1), np.float16, groups=144,
                           layout="NHWC", padding=1)):               # m = 2
         assert not plan_for(other).kernel.startswith("depthwise_rows<")
-    compiled = {expr for _, expr in specializations()}
-    assert {plan_for(wide).kernel, plan_for(strided).kernel, plan_for(five).kernel} <= compiled
+    listed = {expr for _, expr in instantiable()}
+    assert {plan_for(wide).kernel, plan_for(strided).kernel, plan_for(five).kernel} <= listed
 
 
 def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
@@ -747,8 +748,8 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
     cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2,
                   padding=3)
     assert plan_for(cv4, arch=90).file == "im2win_wgmma"             # 64 filters, cp.async
-    compiled = {expr for _, expr in specializations()}
-    assert plan.kernel in compiled and {pl.kernel for pl in chosen.values()} <= compiled
+    listed = {expr for _, expr in instantiable()}
+    assert plan.kernel in listed and {pl.kernel for pl in chosen.values()} <= listed
 
 
 def test_pointwise_problems_are_one_gemm_on_x_in_place():
@@ -802,11 +803,11 @@ def test_1x1_layers_of_few_filters_get_the_pointwise_kernel():
     most 96): the plan, its grid, what "auto" gives it, and what it refuses."""
     from im2win.cuda.plan import (POINTWISE_MAX_K, PointwiseArgs, pointwise_refusal,
                                   pointwise_smem)
-    compiled = {expr for _, expr in specializations()}
+    listed = {expr for _, expr in instantiable()}
     prob = problem((32, 56, 56, 96), (24, 1, 1, 96), np.float16, layout="NHWC")
     plan = plan_for(prob, arch=90)
     assert plan.algorithm == "pointwise" and plan.kernel == "pointwise_nhwc<half_t, 3>"
-    assert plan.kernel in compiled and plan.workspace_bytes == 0
+    assert plan.kernel in listed and plan.workspace_bytes == 0
     smem = 2 * ((24 + 128) * 104 + 64 * 32)          # filter, two stages, the staged outputs
     assert plan.smem == pointwise_smem(96, 24) == smem
     tiles = 32 * 56 * 56 // 64
@@ -939,9 +940,9 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
                      algorithm="im2win_nhwc").algorithm == "im2win_nhwc"  # a slice along C
     with pytest.raises(ValueError, match="workspace_limit"):
         plan_for(half, algorithm="im2win_nhwc", workspace_limit=10)
-    compiled = {expr for _, expr in specializations()}
-    assert {"transpose_batched<half_t, 64>", "transpose_batched<half_t, 32>"} <= compiled
-    assert plan.inner.kernel in compiled
+    listed = {expr for _, expr in instantiable()}
+    assert {"transpose_batched<half_t, 64>", "transpose_batched<half_t, 32>"} <= listed
+    assert plan.inner.kernel in listed
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
@@ -1066,11 +1067,11 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
     thin = problem(x_shape, w_shape, np.float32, layout=layout)     # 8 filters: 0.23 B a FLOP
     assert columns_workspace(thin, y=False) > TWIN_BYTES_PER_FLOP * thin.flops
     assert plan_for(thin).algorithm == "im2win_fused"
-    compiled = {expr for _, expr in specializations()}
-    assert {f"window_columns<{t}>" for t in ("half_t", "bf16_t", "float")} <= compiled
-    assert {plan_for(p, arch=90).inner.kernel for p in layers.values()} <= compiled
+    listed = {expr for _, expr in instantiable()}
+    assert {f"window_columns<{t}>" for t in ("half_t", "bf16_t", "float")} <= listed
+    assert {plan_for(p, arch=90).inner.kernel for p in layers.values()} <= listed
     assert {plan_for(p, algorithm="im2win_columns").inner.kernel
-            for p in singles.values()} <= compiled
+            for p in singles.values()} <= listed
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -1261,8 +1262,8 @@ def test_tma_problems_with_few_tiles_split_long_reductions(monkeypatch):
     assert plan.kernel == "im2win_wgmma_tma_split<half_t, 128, 128, 6, 4, false>"
     assert plan_for(small_1x1, arch=90, workspace_limit=split_workspace(small_1x1, 4) - 1
                     ).splits == 2
-    compiled = {expr for _, expr in specializations()}
-    assert plan.kernel in compiled and "split_reduce<half_t>" in compiled
+    listed = {expr for _, expr in instantiable()}
+    assert plan.kernel in listed and "split_reduce<half_t>" in listed
 
 
 def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused():
@@ -1358,8 +1359,8 @@ def test_ffma_splits_the_reduction_of_small_grids():
     assert plan.kernel == ffma_kernel_name(plan.tile, Options(), plan.splits) and \
         plan.kernel.startswith("im2win_ffma_split<")
     assert plan.workspace_bytes == split_workspace(late, plan.splits)
-    compiled = {expr for _, expr in specializations()}
-    assert plan.kernel in compiled and "split_reduce<float>" in compiled
+    listed = {expr for _, expr in instantiable()}
+    assert plan.kernel in listed and "split_reduce<float>" in listed
     # the device's SMs: on half an H200's, mid's 392 tiles are a wave already
     assert plan_for(mid, sms=66).splits == 1 and plan_for(late, sms=66).splits > 1
     # NCHW through its NHWC twin: the twin's plan splits alike, for the device's SMs
@@ -1599,9 +1600,9 @@ def test_graph_plan_takes_cublas_for_16_bit_nhwc_1x1_layers_inside_a_capture():
 
 def test_ffma_exact_forms_only_where_every_load_is_inside_x_and_w():
     """kExact (no bounds predicates) where no window reaches the padding, the filters fill the
-    tiles and the full kernel runs on a planner's tile; named in the kernel and compiled in CI."""
+    tiles and the full kernel runs on a planner's tile; named in the kernel and listed in CI."""
     from im2win.cuda.plan import ffma_exact, ffma_kernel_name
-    compiled = {expr for _, expr in specializations()}
+    listed = {expr for _, expr in instantiable()}
     cases = [(problem((2, 9, 8, 64), (64, 3, 2, 64), layout="NHWC"), {}, True),
              (problem((2, 9, 8, 64), (128, 3, 3, 64), layout="NHWC", stride=2), {}, True),
              (problem((2, 9, 8, 64), (64, 3, 3, 64), layout="NHWC", padding=(0, 1)), {}, False),
@@ -1618,4 +1619,4 @@ def test_ffma_exact_forms_only_where_every_load_is_inside_x_and_w():
         assert ffma_exact(plan.geometry, plan.tile, plan.options) == exact
         assert plan.kernel == ffma_kernel_name(plan.tile, plan.options, plan.splits,
                                                exact=exact)
-        assert plan.kernel in compiled
+        assert plan.kernel in listed

@@ -262,7 +262,8 @@ def run(case: int, form: int, workdir: Path, rng, late: bool = False) -> int:
     args = [form, *grid, t.BM * t.BN // 64, int(late), 0]
     err = emulate(workdir, "ffma", source, args,
                   [np.array([tuple(geo)], GEOMETRY), table, x_in, w_in, b,
-                   np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
+                   np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref,
+                  tsan_key=(form, late))
     label = (f"{kernel_name(*FORMS[form])} x {x_shape} w {w_shape} "
              f"{kwargs} grid {grid}{' (copies late)' if late else ''}")
     return report(label, err, allowed_error(np.float32, prob.reduction))
@@ -300,7 +301,8 @@ def run_fixup(problem, form: int, order: int, workdir: Path, rng) -> int:
     args = [len(FORMS) + form, *grid, t.BM * t.BN // 64, 0, order]
     err = emulate(workdir, "ffma", source, args,
                   [np.array([tuple(geo)], GEOMETRY), np.zeros(4, np.int32), x_in, w, b,
-                   np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref)
+                   np.full(ref.shape, np.nan, np.float32)], ref.shape, np.float32, ref,
+                  tsan_key=(len(FORMS) + form, order))
     label = (f"{fixup_name(*FIXUP_FORMS[form])} x {x_shape} w {w_shape} {kwargs} grid "
              f"{grid} ranges {('forward', 'reversed', 'rotated')[order]}")
     return report(label, err, allowed_error(np.float32, prob.reduction))

@@ -3038,12 +3038,94 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
     return Plan(algorithm, chosen, options, family.file, name, chunk, geo, taps, workspace)
 
 
-def specializations() -> list[tuple[str, str]]:
-    """Every (file, name expression) CI compiles: what the planner can instantiate, bfloat16
-    under the full optimisation set only.
+@functools.lru_cache(maxsize=None)
+def specializations() -> tuple[tuple[str, str], ...]:
+    """Every (file, name expression) CI compiles (tests/test_kernel_sources.py: for sm_90, or
+    sm_90a for FILE_ARCH's files, and a chunk of each file for sm_80 too): what is reachable,
+    every kernel the planner picks for the twelve benchmark layers and for the networks'
+    convolutions, in every dtype and layout, on sm_80 and sm_90, under every option set of
+    `Options.ablations` (`reachable_specializations`); and of `instantiable()`, the full list
+    of what the planner can instantiate, a subset holding every value of each template
+    argument and every pair of two arguments' values that list holds (`pairwise_cover`).
+    The rest of the list (a tile of the autotuner in a form no layer takes, say) differs
+    from those compiled only in values each compiled beside every other value, and compiles
+    where it runs (NVRTC), as every kernel does. The whole list (2967 on 9a0c1b9) had made
+    CI's run twice its 30 minutes."""
+    full = instantiable()
+    return tuple(sorted(set(pairwise_cover(full)) | reachable_specializations(full)))
 
-    CI compiles each of them with nvcc for sm_90 (and a chunk of each file for sm_80 too:
-    tests/test_kernel_sources.py): for every dtype, layout and window mode, every tile the
+
+def template_arguments(expr: str) -> tuple[str, tuple[str, ...]]:
+    """A name expression's template and its arguments: ("f", ("a", "b")) for "f<a, b>"."""
+    name, _, rest = expr.partition("<")
+    return name, tuple(a.strip() for a in rest[:-1].split(",")) if rest else ()
+
+
+def pairwise_cover(names: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A subset of `names` in which, for each template of each file, every value of each
+    argument and every pair of values of two arguments that `names` holds occurs (greedy:
+    each pick holds the most pairs not yet held; in sorted order, so always the same)."""
+    def pairs(args):
+        return {(i, args[i], j, args[j]) for i, j in itertools.combinations(range(len(args)), 2)
+                } | {(i, args[i], -1, "") for i in range(len(args))}
+    groups: dict = {}
+    for file, expr in sorted(names):
+        name, args = template_arguments(expr)
+        groups.setdefault((file, name, len(args)), []).append(((file, expr), pairs(args)))
+    chosen = []
+    for items in groups.values():
+        needed = set().union(*(held for _, held in items)) if items[0][1] else {None}
+        while needed:
+            pick, held = max(items, key=lambda item: len(item[1] & needed))
+            chosen.append(pick)
+            needed -= held or {None}
+    return chosen
+
+
+def reachable_specializations(full: list[tuple[str, str]]) -> set:
+    """(file, name) of every kernel the planner picks, its plan's and its inner plan's (an
+    NCHW twin's), for the benchmark layers (batch 128: "auto", "im2win" and "im2win_fused")
+    and the networks' convolutions (batch 32: "auto" and "im2win_fused"), contiguous, in
+    every dtype and layout, on sm_80 and sm_90, under the full set and each optimisation
+    off alone (bfloat16: the full set); each is in `full`."""
+    from im2win.layers import LAYERS
+    from im2win.networks import NETWORKS
+    from im2win.problem import make_problem
+    listed = set(full)
+    sets = {*Options.ablations().values(), *Options.ablations(tensor_cores=True).values(),
+            *Options.ablations(hopper=True).values()}
+    problems = [(layer.shapes(128, layout), dict(stride=layer.stride), layout,
+                 ("auto", "im2win", "im2win_fused"))
+                for layer in LAYERS.values() for layout in ("NCHW", "NHWC")]
+    problems += [(conv.shapes(32, layout), conv.kwargs, layout, ("auto", "im2win_fused"))
+                 for net in NETWORKS.values() for conv in net for layout in ("NCHW", "NHWC")]
+    out = set()
+    for ((x_shape, w_shape), kwargs, layout, algorithms), dtype in itertools.product(
+            problems, CUDA_TYPES):
+        x, w = (np.lib.stride_tricks.as_strided(np.empty(1, dtype_of(dtype)), shape, [0] * 4)
+                for shape in (x_shape, w_shape))
+        prob = make_problem(x, w, layout=layout, **kwargs)
+        C, H, W = prob.C, prob.H, prob.W
+        strides = (C * H * W, H * W, W, 1) if layout == "NCHW" else (H * W * C, 1, W * C, C)
+        for algorithm, options, arch in itertools.product(
+                algorithms, [Options()] if dtype == "bfloat16" else sets, (80, HOPPER)):
+            try:
+                plan = make_plan(prob, x_strides=strides, w_aligned=True, options=options,
+                                 arch=arch, algorithm=algorithm)
+            except ValueError:          # an algorithm that does not take the problem
+                continue
+            for part in (plan, plan.inner):
+                if part is not None and part.kernel is not None:
+                    out.add((part.file, part.kernel))
+    assert out <= listed, sorted(out - listed)[:4]
+    return out
+
+
+def instantiable() -> list[tuple[str, str]]:
+    """Every (file, name expression) the planner can instantiate, bfloat16 under the full
+    optimisation set only (CI compiles `specializations()` of it).
+
+    For every dtype, layout and window mode, every tile the
     planner picks under every optimisation set (full, and each optimisation off alone), in
     the alignment and table forms of `switch_forms` (16-byte filter loads depend on
     alignment, the reduction table on whether the offsets fit 32 bits); every other tile
