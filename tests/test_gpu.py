@@ -468,6 +468,7 @@ def test_multicast_filter_matches_reference(rng, monkeypatch, x_shape, w_shape, 
     # ping-pong where the tile allows it, from these small cases' tile counts (the rule is
     # plan-tested); the filter kept out of shared memory, where it would fit
     monkeypatch.setattr(cuda_plan, "PING_PONG_TILES", 1 if ping_pong else 1 << 40)
+    monkeypatch.setattr(cuda_plan, "MULTICAST_MIN_TILES", 0)   # even a single tile
     options = Options(resident_filter=False, multicast=True)
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
     xh, wh = to_layout("NHWC", x.astype(np.float16), w.astype(np.float16))
@@ -478,7 +479,7 @@ def test_multicast_filter_matches_reference(rng, monkeypatch, x_shape, w_shape, 
     assert plan.cluster == 2 and plan.kernel.startswith("im2win_wgmma_tma_mc<")
     assert plan.tma.w_box[1] == plan.tile.BN // 2
     assert cuda_plan.make_plan(prob, x_strides=strides, w_aligned=True, arch=90, tile=tile,
-                               options=Options(resident_filter=False),
+                               options=Options(resident_filter=False, multicast=False),
                                algorithm="im2win_fused").cluster == 1
     run(x, w, b, "NHWC", kwargs, dtype=dtype, tile=tile, algorithm="im2win_fused",
         options=options)

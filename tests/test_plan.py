@@ -266,7 +266,8 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     assert plan.persistent and plan.resident == 9 and plan.tile.name == "wg128x128"
     assert plan.smem == plan.tile.smem_bytes(4, resident=9) <= 227 * 1024
     assert plan.kernel == "im2win_wgmma_tma<half_t, 128, 128, 4, true, true, true, false>"
-    plain = plan_for(cv8, arch=90, options=Options(resident_filter=False, ping_pong=False))
+    plain = plan_for(cv8, arch=90, options=Options(resident_filter=False, ping_pong=False,
+                                                   multicast=False))
     assert plain.resident == 0 and plain.smem == plain.tile.smem_bytes() <= 227 * 1024
     assert plain.cluster == 1 and plain.tma.w_box == (64, 128)
     assert plain.kernel == "im2win_wgmma_tma<half_t, 128, 128, 6, true, false, false, false>"
@@ -278,9 +279,12 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     assert plain.cluster == 2 and plain.tma.w_box == (64, 64)
     # cv4: 200 KB of filter, too large to stay beside the ring
     cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2)
-    assert plan_for(cv4, arch=90).cluster == 1
-    assert plan_for(cv4, arch=90, options=Options(multicast=True)).kernel == \
-        "im2win_wgmma_tma_mc<half_t, 256, 64, 5, true, true, 2>"
+    # multicast by default where the launch has at least MULTICAST_MIN_TILES work items: cv4's
+    # 5941 tiles, not cv10's 676
+    assert plan_for(cv4, arch=90).kernel == "im2win_wgmma_tma_mc<half_t, 256, 64, 5, true, true, 2>"
+    cv10 = problem((128, 28, 28, 128), (128, 3, 3, 128), np.float16, layout="NHWC", padding=1)
+    assert plan_for(cv10, arch=90, options=Options(resident_filter=False)).cluster == 1
+    assert plan_for(cv4, arch=90, options=Options(multicast=False)).cluster == 1
     assert plan_for(cv4, arch=90, options=Options(multicast=True, persistent=False)).cluster == 1
     # 256 filters: two filter tiles, so nothing stays resident; 288 tiles, under
     # PING_PONG_TILES: the consumers share each tile.

@@ -341,7 +341,8 @@ def multicast_filter():
     types; odd tile counts (the last cluster's second block a ghost that multiplies the last
     tile and stores nothing), a single tile, boxes of 32 channels (cv4's form), a filter tail;
     the consumers in turn (ping-pong, PING_PONG_TILES lowered) and sharing each tile."""
-    planned = cuda_plan.PING_PONG_TILES
+    planned, waves = cuda_plan.PING_PONG_TILES, cuda_plan.MULTICAST_MIN_TILES
+    cuda_plan.MULTICAST_MIN_TILES = 0                  # even a single tile
     try:
         for dtype, pp in itertools.product((np.float16, ml_dtypes.bfloat16), (1, 1 << 40)):
             cuda_plan.PING_PONG_TILES = pp
@@ -354,7 +355,7 @@ def multicast_filter():
                 im2win.conv2d(x, w, b, layout="NHWC", algorithm="im2win_fused",
                               options=Options(resident_filter=False, multicast=True), **kw)
     finally:
-        cuda_plan.PING_PONG_TILES = planned
+        cuda_plan.PING_PONG_TILES, cuda_plan.MULTICAST_MIN_TILES = planned, waves
         cuda._calls.clear()
 
 

@@ -2968,6 +2968,9 @@ def tma_kernel_name(T: str, tile: WgmmaTile, stages: int, persistent: bool, resi
 
 
 MULTICAST_CTAS = 2     # a cluster's CTAs sharing each filter slice (multicast_ctas)
+# ... and only where the launch has at least this many work items (docs/hopper.md step 34, an
+# H100: cv4's 5941 tiles of 256x64, 45 waves, +6%; cv10's 676 of 128x128, 5 waves, -7%)
+MULTICAST_MIN_TILES = 2048
 
 
 def multicast_ctas(prob: Problem, tile: WgmmaTile, options: Options, resident: int) -> int:
@@ -2978,9 +2981,13 @@ def multicast_ctas(prob: Problem, tile: WgmmaTile, options: Options, resident: i
     resident (a resident filter is read from L2 once a block already). cv4 (float16 NHWC, 5941
     tiles of 256x64, its 200 KB filter too large to stay beside the ring) read its filter
     again for every tile: 1.2 of the 6.2 GB its launch moved through an L2 at 85% of its
-    throughput (docs/hopper.md step 11)."""
+    throughput (docs/hopper.md step 11). Only where the launch has MULTICAST_MIN_TILES work
+    items or more: the pair waits for its slower block, which costs a launch of few waves
+    more than the L2 saves."""
     if not (options.multicast and options.persistent) or resident or prob.G > 1 or \
             prob.Kg > tile.BN:
+        return 1
+    if max(prob.N, 1) * prob.P * prob.Q < MULTICAST_MIN_TILES * tile.BM:
         return 1
     return MULTICAST_CTAS
 
@@ -3325,9 +3332,9 @@ def tensor_core_specializations(prob: Problem, fused: bool) -> set:
                                             tile.STAGES + 1 if resident else 0):
                             out.add((family.file, tma_kernel_name(T, tile, stages, True, True,
                                                                   pingpong, half)))
-                        # Options(multicast=True)'s, off in the full set: float16 only (bfloat16
-                        # is the same template; CI's compile time is near its budget)
-                        if options.persistent and prob.dtype.name == "float16":
+                        # the multicast filter's (both 16-bit types: "auto" takes it where a
+                        # launch has many tiles)
+                        if options.persistent:
                             out.add((family.file, mc_kernel_name(
                                 T, tile, wgmma_stages(tile, options), pingpong, half,
                                 MULTICAST_CTAS)))

@@ -187,9 +187,11 @@ class Options:
         multicast: where TMA copies on the persistent grid and a launch has one filter tile
             that is not resident, blocks run in clusters of two that take neighbouring tiles,
             each copying half of every filter slice into both (TMA multicast), so that the L2
-            serves each slice once a cluster (off: each block copies every slice itself, the
-            default until a rule for where it pays has run on the benchmark: on an H100 cv4
-            +6% and cv10 -7%, docs/hopper.md step 34; wgmma kernel).
+            serves each slice once a cluster, where the launch has at least
+            plan.MULTICAST_MIN_TILES work items (the pair waits for its slower block, which a
+            launch of few waves pays for: on an H100 cv10's 676 tiles -7%, docs/hopper.md step
+            34) (off: each block copies every slice itself; cv4 on an H100, one process: float16
+            355.1 -> 379.0 TFLOPS, bfloat16 352.0 -> 380.6, step 36; wgmma kernel).
         stem_rows: a dense stem of stride 2 (C <= 4, S of 3, 4, 7 or 8, K <= 64, Q <= 112,
             16-bit, NHWC, Hopper) runs on narrow_rows_wgmma: x's rows kept in a ring of
             shared memory as columns of four channels, each read by the consecutive output
@@ -268,7 +270,7 @@ class Options:
     ffma: bool = True
     resident_filter: bool = True
     ping_pong: bool = True
-    multicast: bool = False
+    multicast: bool = True
     stem_rows: bool = True
     window_columns: bool = True
     window_runs: bool = True
@@ -304,7 +306,7 @@ CUDA_CORE_SWITCHES = ("smem", "micro_kernel", "index_tables", "double_buffer", "
 TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_free",
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
-                   "split_k", "resident_filter", "ping_pong", "window_columns",
+                   "split_k", "resident_filter", "ping_pong", "multicast", "window_columns",
                    "nchw_epilogue", "stem_rows")
 
 
