@@ -3081,11 +3081,13 @@ def pairwise_cover(names: list[tuple[str, str]]) -> list[tuple[str, str]]:
         groups.setdefault((file, name, len(args)), []).append(((file, expr), pairs(args)))
     chosen = []
     for items in groups.values():
-        needed = set().union(*(held for _, held in items)) if items[0][1] else {None}
+        needed = set().union(*(held for _, held in items))
+        if not needed:                      # a name without arguments: itself
+            chosen += [name for name, _ in items]
         while needed:
             pick, held = max(items, key=lambda item: len(item[1] & needed))
             chosen.append(pick)
-            needed -= held or {None}
+            needed -= held
     return chosen
 
 
