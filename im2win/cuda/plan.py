@@ -3050,16 +3050,20 @@ def specializations() -> tuple[tuple[str, str], ...]:
     """Every (file, name expression) CI compiles (tests/test_kernel_sources.py: for sm_90, or
     sm_90a for FILE_ARCH's files, and a chunk of each file for sm_80 too): what is reachable,
     every kernel the planner picks for the twelve benchmark layers and for the networks'
-    convolutions, in every dtype and layout, on sm_80 and sm_90, under every option set of
-    `Options.ablations` (`reachable_specializations`); and of `instantiable()`, the full list
+    convolutions, in every dtype and layout, on sm_80 and sm_90, under the full option set
+    (`reachable_specializations`), and every kernel of the gradients (their few tiles); and
+    of `instantiable()`, the full list
     of what the planner can instantiate, a subset holding every value of each template
     argument and every pair of two arguments' values that list holds (`pairwise_cover`).
-    The rest of the list (a tile of the autotuner in a form no layer takes, say) differs
-    from those compiled only in values each compiled beside every other value, and compiles
-    where it runs (NVRTC), as every kernel does. The whole list (2967 on 9a0c1b9) had made
-    CI's run twice its 30 minutes."""
+    The rest of the list (a tile of the autotuner in a form no layer takes, an ablation's
+    kernel with one optimisation off) differs from those compiled only in values each
+    compiled beside every other value, and compiles where it runs (NVRTC), as every kernel
+    does (tools/prewarm.py --ablation compiles the ablation's in parallel first). The whole
+    list (2967 on 9a0c1b9) had made CI's run twice its 30 minutes."""
+    from im2win.cuda import dgrad, wgrad, wgrad_ffma
     full = instantiable()
-    return tuple(sorted(set(pairwise_cover(full)) | reachable_specializations(full)))
+    backward = wgrad.specializations() | dgrad.specializations() | wgrad_ffma.specializations()
+    return tuple(sorted(set(pairwise_cover(full)) | reachable_specializations(full) | backward))
 
 
 def template_arguments(expr: str) -> tuple[str, tuple[str, ...]]:
@@ -3095,14 +3099,13 @@ def reachable_specializations(full: list[tuple[str, str]]) -> set:
     """(file, name) of every kernel the planner picks, its plan's and its inner plan's (an
     NCHW twin's), for the benchmark layers (batch 128: "auto", "im2win" and "im2win_fused")
     and the networks' convolutions (batch 32: "auto" and "im2win_fused"), contiguous, in
-    every dtype and layout, on sm_80 and sm_90, under the full set and each optimisation
-    off alone (bfloat16: the full set); each is in `full`."""
+    every dtype and layout, on sm_80 and sm_90, under the full set (and with mma.sync's on
+    Hopper: Options(hopper=False)); each is in `full`."""
     from im2win.layers import LAYERS
     from im2win.networks import NETWORKS
     from im2win.problem import make_problem
     listed = set(full)
-    sets = {*Options.ablations().values(), *Options.ablations(tensor_cores=True).values(),
-            *Options.ablations(hopper=True).values()}
+    sets = (Options(), Options(hopper=False))
     problems = [(layer.shapes(128, layout), dict(stride=layer.stride), layout,
                  ("auto", "im2win", "im2win_fused"))
                 for layer in LAYERS.values() for layout in ("NCHW", "NHWC")]
@@ -3117,7 +3120,7 @@ def reachable_specializations(full: list[tuple[str, str]]) -> set:
         C, H, W = prob.C, prob.H, prob.W
         strides = (C * H * W, H * W, W, 1) if layout == "NCHW" else (H * W * C, 1, W * C, C)
         for algorithm, options, arch in itertools.product(
-                algorithms, [Options()] if dtype == "bfloat16" else sets, (80, HOPPER)):
+                algorithms, sets, (80, HOPPER)):
             try:
                 plan = make_plan(prob, x_strides=strides, w_aligned=True, options=options,
                                  arch=arch, algorithm=algorithm)
