@@ -9,10 +9,11 @@ fill, not speed, and not the hardware's memory model.
 ``python3 tools/emulate_rows.py [--prefetch 0,1,2,4] [--strip 3]``: every problem below in
 NHWC (rows copied ahead by cp.async) and in NCHW on scalars (no copies ahead) and, where
 depthwise_rows_vec takes it, on vectors (--prefetch rows loaded ahead into registers; warp
-shuffles as warp-wide exchanges; VECTOR_PROBLEMS must take it), with cp.async done both when it is issued
-("early": a slot overwritten before its row was read shows) and as late as the waits allow
-("late": a row read before its copy was waited for shows). Needs g++ with C++20. With
-EMULATE_TSAN=1 (every emulate_* tool) built with ThreadSanitizer: shared-memory races fail it.
+shuffles as warp-wide exchanges; VECTOR_PROBLEMS must take it), with cp.async done both when
+it is issued ("early": a slot overwritten before its row was read shows) and as late as the
+waits allow ("late": a row read before its copy was waited for shows); every kernel the runs
+take in one g++ build (`program`). Needs g++ with C++20. With EMULATE_TSAN=1 (every
+emulate_* tool) built with ThreadSanitizer: shared-memory races fail it.
 """
 
 from __future__ import annotations
@@ -438,11 +439,11 @@ def cp_async_emulated(text: str) -> str:
     return text
 
 
-def run(x_shape, R, kwargs, layout, prefetch, strip, late, vec, workdir: Path,
-        dtype=np.float32):
-    """(error, kernel) of the rows kernel on one problem (NCHW: on vectors where `vec` and
-    depthwise_rows_vec takes it), or None where neither form takes it. float32: uniform
-    values; other dtypes: small integers, whose results every dtype holds exactly."""
+def job(x_shape, R, kwargs, layout, prefetch, strip, late, vec, dtype=np.float32):
+    """One run of the rows kernel on one problem (NCHW: on vectors where `vec` and
+    depthwise_rows_vec takes it), as (kernel, R, element type, arguments, inputs, y's shape,
+    dtype, reference), or None where neither form takes it. float32: uniform values; other
+    dtypes: small integers, whose results every dtype holds exactly."""
     rng = np.random.default_rng(0)
     N, C, H, W = x_shape
     if dtype == np.float32:
@@ -478,11 +479,24 @@ def run(x_shape, R, kwargs, layout, prefetch, strip, late, vec, workdir: Path,
     ref = reference.conv2d(xl.astype(np.float64), wl.astype(np.float64), b.astype(np.float64),
                            layout=layout, groups=C, **kwargs)
     args = [int(late), *geo.ints, *geo.x_strides, *geo.block, *geo.grid(prob, 132)]
-    shim = SHIM if dtype == np.float32 else SHIM + MMA_SHIM + DTYPE_SHIM
     elem = name[name.index("<") + 1:name.index(",")]
-    return emulate(workdir, "rows_" + name, lambda: shim + kernel_source() +
-                   f"\n#define R_ {R}\n#define ELEM {elem}\n#define KERNEL {name}\n" + MAIN,
-                   args, (xl, wl, b), prob.y_shape, dtype, ref), name
+    return name, R, elem, args, (xl, wl, b), prob.y_shape, dtype, ref
+
+
+def program(kernels: list) -> str:
+    """One emulation holding every (kernel, R, element type) of `kernels`: MAIN once for
+    each, the first argument picking which (one g++ build for all of a run's kernels, not
+    one each: 92 builds had been most of the tool's time)."""
+    parts = [SHIM + MMA_SHIM + DTYPE_SHIM + kernel_source()]
+    for i, (name, R, elem) in enumerate(kernels):
+        parts.append(f"#define R_ {R}\n#define ELEM {elem}\n#define KERNEL {name}\n" +
+                     MAIN.replace("int main(", f"static int main_{i}(") +
+                     "#undef R_\n#undef ELEM\n#undef KERNEL\n")
+    cases = "".join(f"    case {i}: return main_{i}(argc - 1, argv + 1);\n"
+                    for i in range(len(kernels)))
+    parts.append("int main(int argc, char** argv) {\n  switch (atoi(argv[1])) {\n" + cases +
+                 "  }\n  return 2;\n}\n")
+    return "".join(parts)
 
 
 def main(argv=None) -> int:
@@ -490,40 +504,43 @@ def main(argv=None) -> int:
     parser.add_argument("--prefetch", default="0,1,2,4")
     parser.add_argument("--strip", type=int, default=3)
     args = parser.parse_args(argv)
-    failures = runs = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for x_shape, R, kwargs in PROBLEMS + VECTOR_PROBLEMS:
-            # NHWC (rows copied ahead by cp.async), NCHW on scalars, NCHW on vectors (rows
-            # loaded ahead into registers; cp.async's "late" does not apply)
-            for layout, vec in (("NHWC", False), ("NCHW", False), ("NCHW", True)):
-                for prefetch in map(int, args.prefetch.split(",")):
-                    if layout == "NCHW" and prefetch and not vec:
-                        continue
-                    for late in (False, True) if not vec else (False,):
-                        out = run(x_shape, R, kwargs, layout, prefetch, args.strip, late, vec,
-                                  Path(tmp))
-                        if out is None:
-                            if vec and (x_shape, R, kwargs) in VECTOR_PROBLEMS:
-                                print(f"{x_shape} {R}x{R} {kwargs}: not on vectors WRONG")
-                                failures += 1
-                            continue
-                        runs += 1
-                        failures += report(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} "
-                                           f"{layout}{' vec' if vec else ''} PF={prefetch} "
-                                           f"{'late ' if late else 'early'}", *out[:1], 1e-5)
-        for dtype, x_shape, R, kwargs in DTYPE_PROBLEMS:
-            for prefetch in map(int, args.prefetch.split(",")):
-                out = run(x_shape, R, kwargs, "NCHW", prefetch, args.strip, False, True,
-                          Path(tmp), dtype)
-                if out is None:
-                    print(f"{np.dtype(dtype).name} {x_shape} {R}x{R} {kwargs}: not on vectors "
-                          f"WRONG")
-                    failures += 1
+    failures, jobs = 0, []                 # (label, tolerance, job)
+    prefetches = list(map(int, args.prefetch.split(",")))
+    for x_shape, R, kwargs in PROBLEMS + VECTOR_PROBLEMS:
+        # NHWC (rows copied ahead by cp.async), NCHW on scalars, NCHW on vectors (rows
+        # loaded ahead into registers; cp.async's "late" does not apply)
+        for layout, vec in (("NHWC", False), ("NCHW", False), ("NCHW", True)):
+            for prefetch in prefetches:
+                if layout == "NCHW" and prefetch and not vec:
                     continue
-                runs += 1
-                failures += report(f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} NCHW vec "
-                                   f"PF={prefetch} {np.dtype(dtype).name}", *out[:1], 0.0)
-    print(f"all {runs} correct" if not failures else f"{failures} of {runs} WRONG")
+                for late in (False, True) if not vec else (False,):
+                    one = job(x_shape, R, kwargs, layout, prefetch, args.strip, late, vec)
+                    if one is None:
+                        if vec and (x_shape, R, kwargs) in VECTOR_PROBLEMS:
+                            print(f"{x_shape} {R}x{R} {kwargs}: not on vectors WRONG")
+                            failures += 1
+                        continue
+                    jobs.append((f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} "
+                                 f"{layout}{' vec' if vec else ''} PF={prefetch} "
+                                 f"{'late ' if late else 'early'}", 1e-5, one))
+    for dtype, x_shape, R, kwargs in DTYPE_PROBLEMS:
+        for prefetch in prefetches:
+            one = job(x_shape, R, kwargs, "NCHW", prefetch, args.strip, False, True, dtype)
+            if one is None:
+                print(f"{np.dtype(dtype).name} {x_shape} {R}x{R} {kwargs}: not on vectors "
+                      f"WRONG")
+                failures += 1
+                continue
+            jobs.append((f"{str(x_shape):18s} {R}x{R} {str(kwargs):40s} NCHW vec "
+                         f"PF={prefetch} {np.dtype(dtype).name}", 0.0, one))
+    kernels = sorted({one[:3] for _, _, one in jobs})
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, tolerance, (name, R, elem, run_args, arrays, shape, dtype, ref) in jobs:
+            err = emulate(Path(tmp), "rows", lambda: program(kernels),
+                          [kernels.index((name, R, elem)), *run_args], arrays, shape, dtype,
+                          ref)
+            failures += report(label, err, tolerance)
+    print(f"all {len(jobs)} correct" if not failures else f"{failures} of {len(jobs)} WRONG")
     return 1 if failures else 0
 
 
