@@ -287,7 +287,7 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     # cv4: 200 KB of filter, too large to stay beside the ring
     cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2)
     # multicast by default where the launch has at least MULTICAST_MIN_TILES work items: cv4's
-    # 5941 tiles, not cv10's 676
+    # 5941 tiles, not cv10's 784
     assert plan_for(cv4, arch=90).kernel == "im2win_wgmma_tma_mc<half_t, 256, 64, 5, true, true, 2>"
     cv10 = problem((128, 28, 28, 128), (128, 3, 3, 128), np.float16, layout="NHWC", padding=1)
     assert plan_for(cv10, arch=90, options=Options(resident_filter=False)).cluster == 1

@@ -179,7 +179,8 @@ def main(argv=None) -> int:
                                    *args.x_strides],
                                   [buffer, w, np.zeros(1, np.float32) if b is None else b,
                                    np.full(ref.shape, np.nan, np.float32)],
-                                  ref.shape, np.float32, ref, tsan_key=(kernel, late))
+                                  ref.shape, np.float32, ref,
+                                  tsan_key=(kernel, tile == SMALL_TILE, late))
                     label = (f"{kernel} {layout} x {x.shape} w {w.shape} {kwargs} tile "
                              f"{tp} x {tq} grid {grid} {'late' if late else 'early'}")
                     failures += report(label, err, allowed_error(np.float32, prob.reduction))

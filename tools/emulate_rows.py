@@ -382,9 +382,10 @@ def emulate(workdir: Path, name: str, source, args: list, arrays, y_shape, y_dty
     `ref` relative to ref's largest magnitude (inf where y has a NaN: an output not written);
     None where EMULATE_TSAN leaves the run out (`tsan_key` already run)."""
     if tsan_key is not None and os.environ.get("EMULATE_TSAN"):
-        if (name, tsan_key) in TSAN_RAN:
+        key = (str(workdir), name, tsan_key)        # one tool run's workdir: a rerun checks again
+        if key in TSAN_RAN:
             return None
-        TSAN_RAN.add((name, tsan_key))
+        TSAN_RAN.add(key)
     exe = workdir / re.sub(r"\W+", "_", name)
     if not exe.exists():
         src = workdir / f"{exe.name}.cpp"

@@ -2987,7 +2987,7 @@ def multicast_ctas(prob: Problem, tile: WgmmaTile, options: Options, resident: i
     if not (options.multicast and options.persistent) or resident or prob.G > 1 or \
             prob.Kg > tile.BN:
         return 1
-    if max(prob.N, 1) * prob.P * prob.Q < MULTICAST_MIN_TILES * tile.BM:
+    if -(-max(prob.N, 1) * prob.P * prob.Q // tile.BM) < MULTICAST_MIN_TILES:
         return 1
     return MULTICAST_CTAS
 
@@ -3045,8 +3045,8 @@ def tensor_core_plan(family: Family, prob: Problem, algorithm: str, options: Opt
     return Plan(algorithm, chosen, options, family.file, name, chunk, geo, taps, workspace)
 
 
-@functools.lru_cache(maxsize=None)
-def specializations() -> tuple[tuple[str, str], ...]:
+@functools.lru_cache(maxsize=None)      # of the planner's constants as first called: tests
+def specializations() -> tuple[tuple[str, str], ...]:   # that patch them use instantiable()
     """Every (file, name expression) CI compiles (tests/test_kernel_sources.py: for sm_90, or
     sm_90a for FILE_ARCH's files, and a chunk of each file for sm_80 too): what is reachable,
     every kernel the planner picks for the twelve benchmark layers and for the networks'
@@ -3057,8 +3057,9 @@ def specializations() -> tuple[tuple[str, str], ...]:
     argument and every pair of two arguments' values that list holds (`pairwise_cover`).
     The rest of the list (a tile of the autotuner in a form no layer takes, an ablation's
     kernel with one optimisation off) differs from those compiled only in values each
-    compiled beside every other value, and compiles where it runs (NVRTC), as every kernel
-    does (tools/prewarm.py --ablation compiles the ablation's in parallel first). The whole
+    compiled beside every other argument's every value (not every combination of three or
+    more: a fault needing three would pass CI), and compiles where it runs (NVRTC), as every
+    kernel does (tools/prewarm.py --ablation compiles the ablation's in parallel first). The whole
     list (2967 on 9a0c1b9) had made CI's run twice its 30 minutes."""
     from im2win.cuda import dgrad, wgrad, wgrad_ffma
     full = instantiable()
@@ -3069,6 +3070,8 @@ def specializations() -> tuple[tuple[str, str], ...]:
 def template_arguments(expr: str) -> tuple[str, tuple[str, ...]]:
     """A name expression's template and its arguments: ("f", ("a", "b")) for "f<a, b>"."""
     name, _, rest = expr.partition("<")
+    if "<" in rest or "(" in rest or (rest and not rest.endswith(">")):
+        raise ValueError(f"not a flat template name: {expr}")   # a comma split would be wrong
     return name, tuple(a.strip() for a in rest[:-1].split(",")) if rest else ()
 
 
@@ -3099,8 +3102,9 @@ def reachable_specializations(full: list[tuple[str, str]]) -> set:
     """(file, name) of every kernel the planner picks, its plan's and its inner plan's (an
     NCHW twin's), for the benchmark layers (batch 128: "auto", "im2win" and "im2win_fused")
     and the networks' convolutions (batch 32: "auto" and "im2win_fused"), contiguous, in
-    every dtype and layout, on sm_80 and sm_90, under the full set (and with mma.sync's on
-    Hopper: Options(hopper=False)); each is in `full`."""
+    every dtype and layout (float32 also at the Tensor-Core precisions), on sm_80 and sm_90,
+    under the full set (and with mma.sync's on Hopper: Options(hopper=False)); each is in
+    `full`."""
     from im2win.layers import LAYERS
     from im2win.networks import NETWORKS
     from im2win.problem import make_problem
@@ -3119,23 +3123,26 @@ def reachable_specializations(full: list[tuple[str, str]]) -> set:
         prob = make_problem(x, w, layout=layout, **kwargs)
         C, H, W = prob.C, prob.H, prob.W
         strides = (C * H * W, H * W, W, 1) if layout == "NCHW" else (H * W * C, 1, W * C, C)
-        for algorithm, options, arch in itertools.product(
-                algorithms, sets, (80, HOPPER)):
+        precisions = ("float32", "tf32", "3xtf32") if dtype == "float32" else ("float32",)
+        for algorithm, options, arch, precision in itertools.product(
+                algorithms, sets, (80, HOPPER), precisions):
             try:
                 plan = make_plan(prob, x_strides=strides, w_aligned=True, options=options,
-                                 arch=arch, algorithm=algorithm)
-            except ValueError:          # an algorithm that does not take the problem
+                                 arch=arch, algorithm=algorithm, precision=precision)
+            except ValueError:          # an algorithm or precision that does not take it
                 continue
             for part in (plan, plan.inner):
                 if part is not None and part.kernel is not None:
                     out.add((part.file, part.kernel))
-    assert out <= listed, sorted(out - listed)[:4]
+    if not out <= listed:
+        raise AssertionError(f"planned but not instantiable: {sorted(out - listed)[:4]}")
     return out
 
 
 def instantiable() -> list[tuple[str, str]]:
-    """Every (file, name expression) the planner can instantiate, bfloat16 under the full
-    optimisation set only (CI compiles `specializations()` of it).
+    """The (file, name expression) list of what the planner can instantiate, bfloat16 under
+    the full optimisation set only, the 16-byte-copy and table forms those of `switch_forms`
+    (CI compiles `specializations()` of it).
 
     For every dtype, layout and window mode, every tile the
     planner picks under every optimisation set (full, and each optimisation off alone), in
