@@ -3051,20 +3051,19 @@ def specializations() -> tuple[tuple[str, str], ...]:   # that patch them use in
     sm_90a for FILE_ARCH's files, and a chunk of each file for sm_80 too): what is reachable,
     every kernel the planner picks for the twelve benchmark layers and for the networks'
     convolutions, in every dtype and layout, on sm_80 and sm_90, under the full option set
-    (`reachable_specializations`), and every kernel of the gradients (their few tiles); and
-    of `instantiable()`, the full list
-    of what the planner can instantiate, a subset holding every value of each template
-    argument and every pair of two arguments' values that list holds (`pairwise_cover`).
+    (`reachable_specializations`), and every kernel of the gradients (their few tiles:
+    `gradient_specializations`); and of `instantiable()`, the full list of what the planner can
+    instantiate, a subset holding every value of each template argument and every pair of two
+    arguments' values that list holds (`pairwise_cover`).
     The rest of the list (a tile of the autotuner in a form no layer takes, an ablation's
     kernel with one optimisation off) differs from those compiled only in values each
     compiled beside every other argument's every value (not every combination of three or
     more: a fault needing three would pass CI), and compiles where it runs (NVRTC), as every
-    kernel does (tools/prewarm.py --ablation compiles the ablation's in parallel first). The whole
-    list (2967 on 9a0c1b9) had made CI's run twice its 30 minutes."""
-    from im2win.cuda import dgrad, wgrad, wgrad_ffma
+    kernel does (tools/prewarm.py --ablation compiles the ablation's in parallel first). The
+    whole list (2967 on 9a0c1b9) had made CI's run twice its 30 minutes."""
     full = instantiable()
-    backward = wgrad.specializations() | dgrad.specializations() | wgrad_ffma.specializations()
-    return tuple(sorted(set(pairwise_cover(full)) | reachable_specializations(full) | backward))
+    return tuple(sorted(set(pairwise_cover(full)) | reachable_specializations(full) |
+                        gradient_specializations()))
 
 
 def template_arguments(expr: str) -> tuple[str, tuple[str, ...]]:
@@ -3290,9 +3289,14 @@ def instantiable() -> list[tuple[str, str]]:
     out.add(("im2win_ffma", "split_reduce<float>"))
     out.add(("im2win_ffma", "split_reduce_nchw<float>"))
     out |= tf32_specializations()
-    from im2win.cuda import dgrad, wgrad, wgrad_ffma
-    out |= wgrad.specializations() | dgrad.specializations() | wgrad_ffma.specializations()
+    out |= gradient_specializations()
     return sorted(out)
+
+
+def gradient_specializations() -> set:
+    """(file, name) of every kernel of the gradients (their few tiles: CI compiles them all)."""
+    from im2win.cuda import dgrad, wgrad, wgrad_ffma
+    return wgrad.specializations() | dgrad.specializations() | wgrad_ffma.specializations()
 
 
 def switch_forms(vector_x: bool, tables: bool, full: bool) -> set:
