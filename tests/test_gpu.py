@@ -1064,6 +1064,59 @@ def test_narrow_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w
         assert_close(np.where(finite, y, 0), np.where(finite, ref, 0), dtype, prob.reduction)
 
 
+ROWS_WGMMA_CASES = [  # layers rows_wgmma takes (x, w NCHW-lettered, kwargs): sw*C*2 == 128
+    ((3, 32, 37, 30), (64, 32, 7, 7), dict(stride=2)),                     # cv4's, 3 images
+    ((3, 32, 17, 21), (20, 32, 5, 5), dict(stride=2, padding=2)),          # K % 8, a zero slot
+    ((2, 32, 23, 25), (64, 32, 3, 3), dict(stride=2, dilation=(2, 1), padding=(1, 0))),
+    ((2, 32, 40, 31), (64, 32, 5, 3), dict(stride=2, padding=((3, 2), (0, 1)))),  # P odd
+    ((2, 64, 12, 40), (128, 64, 3, 3), dict(padding=1)),                  # cv8's: KB = 2
+    ((1, 64, 6, 112), (96, 64, 3, 3), dict(padding=1)),                   # Q = 112, K = 96
+    ((2, 64, 9, 33), (64, 64, 2, 5), dict(padding=((0, 3), (2, 1)))),     # R = 2: 2 stages
+    ((1, 64, 5, 20), (8, 64, 3, 3), dict(padding=1)),                     # K = 8
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("x_shape, w_shape, kwargs", ROWS_WGMMA_CASES)
+def test_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shape, kwargs):
+    """rows_wgmma.cu (Options.window_rows) forced where it runs, with the device's grid and with
+    one sized for a device of one SM (a block's run of tiles then crosses images), with and
+    without bias; a view of every other image of a taller x whose rows outside it are
+    infinities (strides of their own, nothing read past the view); an out one element off 16
+    bytes (element stores)."""
+    import weakref
+    from im2win import cuda
+    from im2win.cuda import launch
+    from im2win.cuda import plan as cuda_plan
+    if not hopper():
+        pytest.skip("rows_wgmma needs compute capability 9.0")
+    monkeypatch.setattr(cuda_plan, "rows_wgmma_pays", lambda prob: True)
+    monkeypatch.setattr(launch, "_executables", weakref.WeakValueDictionary())
+    monkeypatch.setattr(cuda, "_calls", {})
+    x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
+    xs, ws = to_layout("NHWC", x.astype(dtype), w.astype(dtype))
+    xs, ws = cupy.asarray(xs), cupy.asarray(ws)
+    prob = make_problem(xs, ws, layout="NHWC", **kwargs)
+    assert cuda._plan(prob, xs, ws, "auto", None, None).file == "rows_wgmma"
+    sms = launch.sm_count
+    for one_sm in (False, True):
+        monkeypatch.setattr(launch, "sm_count", (lambda device: 1) if one_sm else sms)
+        launch._executables.clear()
+        cuda._calls.clear()
+        run(x, w, b, "NHWC", kwargs, dtype=dtype)
+        run(x, w, None, "NHWC", kwargs, dtype=dtype)
+    N, H, W, C = xs.shape
+    tall = cupy.full((2 * N, H + 3, W, C), np.inf, dtype)
+    view = tall[::2, 1:H + 1]
+    view[...] = xs
+    assert cuda._plan(prob, view, ws, "auto", None, None).file == "rows_wgmma"
+    out = cupy.full(int(np.prod(prob.y_shape)) + 1, np.nan, dtype)[1:].reshape(prob.y_shape)
+    im2win.conv2d(view, ws, layout="NHWC", out=out, **kwargs)
+    ref = reference.conv2d(cupy.asnumpy(xs).astype(np.float64),
+                           cupy.asnumpy(ws).astype(np.float64), layout="NHWC", **kwargs)
+    assert_close(cupy.asnumpy(out), ref, dtype, prob.reduction)
+
+
 def test_narrow_views_and_misaligned_out(rng):
     """A strided channels-last view (element-by-element copies), an out one element off 16
     bytes, and a filter of non-finite values that must stay within its group."""

@@ -98,7 +98,7 @@ def test_kernel_files_ship_with_the_package():
                                                            "im2win_mma.cu", "im2win_wgmma.cu",
                                                            "depthwise.cu", "narrow.cu",
                                                            "hopper.cuh", "narrow_wgmma.cu",
-                                                           "narrow_ffma.cu",
+                                                           "narrow_ffma.cu", "rows_wgmma.cu",
                                                            "pointwise.cu", "layout.cu"}
 
 

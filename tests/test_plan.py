@@ -287,12 +287,17 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     # cv4: 200 KB of filter, too large to stay beside the ring
     cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2)
     # multicast by default where the launch has at least MULTICAST_MIN_TILES work items: cv4's
-    # 5941 tiles, not cv10's 784
-    assert plan_for(cv4, arch=90).kernel == "im2win_wgmma_tma_mc<half_t, 256, 64, 5, true, true, 2>"
+    # 5941 tiles, not cv10's 784 (cv4 itself runs on rows_wgmma.cu unless window_rows is off)
+    wide = Options(window_rows=False)
+    assert plan_for(cv4, arch=90, options=wide).kernel == \
+        "im2win_wgmma_tma_mc<half_t, 256, 64, 5, true, true, 2>"
+    assert plan_for(cv4, arch=90).kernel == "rows_wgmma<half_t, 1, 3, 14>"
     cv10 = problem((128, 28, 28, 128), (128, 3, 3, 128), np.float16, layout="NHWC", padding=1)
     assert plan_for(cv10, arch=90, options=Options(resident_filter=False)).cluster == 1
-    assert plan_for(cv4, arch=90, options=Options(multicast=False)).cluster == 1
-    assert plan_for(cv4, arch=90, options=Options(multicast=True, persistent=False)).cluster == 1
+    assert plan_for(cv4, arch=90, options=Options(multicast=False, window_rows=False)
+                    ).cluster == 1
+    assert plan_for(cv4, arch=90, options=Options(multicast=True, persistent=False,
+                                                  window_rows=False)).cluster == 1
     # 256 filters: two filter tiles, so nothing stays resident; 288 tiles, under
     # PING_PONG_TILES: the consumers share each tile.
     cv11 = problem((128, 14, 14, 256), (256, 3, 3, 256), np.float16, layout="NHWC")
@@ -419,6 +424,108 @@ def test_stems_and_narrow_groups_get_the_narrow_kernel():
     assert {plan_for(stem).kernel, plan_for(cv1, algorithm="narrow").kernel, plan.kernel,
             plan_for(grouped).kernel, plan_for(small, algorithm="narrow").kernel,
             plan_for(cv3, arch=90).kernel} <= listed
+
+
+def rows_wgmma_slots_hold(prob, stages: int, nr: int) -> bool:
+    """rows_wgmma's producer played as the kernel runs it (rows_wgmma.cu: a row's slot is the
+    next of the ring as it is copied; a stage's rows' slots from the run they were copied in),
+    over the tiles of two images: True if every row a stage reads is in its slot from its
+    copy until the producer's iteration STAGES later (when it waits for the stage's release),
+    and no row is copied twice."""
+    pairs = -(-prob.P // 2)
+    H, R, sh, dh, pt = prob.H, prob.R, prob.sh, prob.dh, prob.pt
+    ring = [None] * nr
+    held = {}                               # stage -> [(slot, row)] it reads
+    ptr, next_h, cur_n, run = 0, 0, -1, (0, 0)
+    copied = set()
+    i = 0
+    for t in range(2 * pairs):
+        n, p0 = t // pairs, 2 * (t % pairs)
+        last = p0 + 1 if p0 + 1 < prob.P else p0
+        lo = max(p0 * sh - pt, 0)
+        if n != cur_n or next_h < lo:
+            cur_n, next_h, run = n, lo, (lo, ptr)
+        for r in range(R):
+            while next_h <= min(last * sh - pt + r * dh, H - 1):
+                if (n, next_h) in copied:
+                    return False
+                copied.add((n, next_h))
+                ring[ptr] = (n, next_h)
+                ptr, next_h = (ptr + 1) % nr, next_h + 1
+            reads = []
+            for h in (p0 * sh - pt + r * dh, last * sh - pt + r * dh):
+                if 0 <= h < H:
+                    reads.append(((run[1] + (h - run[0]) % nr) % nr, (n, h)))
+            held[i] = reads
+            for j in range(max(i - stages + 1, 0), i + 1):   # not yet released
+                if any(ring[slot] != row for slot, row in held[j]):
+                    return False
+            i += 1
+    return True
+
+
+def test_rows_wgmma_takes_layers_whose_window_columns_lie_128_bytes_apart():
+    """rows_wgmma.cu (Options.window_rows, where plan.rows_wgmma_pays): NHWC 16-bit layers with
+    sw*C*2 == 128, dw == 1, K <= 128, Q <= 112 on Hopper; its ring of x rows (NR, from
+    plan.rows_wgmma_ring) holds every row a stage reads until the stage is released."""
+    from im2win.cuda import plan as cuda_plan
+    cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2)
+    cv8 = problem((128, 112, 112, 64), (128, 3, 3, 64), ml_dtypes.bfloat16, layout="NHWC")
+    takes = cuda_plan.rows_wgmma_takes
+    for prob, kb, stages, nr in ((cv4, 1, 3, 5), (cv8, 2, 2, 4)):
+        assert takes(prob, Options(), 90, contiguous_strides(prob), True, True)
+        assert cuda_plan.rows_wgmma_form(prob, 90) == (kb, stages, nr)
+        plan = cuda_plan.rows_wgmma_plan(prob, Options(), contiguous_strides(prob))
+        assert plan.one_launch and plan.algorithm == "im2win_fused" and plan.workspace_bytes == 0
+        assert plan.kernel == (f"rows_wgmma<{CUDA_TYPES[prob.dtype.name][0]}, {kb}, {stages}, "
+                               f"{prob.S * prob.C // 16}>")
+        assert plan.geometry.tiles == 128 * -(-prob.P // 2)
+        assert plan.geometry.grid(prob, 132)[0] in (131, 132)    # blocks of 54 tiles at most
+        assert plan.smem <= 227 * 1024
+        for s in (2, 3):
+            assert rows_wgmma_slots_hold(prob, s, cuda_plan.rows_wgmma_ring(prob, s))
+    # the planner takes it where it pays: one block of filters, rows of more than 96 pixels
+    assert plan_for(cv4, arch=90).file == "rows_wgmma"
+    assert plan_for(cv8, arch=90).file == "im2win_wgmma"
+    cv9 = problem((128, 56, 56, 64), (64, 3, 3, 64), np.float16, layout="NHWC")
+    assert takes(cv9, Options(), 90, contiguous_strides(cv9), True, True)
+    assert plan_for(cv9, arch=90).file == "im2win_wgmma"
+    # 224 columns of 64 bytes: a slot of 115 lines (pixel 111's window row reaches line 114),
+    # no zero slot (no padding row)
+    assert cuda_plan.rows_wgmma_smem(cv4, 1, 3, 5) == (1024 + 3 * 4 * 64 * 128 + 5 * 115 * 128 +
+                                                       2 * 112 * 144 + 256 + 24 + 48)
+    strides = contiguous_strides(cv4)
+    assert not takes(cv4, Options(window_rows=False), 90, strides, True, True)
+    assert not takes(cv4, Options(hopper=False), 90, strides, True, True)
+    assert not takes(cv4, Options(), 80, strides, True, True)
+    assert not takes(cv4, Options(), 90, strides, False, True)          # x not 16-byte aligned
+    assert not takes(cv4, Options(), 90, strides, True, False)
+    assert not takes(cv4, Options(), 90, (strides[0], 1, strides[2] + 4, 32), True, True)
+    for other in (dict(w=(64, 7, 7, 32), stride=1), dict(w=(64, 3, 3, 32), stride=2,
+                                                          dilation=(1, 2)),
+                  dict(w=(192, 3, 3, 32), stride=2), dict(w=(64, 3, 3, 32), stride=1, x=
+                                                          (2, 9, 240, 32))):
+        x_shape = other.pop("x", (2, 30, 30, 32))
+        prob = problem(x_shape, other.pop("w"), np.float16, layout="NHWC", **other)
+        assert not takes(prob, Options(), 90, contiguous_strides(prob), True, True)
+    assert not takes(problem((2, 30, 30, 32), (64, 7, 7, 32), np.float32, layout="NHWC",
+                             stride=2), Options(), 90, strides, True, True)
+    # awkward shapes: padding (a zero slot), dilation, R x S of 2 x 5, P odd, few rows
+    for x_shape, w_shape, kwargs in (
+            ((3, 17, 21, 32), (20, 5, 5, 32), dict(stride=2, padding=2)),
+            ((2, 23, 25, 32), (64, 3, 3, 32), dict(stride=2, dilation=(2, 1), padding=(1, 0))),
+            ((2, 9, 33, 64), (64, 2, 5, 64), dict(padding=((0, 3), (2, 1)))),
+            ((2, 40, 31, 32), (64, 5, 3, 32), dict(stride=2, padding=((3, 2), (0, 1)))),
+            ((1, 5, 20, 64), (8, 3, 3, 64), dict(padding=1))):
+        prob = problem(x_shape, w_shape, np.float16, layout="NHWC", **kwargs)
+        form = cuda_plan.rows_wgmma_form(prob, 90)
+        assert form is not None
+        assert cuda_plan.rows_wgmma_zeros(prob) == int(prob.pt > 0 or prob.pb > 0)
+        for s in (2, 3):
+            if s <= prob.R:
+                assert rows_wgmma_slots_hold(prob, s, cuda_plan.rows_wgmma_ring(prob, s))
+                assert not rows_wgmma_slots_hold(prob, s,
+                                                 cuda_plan.rows_wgmma_ring(prob, s) - 1)
 
 
 def test_float32_stems_get_narrow_ffma_when_forced():
@@ -758,7 +865,8 @@ def test_hopper_plans_copy_by_tma_where_each_slice_is_64_channels_of_one_tap():
     assert plan_for(cv12, arch=90, options=Options(tma=False)).file == "im2win_mma"  # 98 tiles
     cv4 = problem((128, 224, 224, 32), (64, 7, 7, 32), np.float16, layout="NHWC", stride=2,
                   padding=3)
-    assert plan_for(cv4, arch=90).file == "im2win_wgmma"             # 64 filters, cp.async
+    assert plan_for(cv4, arch=90, options=Options(window_rows=False)).file == "im2win_wgmma"
+    assert plan_for(cv4, arch=90).file == "rows_wgmma"         # window columns 128 bytes apart
     listed = {expr for _, expr in instantiable()}
     assert plan.kernel in listed and {pl.kernel for pl in chosen.values()} <= listed
 

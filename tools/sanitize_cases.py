@@ -2,7 +2,7 @@
 
 Every algorithm, both layouts, the full optimisation set and each switch off, on shapes with
 tails, padding, groups and strides; small, so the sanitizer finishes in minutes.
-``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|rows|pointwise|ffma|stems]``: with ``float16``, every tile
+``python3 tools/sanitize_cases.py [float16|wgmma|tma|tf32|depthwise|narrow|rows|wide|pointwise|ffma|stems]``: with ``float16``, every tile
 and switch of the mma.sync kernel only (float32 with the planner's choices); with ``wgmma``,
 every tile and switch of the Hopper kernel (float16 and bfloat16) and its TMA copies; with
 ``tma``, only the TMA copies (every tile, both 16-bit types, boxes of 32 channels, the resident
@@ -18,7 +18,9 @@ both layouts; with ``narrow``,
 narrow.cu's stems and groups (both 16-bit types, vector and element copies) and
 narrow_wgmma.cu's dense stems; with ``rows``, narrow_rows_wgmma alone (stems of stride 2,
 K < 64 too, with the device's grid and with one sized for a device of one SM); with
-``pointwise``, pointwise.cu's 1x1 forms (both 16-bit types, x in place and a channel slice, y
+``wide``, rows_wgmma.cu alone (layers whose window columns lie 128 bytes apart: C = 32 at
+stride 2, C = 64 at stride 1; padding, dilation, K tails, two filter blocks, the same two
+grids); with ``pointwise``, pointwise.cu's 1x1 forms (both 16-bit types, x in place and a channel slice, y
 and w off 16 bytes); with ``tf32``,
 float32 on the Hopper kernel only ("tf32" and "3xtf32"); with ``ffma``,
 the float32 CUDA-core kernels (im2win_ffma.cu's every tile and switch, in NHWC and through
@@ -75,7 +77,7 @@ DEPTHWISE_CASES = [((2, 16, 13, 12), (16, 1, 3, 3), dict(padding=1)),
                    ((1, 6, 8, 6), (6, 1, 7, 7), dict(padding=3)),
                    ((1, 6, 7, 7), (6, 1, 5, 5), dict(padding=2)),
                    ((2, 8, 9, 28), (8, 1, 7, 7), dict(padding=3))]
-MODES = ("float16", "wgmma", "tma", "multicast", "tf32", "depthwise", "narrow", "rows",
+MODES = ("float16", "wgmma", "tma", "multicast", "tf32", "depthwise", "narrow", "rows", "wide",
          "pointwise", "ffma", "stems")
 ONLY = sys.argv[1] if len(sys.argv) > 1 else None       # one mode's cases, or all of them
 if ONLY is not None and ONLY not in MODES:
@@ -213,6 +215,29 @@ for (x_shape, w_shape, kwargs), dtype, one_sm in itertools.product(
         im2win.conv2d(shifted, w, layout="NHWC", algorithm="narrow",
                       options=Options(stem_rows=True), **kwargs)
 cuda_plan.narrow_rows_pays = pays
+launch.sm_count = sms
+launch._executables.clear()
+cuda._calls.clear()
+# rows_wgmma.cu (Hopper: window columns 128 bytes apart) forced, with the device's grid and one
+# sized for a device of one SM (a block's run of tiles crosses images): x, w (NCHW-lettered).
+WIDE_CASES = [((3, 32, 23, 30), (64, 32, 7, 7), dict(stride=2)),
+              ((3, 32, 17, 21), (20, 32, 5, 5), dict(stride=2, padding=2)),
+              ((2, 32, 23, 25), (64, 32, 3, 3), dict(stride=2, dilation=(2, 1), padding=(1, 0))),
+              ((2, 64, 12, 40), (128, 64, 3, 3), dict(padding=1)),
+              ((2, 64, 9, 33), (64, 64, 2, 5), dict(padding=((0, 3), (2, 1))))]
+pays, cuda_plan.rows_wgmma_pays = cuda_plan.rows_wgmma_pays, lambda prob: True
+for (x_shape, w_shape, kwargs), dtype, one_sm in itertools.product(
+        WIDE_CASES, (np.float16, ml_dtypes.bfloat16), (False, True)):
+    if not (runs("wide") and HOPPER):
+        break
+    launch.sm_count = (lambda device: 1) if one_sm else sms
+    launch._executables.clear()
+    cuda._calls.clear()
+    x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
+               (x_shape, w_shape, w_shape[0]))
+    x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
+    im2win.conv2d(x, w, cupy.asarray(b), layout="NHWC", **kwargs)
+cuda_plan.rows_wgmma_pays = pays
 launch.sm_count = sms
 launch._executables.clear()
 cuda._calls.clear()

@@ -453,7 +453,7 @@ class Executable:
                 self.taps = cupy.asarray(np.frombuffer(plan.taps, np.int32))
             stream.synchronize()
         launches, record = [], FIXED_ARGS
-        if plan.algorithm in ONE_LAUNCH:
+        if plan.one_launch:
             args = plan.geometry
             record = ints_and_strides(len(args.ints))
             grid = args.grid(prob, sm_count(cupy.cuda.runtime.getDevice()))
@@ -474,19 +474,20 @@ class Executable:
             if plan.splits > 1:
                 record = SPLIT_ARGS
         self.launches = tuple(launches)
-        self.block = plan.geometry.block if plan.algorithm in ONE_LAUNCH else \
+        self.block = plan.geometry.block if plan.one_launch else \
             (plan.block, 1, 1)
         self.fixed = np.zeros(len(launches), record)
         for i, (_, _, _, fixed) in enumerate(launches):
             self.fixed[i] = fixed
         self.offsets = argument_offsets(record)
-        self.tma = None
-        if plan.tma is not None:
+        self.tma, self.maps = None, 0
+        if plan.tma is not None:              # x's descriptor (where the plan has one), w's
             from im2win.cuda import tma
             args = plan.tma
+            self.maps = 1 if args.x is None else 2
             self.tma = TmaMaps(lambda x, w: (
-                tma.encode_im2col(x, args.x, True),
-                tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box)))
+                () if args.x is None else (tma.encode_im2col(x, args.x, True),)) + (
+                tma.encode_tiled(w, args.w_dims, args.w_stride, args.w_box),))
         self.inner = self.transpose = self.transpose_words = self.transpose_narrow = None
         self.transpose_taps = self.transpose32 = None
         self.columns = self.runs = None
@@ -668,10 +669,10 @@ class Executable:
             first = pointers.ctypes.data
             split = [first + 32] if self.plan.splits > 1 else []
             fixed = self.fixed.ctypes.data
-            # TMA plans: this thread's two 128-byte descriptors (64-byte aligned) close the list.
+            # TMA plans: this thread's 128-byte descriptors (64-byte aligned) close the list.
             maps = np.zeros(256 + 64, np.uint8)
             at = maps.ctypes.data + (-maps.ctypes.data) % 64
-            tail = [at, at + 128] if self.tma is not None else []
+            tail = [at + 128 * i for i in range(self.maps)]
             params = [np.array([first, first + 8, first + 16, first + 24] + split +
                                [fixed + i * self.fixed.itemsize + offset
                                 for offset in self.offsets] + tail, np.uint64)
@@ -737,7 +738,7 @@ class Executable:
         pointers, _, params, _, maps_at = self._argument_buffers()
         pointers[0], pointers[1], pointers[2], pointers[3] = x, w, bias, y
         if self.tma is not None:
-            ctypes.memmove(maps_at, self.tma.bytes_for(x, w, arrays), 256)
+            ctypes.memmove(maps_at, self.tma.bytes_for(x, w, arrays), 128 * self.maps)
         return pointers, params
 
     def __call__(self, x, w, bias, y, scratch: Scratch):

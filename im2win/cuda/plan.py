@@ -26,8 +26,8 @@ from im2win.problem import DTYPES, Problem
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent
 GEMM_FILES = ("im2win_conv", "im2win_ffma", "im2win_mma", "im2win_wgmma")
 # The target each kernel file is compiled for beyond the device's own (wgmma needs sm_90a).
-FILE_ARCH = {"im2win_wgmma": "sm_90a", "narrow_wgmma": "sm_90a"}
-HOPPER_FILES = ("im2win_wgmma", "narrow_wgmma")     # hopper.cuh's primitives before them
+FILE_ARCH = {"im2win_wgmma": "sm_90a", "narrow_wgmma": "sm_90a", "rows_wgmma": "sm_90a"}
+HOPPER_FILES = ("im2win_wgmma", "narrow_wgmma", "rows_wgmma")   # hopper.cuh's primitives first
 CUDA_TYPES = {"float16": ("half_t", "float"), "bfloat16": ("bf16_t", "float"),
               "float32": ("float", "float"), "float64": ("double", "double")}
 TENSOR_CORE_DTYPES = ("float16", "bfloat16")
@@ -144,6 +144,13 @@ class Plan:
     cluster: int = 1
 
     @property
+    def one_launch(self) -> bool:
+        """Whether the plan is one launch of a kernel taking its four pointers, a few ints and
+        x's strides (NarrowArgs and the like) on a grid of its own: ONE_LAUNCH's algorithms,
+        and "im2win_fused" on rows_wgmma.cu."""
+        return self.algorithm in ONE_LAUNCH or self.file == "rows_wgmma"
+
+    @property
     def tables(self) -> bool:
         """Whether the kernel reads its reduction offsets from the table."""
         return bool(self.taps)
@@ -179,7 +186,7 @@ class Plan:
     @property
     def smem(self) -> int:
         """Dynamic shared memory per block, bytes."""
-        if self.algorithm in ONE_LAUNCH:
+        if self.one_launch:
             return self.geometry.smem
         if self.file != "im2win_wgmma":
             return 0
@@ -479,6 +486,9 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                                                   prob.dtype.name == "bfloat16"):
         geo = geometry(prob, fused, chunk, x_strides)
         src_aligned = x_aligned or not fused
+        if fused and tile is None and rows_wgmma_takes(prob, options, arch, x_strides, x_aligned,
+                                                       w_aligned) and rows_wgmma_pays(prob):
+            return rows_wgmma_plan(prob, options, x_strides)
         tma_tile, tma = None, None      # TMA takes the wgmma kernel with a tile of its own
         if options.hopper and arch == HOPPER and tile is None and fused:
             tma_tile = choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.G)
@@ -1687,6 +1697,133 @@ def narrow_rows_kernel_name(dtype: str, C: int) -> str:
     return f"narrow_rows_wgmma<{CUDA_TYPES[dtype][0]}, {C}, {NARROW_ROWS_STAGES}>"
 
 
+# NHWC layers whose window columns lie 128 bytes apart in x's row (rows_wgmma.cu: sw*C*2 ==
+# 128, C = 32 at stride 2 or 64 at stride 1): x's rows in a ring of shared memory as the
+# 128-byte swizzle lays them, each output row's 112 pixels read from a row by one wgmma
+# descriptor a k16 step (B), the filters streamed a window row a stage (A, 64*KB rows), a
+# block's two consumers on the two output rows of a tile.
+ROWS_WGMMA_PIXELS = 112            # an output row's pixels, at most (RW_NP)
+ROWS_WGMMA_THREADS = 384
+ROWS_WGMMA_STAGES = (3, 2)         # the deepest ring of filter stages that fits is taken
+ROWS_WGMMA_BLOCKS = (1, 2)         # KB: blocks of 64 filters a consumer holds
+ROWS_WGMMA_TAPS = 7                # S at most (3, 5 and 7 in the networks)
+ROWS_WGMMA_STEPS = tuple(sorted({S * C // 16 for S in range(1, ROWS_WGMMA_TAPS + 1)
+                                 for C in (32, 64)}))      # S*C/16: k16 steps a window row
+
+
+def rows_wgmma_ring(prob: Problem, stages: int) -> int:
+    """The x rows rows_wgmma's ring must hold (NR): its producer's copies and its stages'
+    reads played in their order over the tiles of two images (a block's run starting at
+    each of the first tiles), a row's slot free once every stage that reads it has been
+    released, which the producer knows for stage i - STAGES when it copies stage i's rows:
+    every row copied at or after the first row that a later stage reads must still be in
+    the ring."""
+    pairs = -(-prob.P // 2)
+    H, R, sh, dh, pt = prob.H, prob.R, prob.sh, prob.dh, prob.pt
+    need = 1
+    for start in range(min(pairs, 3)):
+        index, copied, reads = {}, [], []
+        count, next_h, cur_n = 0, 0, -1
+        for t in range(start, 2 * pairs):
+            n, p0 = t // pairs, 2 * (t % pairs)
+            last = p0 + 1 if p0 + 1 < prob.P else p0
+            lo = max(p0 * sh - pt, 0)
+            if n != cur_n or next_h < lo:
+                cur_n, next_h = n, lo
+            for r in range(R):
+                while next_h <= min(last * sh - pt + r * dh, H - 1):
+                    index[n, next_h] = count
+                    count, next_h = count + 1, next_h + 1
+                copied.append(count - 1)
+                rows = [index[n, h] for h in (p0 * sh - pt + r * dh, last * sh - pt + r * dh)
+                        if 0 <= h < H]
+                reads.append(min(rows, default=count))
+        lowest = list(itertools.accumulate(reversed(reads), min))[::-1]   # suffix minima
+        for i, last_copied in enumerate(copied):
+            need = max(need, last_copied - lowest[max(i - stages + 1, 0)] + 1)
+    return need
+
+
+def rows_wgmma_zeros(prob: Problem) -> int:
+    """1 where some output row's window reaches a padding row (the zero slot), else 0."""
+    return int(prob.pt > 0 or (prob.P - 1) * prob.sh - prob.pt + (prob.R - 1) * prob.dh >= prob.H)
+
+
+def rows_wgmma_smem(prob: Problem, kb: int, stages: int, nr: int) -> int:
+    """rows_wgmma's shared memory in bytes (its RwLayout, plus 1 KB to align it)."""
+    atoms = -(-prob.S * prob.C // 64)
+    lines = max(-(-(prob.pl + prob.W) * prob.C * 2 // 128), ROWS_WGMMA_PIXELS + atoms - 1)
+    return (1024 + stages * atoms * kb * 64 * 128 + (nr + rows_wgmma_zeros(prob)) * 128 * lines +
+            2 * ROWS_WGMMA_PIXELS * max(72, 64 * kb) * 2 + 64 * kb * 4 + 8 * stages +
+            16 * stages)
+
+
+def rows_wgmma_form(prob: Problem, arch: int | None) -> tuple[int, int, int] | None:
+    """(KB, STAGES, NR) of rows_wgmma for the problem: the deepest ring whose shared memory
+    fits the device's (STAGES at most R: a stage's rows then span two tiles at most), or
+    None."""
+    kb = -(-prob.K // 64)
+    for stages in ROWS_WGMMA_STAGES:
+        if stages <= prob.R:
+            nr = rows_wgmma_ring(prob, stages)
+            if rows_wgmma_smem(prob, kb, stages, nr) <= smem_limits(arch)[0]:
+                return kb, stages, nr
+    return None
+
+
+def rows_wgmma_takes(prob: Problem, options: Options, arch: int | None, x_strides,
+                     x_aligned: bool, w_aligned: bool) -> bool:
+    """Whether rows_wgmma.cu can run the problem: on compute capability 9.0 with
+    Options(hopper=True, window_rows=True), NHWC float16 or bfloat16, one group, window
+    columns 128 bytes apart (sw*C*2 == 128), dw == 1, S <= 7, K <= 128, Q <= 112, x's pixels of C
+    contiguous channels with its start and its image and row strides 16-byte aligned, w
+    16-byte aligned, N*P/2 tiles within int, and a form whose shared memory fits."""
+    if not (options.hopper and options.window_rows and arch == HOPPER and prob.G == 1 and
+            prob.layout == "NHWC" and prob.dtype.name in TENSOR_CORE_DTYPES and
+            prob.sw * prob.C * 2 == 128 and prob.dw == 1 and prob.S <= ROWS_WGMMA_TAPS and
+            0 < prob.K <= 64 * max(
+                ROWS_WGMMA_BLOCKS) and 0 < prob.Q <= ROWS_WGMMA_PIXELS and prob.N > 0):
+        return False
+    xn, xc, xh, xw = x_strides
+    return (xc == 1 and xw == prob.C and xn % 8 == 0 and xh % 8 == 0 and x_aligned and
+            w_aligned and prob.N * -(-prob.P // 2) < 2 ** 31 and
+            rows_wgmma_form(prob, arch) is not None)
+
+
+ROWS_WGMMA_PAYS_PIXELS = 96        # output columns a row must have for rows_wgmma to pay
+
+
+def rows_wgmma_pays(prob: Problem) -> bool:
+    """Whether a layer rows_wgmma.cu takes runs on it: one block of at most 64 filters and
+    output rows of more than ROWS_WGMMA_PAYS_PIXELS of the 112 pixels a wgmma computes
+    (tools/rows_dev.py, batch 128, an H200, against im2win_wgmma.cu's tiles with the
+    multicast filter: cv4 float16 707.0 -> 527.7 us, bfloat16 682.1 -> 487.6; not cv8's two
+    blocks of filters, 423.7 -> 480.2; cv9's 54 columns, on an H100 in the kernel's first
+    form, 76.5 -> 193.0; docs/hopper.md step 37)."""
+    return prob.K <= 64 and prob.Q > ROWS_WGMMA_PAYS_PIXELS
+
+
+def rows_wgmma_plan(prob: Problem, options: Options, x_strides,
+                    arch: int | None = HOPPER) -> Plan:
+    """rows_wgmma.cu's plan: at most one block an SM of 384 threads, each over a contiguous
+    run of the N*ceil(P/2) tiles (pairs of output rows)."""
+    kb, stages, nr = rows_wgmma_form(prob, arch)
+    zeros = rows_wgmma_zeros(prob)
+    args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.R, prob.S, prob.P, prob.Q,
+                       prob.sh, prob.dh, prob.pt, prob.pl, nr, zeros), tuple(x_strides),
+                      (ROWS_WGMMA_THREADS, 1, 1), rows_wgmma_smem(prob, kb, stages, nr),
+                      prob.N * -(-prob.P // 2), 1, 1)
+    reduction = prob.R * prob.S * prob.C      # the filter's stages: boxes of 64 x 64 by TMA
+    tma = TmaArgs(None, (reduction, prob.K), reduction * prob.dtype.itemsize, (64, 64))
+    return Plan("im2win_fused", None, options, "rows_wgmma",
+                rows_wgmma_kernel_name(prob.dtype.name, kb, stages, prob.S * prob.C // 16),
+                max(prob.N, 1), args, b"", 0, tma)
+
+
+def rows_wgmma_kernel_name(dtype: str, kb: int, stages: int, steps: int) -> str:
+    return f"rows_wgmma<{CUDA_TYPES[dtype][0]}, {kb}, {stages}, {steps}>"
+
+
 # float32 stems on CUDA cores (narrow_ffma.cu): one group of at most NARROW_FFMA_CHANNELS
 # channels; a block of KB filters (a multiple of 32) and KB*WP threads covers WP*TN*8 pixels,
 # TN pixels a thread (NARROW_FFMA_PIXELS: 7 makes tiles of multiples of 56 pixels, which
@@ -2720,10 +2857,10 @@ def wgmma_pays(prob: Problem, geo: Geometry, src_aligned: bool) -> bool:
 
 class TmaArgs(NamedTuple):
     """The TMA descriptors' arguments of a wgmma launch whose operands are copied by TMA:
-    x's im2col descriptor and the filter's tiled one (w as a matrix of K rows of the
-    reduction, boxes of BK x BN)."""
+    x's im2col descriptor (None: the kernel takes the filter's alone, rows_wgmma.cu) and the
+    filter's tiled one (w as a matrix of K rows of the reduction, boxes of BK x BN)."""
 
-    x: object                     # im2win.cuda.tma.Im2colArgs
+    x: object                     # im2win.cuda.tma.Im2colArgs, or None
     w_dims: tuple[int, int]       # (reduction, K), innermost first
     w_stride: int                 # bytes per filter
     w_box: tuple[int, int]        # (BK, BN)
@@ -3236,6 +3373,9 @@ def instantiable() -> list[tuple[str, str]]:
         out.update(("narrow_wgmma", narrow_wgmma_kernel_name(dtype, K))
                    for K in NARROW_WGMMA_FILTERS)
         out.update(("narrow_wgmma", narrow_rows_kernel_name(dtype, C)) for C in range(1, 5))
+        out.update(("rows_wgmma", rows_wgmma_kernel_name(dtype, kb, stages, steps))
+                   for kb in ROWS_WGMMA_BLOCKS for stages in ROWS_WGMMA_STAGES
+                   for steps in ROWS_WGMMA_STEPS)
     out.update(("narrow_ffma", narrow_ffma_kernel_name(C, kb, wp, tn, nchw, resident, stage,
                                                        packed))
                for C in range(1, NARROW_FFMA_CHANNELS + 1)

@@ -201,6 +201,13 @@ class Options:
             narrow_dense_wgmma, whose tiles copy all R rows and load each pair of elements;
             on an H200 cv3 205.5 -> 125.3 us, ResNet's stem 226.3 -> 126.0, docs/hopper.md
             steps 35 and 36).
+        window_rows: an NHWC layer whose window columns lie 128 bytes apart (sw*C*2 = 128:
+            C = 32 at stride 2, C = 64 at stride 1; 16-bit, one group, dw = 1, K <= 128,
+            Q <= 112, Hopper) runs on rows_wgmma.cu where it pays (plan.rows_wgmma_pays): x's
+            rows kept in a ring of shared memory, each read by every output row over it,
+            every output row's windows read from them by one wgmma descriptor a k16 step,
+            the filter streamed a window row a stage and shared by the two output rows of a
+            block's tile (off: im2win_wgmma.cu's im2col tiles).
         window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
@@ -272,6 +279,7 @@ class Options:
     ping_pong: bool = True
     multicast: bool = True
     stem_rows: bool = True
+    window_rows: bool = True
     window_columns: bool = True
     window_runs: bool = True
     nchw_epilogue: bool = True
@@ -307,7 +315,7 @@ TENSOR_CORE_SWITCHES = ("async_copy", "double_buffer", "ldmatrix", "conflict_fre
                         "index_tables")
 HOPPER_SWITCHES = ("double_buffer", "conflict_free", "index_tables", "persistent", "tma",
                    "split_k", "resident_filter", "ping_pong", "multicast", "window_columns",
-                   "nchw_epilogue", "stem_rows")
+                   "nchw_epilogue", "stem_rows", "window_rows")
 
 
 ALGORITHMS = ("auto", "direct", "im2win", "im2win_fused", "im2col_gemm", "depthwise", "narrow",
