@@ -13,7 +13,8 @@ from helpers import contiguous_strides
 from im2win import reference
 from im2win.cuda import TILES, Options
 from im2win.cuda.plan import (CUDA_TYPES, GEOMETRY_64BIT, KERNEL_DIR, DepthwiseTile, Geometry,
-                              depthwise_tile, geometry, graph_plan, make_plan, reduction_taps,
+                              depthwise_tile, geometry, graph_plan, inner_options, make_plan,
+                              reduction_taps,
                               instantiable, reduction_tables, specializations,
                               window_bytes)
 from im2win.cuda.tuning import FFMA_TILES, NO_MICRO_KERNEL, WGMMA_TILES, choose_tile
@@ -490,6 +491,15 @@ def test_rows_wgmma_takes_layers_whose_window_columns_lie_128_bytes_apart():
     cv9 = problem((128, 56, 56, 64), (64, 3, 3, 64), np.float16, layout="NHWC")
     assert takes(cv9, Options(), 90, contiguous_strides(cv9), True, True)
     assert plan_for(cv9, arch=90).file == "im2win_wgmma"
+    assert not takes(cv4, Options(tma=False), 90, contiguous_strides(cv4), True, True)
+    # never an inner plan (an NCHW problem's NHWC twin, a stem's R x 1 problem): its epilogue
+    # writes no NCHW y
+    cv4_nchw = problem((128, 32, 224, 224), (64, 32, 7, 7), np.float16, stride=2)
+    assert plan_for(cv4_nchw, arch=90, algorithm="im2win_nhwc").inner.file == "im2win_wgmma"
+    assert plan_for(cv4_nchw, arch=90).inner.file == "im2win_wgmma"      # "auto": the twin's
+    stem = problem((8, 9, 210, 210), (64, 9, 7, 7), np.float16, stride=2)   # 7*9 -> 64 channels
+    columns = plan_for(stem, arch=90, algorithm="im2win_columns")
+    assert columns.inner.file == "im2win_wgmma"
     # 224 columns of 64 bytes: a slot of 115 lines (pixel 111's window row reaches line 114),
     # no zero slot (no padding row)
     assert cuda_plan.rows_wgmma_smem(cv4, 1, 3, 5) == (1024 + 3 * 4 * 64 * 128 + 5 * 115 * 128 +
@@ -1014,7 +1024,8 @@ def test_nchw_problems_run_on_their_nhwc_twin_where_it_takes_the_hopper_kernel()
     assert plan.algorithm == "im2win_nhwc" and plan.kernel is None and plan.file is None
     assert plan.inner.file == "im2win_wgmma" and plan.inner.tma is not None
     # The twin's kernel writes the NCHW y from its epilogue: x and w are the only copies.
-    twin = plan_for(dataclasses.replace(cv8, layout="NHWC"), arch=90)
+    twin = plan_for(dataclasses.replace(cv8, layout="NHWC"), arch=90,
+                    options=inner_options(Options()))      # inner plans: no rows_wgmma
     assert twin.geometry.y_nchw == 0 and plan.inner.geometry.y_nchw == 1
     assert plan.inner == dataclasses.replace(twin, geometry=twin.geometry._replace(y_nchw=1))
     assert plan.workspace_bytes == nhwc_workspace(cv8, y=False) == \
@@ -1078,7 +1089,8 @@ def test_stems_run_as_r_by_1_problems_over_their_window_columns_on_hopper(layout
     nchw = layout == "NCHW"
     for name, prob in layers.items():
         plan = plan_for(prob, arch=90)
-        inner = plan_for(columns_stage(prob), arch=90, algorithm="im2win_fused")
+        inner = plan_for(columns_stage(prob), arch=90, algorithm="im2win_fused",
+                         options=inner_options(Options()))
         assert plan.algorithm == "im2win_columns" and plan.kernel is None
         # NCHW: the kernel's epilogue writes the NCHW y (no channels-last y to transpose).
         assert plan.inner == dataclasses.replace(
@@ -1453,7 +1465,8 @@ def test_float32_stems_on_tensor_cores_run_over_window_columns_of_32(layout):
         for precision in ("tf32", "3xtf32"):
             plan = plan_for(prob, arch=90, precision=precision)
             stage = columns_stage(prob, precision=precision)
-            inner = plan_for(stage, arch=90, algorithm="im2win_fused", precision=precision)
+            inner = plan_for(stage, arch=90, algorithm="im2win_fused", precision=precision,
+                             options=inner_options(Options()))
             assert plan.algorithm == "im2win_columns" and stage.C == C2
             assert plan.inner == dataclasses.replace(
                 inner, geometry=inner.geometry._replace(y_nchw=int(layout == "NCHW")))

@@ -3,7 +3,7 @@ reference (forced where it runs, outputs poisoned first), then time it on layers
 planner's choice without it and cuDNN; a short table last.
 
     python3 tools/rows_dev.py [--layers cv4,cv8] [--dtypes float16,bfloat16] [--no-check]
-        [--stages 3,2]
+        [--variants before,rows,rows2,rowsP2] [--batch 32]
 
 "rows" is the layer on rows_wgmma (plan.rows_wgmma_pays forced true; "rowsS": S filter
 stages where they fit; "rowsPN": its PROBE N, parts left out, wrong results, for timing),
@@ -53,7 +53,7 @@ def check(cupy, dtype) -> int:
             has_bias = kwargs.pop("bias", False)
             N, H, W, C = x_shape
             tall = rng.standard_normal((N, H + 2 * offset, W, C)).astype(dtype)
-            tall[:, :offset] = np.inf                     # rows outside the view
+            tall[:, :offset] = tall[:, offset + H:] = np.inf   # rows outside the view
             x_host = tall[:, offset:offset + H]
             w_host = rng.standard_normal(w_shape).astype(dtype)
             b_host = rng.standard_normal(w_shape[0]).astype(dtype) if has_bias else None

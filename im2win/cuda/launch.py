@@ -401,8 +401,9 @@ def argument_offsets(record: np.dtype) -> list[int]:
 
 
 class TmaMaps:
-    """Two TMA descriptors, as 256 bytes, by the pointers of the two arrays they map
-    (`encode(a, b)` makes them): a small memo, since a descriptor holds its array's address
+    """A launch's TMA descriptors (x's and w's, or w's alone), as 128 bytes each, by the
+    pointers of the arrays they map (`encode(a, b)` makes them; a plan without x's descriptor
+    passes 0 for x's pointer): a small memo, since a descriptor holds its array's address
     and encoding costs host time (a loop over the same buffers encodes once)."""
 
     MEMO = 16
@@ -738,7 +739,9 @@ class Executable:
         pointers, _, params, _, maps_at = self._argument_buffers()
         pointers[0], pointers[1], pointers[2], pointers[3] = x, w, bias, y
         if self.tma is not None:
-            ctypes.memmove(maps_at, self.tma.bytes_for(x, w, arrays), 128 * self.maps)
+            # keyed by x's pointer too only where x has a descriptor
+            ctypes.memmove(maps_at, self.tma.bytes_for(x if self.maps == 2 else 0, w, arrays),
+                           128 * self.maps)
         return pointers, params
 
     def __call__(self, x, w, bias, y, scratch: Scratch):

@@ -99,7 +99,8 @@ class Plan:
         kernel: the template instantiation to compile (CuPy name expression), or None.
         chunk: images per launch ("im2win": the window tensor is built for this many at once).
         geometry: the kernel's Geometry for one launch of `chunk` images; the depthwise
-            kernels' DepthwiseArgs or DepthwiseTileArgs; the narrow kernel's NarrowArgs; the
+            kernels' DepthwiseArgs or DepthwiseTileArgs; the narrow kernels' and
+            rows_wgmma.cu's NarrowArgs (`one_launch`); the
             pointwise kernel's PointwiseArgs; the GEMM's GemmArgs; None for the others.
         taps: the reduction table as bytes, int32 pairs (off(t), (r*dh) << 16 | s*dw) for
             every t, zeros past the reduction up to a multiple of TABLE_SLICE entries; empty
@@ -107,7 +108,7 @@ class Plan:
         workspace_bytes: extra device memory the plan allocates (the window chunk and the
             filter in window order).
         tma: the wgmma kernel's TMA descriptors' arguments (TmaArgs) when it copies both
-            operands by TMA (Options.tma), else None.
+            operands by TMA (Options.tma), or rows_wgmma.cu's (the filter's alone), else None.
         inner: "im2win_nhwc": the plan of the problem's NHWC twin, which runs between the
             layout copies ("im2win_fused", or for NCHW groups of a few channels
             "depthwise"); "im2win_columns": the plan of its R x 1 problem (columns_stage);
@@ -486,8 +487,8 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
                                                   prob.dtype.name == "bfloat16"):
         geo = geometry(prob, fused, chunk, x_strides)
         src_aligned = x_aligned or not fused
-        if fused and tile is None and rows_wgmma_takes(prob, options, arch, x_strides, x_aligned,
-                                                       w_aligned) and rows_wgmma_pays(prob):
+        if fused and tile is None and rows_wgmma_pays(prob) and \
+                rows_wgmma_takes(prob, options, arch, x_strides, x_aligned, w_aligned):
             return rows_wgmma_plan(prob, options, x_strides)
         tma_tile, tma = None, None      # TMA takes the wgmma kernel with a tile of its own
         if options.hopper and arch == HOPPER and tile is None and fused:
@@ -1707,24 +1708,26 @@ ROWS_WGMMA_THREADS = 384
 ROWS_WGMMA_STAGES = (3, 2)         # the deepest ring of filter stages that fits is taken
 ROWS_WGMMA_BLOCKS = (1, 2)         # KB: blocks of 64 filters a consumer holds
 ROWS_WGMMA_TAPS = 7                # S at most (3, 5 and 7 in the networks)
+ROWS_WGMMA_PLAYED = 8              # tiles of each run rows_wgmma_ring plays
 ROWS_WGMMA_STEPS = tuple(sorted({S * C // 16 for S in range(1, ROWS_WGMMA_TAPS + 1)
                                  for C in (32, 64)}))      # S*C/16: k16 steps a window row
 
 
 def rows_wgmma_ring(prob: Problem, stages: int) -> int:
     """The x rows rows_wgmma's ring must hold (NR): its producer's copies and its stages'
-    reads played in their order over the tiles of two images (a block's run starting at
-    each of the first tiles), a row's slot free once every stage that reads it has been
+    reads played in their order, a row's slot free once every stage that reads it has been
     released, which the producer knows for stage i - STAGES when it copies stage i's rows:
     every row copied at or after the first row that a later stage reads must still be in
-    the ring."""
+    the ring. Played over runs of ROWS_WGMMA_PLAYED tiles (the stages in flight span two
+    tiles; after the first the pattern repeats a tile) from the first tiles of an image and
+    from a few tiles before its last (across the edge into the next image's first)."""
     pairs = -(-prob.P // 2)
     H, R, sh, dh, pt = prob.H, prob.R, prob.sh, prob.dh, prob.pt
     need = 1
-    for start in range(min(pairs, 3)):
+    for start in sorted({0, min(1, pairs - 1), min(2, pairs - 1), max(pairs - 3, 0)}):
         index, copied, reads = {}, [], []
         count, next_h, cur_n = 0, 0, -1
-        for t in range(start, 2 * pairs):
+        for t in range(start, min(start + ROWS_WGMMA_PLAYED, 2 * pairs)):
             n, p0 = t // pairs, 2 * (t % pairs)
             last = p0 + 1 if p0 + 1 < prob.P else p0
             lo = max(p0 * sh - pt, 0)
@@ -1760,8 +1763,8 @@ def rows_wgmma_smem(prob: Problem, kb: int, stages: int, nr: int) -> int:
 
 def rows_wgmma_form(prob: Problem, arch: int | None) -> tuple[int, int, int] | None:
     """(KB, STAGES, NR) of rows_wgmma for the problem: the deepest ring whose shared memory
-    fits the device's (STAGES at most R: a stage's rows then span two tiles at most), or
-    None."""
+    fits the device's (STAGES at most R: the stages in flight then span two tiles at most,
+    which rows_wgmma_ring's runs of a few tiles assume), or None."""
     kb = -(-prob.K // 64)
     for stages in ROWS_WGMMA_STAGES:
         if stages <= prob.R:
@@ -1774,11 +1777,13 @@ def rows_wgmma_form(prob: Problem, arch: int | None) -> tuple[int, int, int] | N
 def rows_wgmma_takes(prob: Problem, options: Options, arch: int | None, x_strides,
                      x_aligned: bool, w_aligned: bool) -> bool:
     """Whether rows_wgmma.cu can run the problem: on compute capability 9.0 with
-    Options(hopper=True, window_rows=True), NHWC float16 or bfloat16, one group, window
+    Options(hopper=True, window_rows=True, tma=True: its filter stages are TMA copies), NHWC
+    float16 or bfloat16, one group, window
     columns 128 bytes apart (sw*C*2 == 128), dw == 1, S <= 7, K <= 128, Q <= 112, x's pixels of C
     contiguous channels with its start and its image and row strides 16-byte aligned, w
     16-byte aligned, N*P/2 tiles within int, and a form whose shared memory fits."""
-    if not (options.hopper and options.window_rows and arch == HOPPER and prob.G == 1 and
+    if not (options.hopper and options.window_rows and options.tma and arch == HOPPER and
+            prob.G == 1 and
             prob.layout == "NHWC" and prob.dtype.name in TENSOR_CORE_DTYPES and
             prob.sw * prob.C * 2 == 128 and prob.dw == 1 and prob.S <= ROWS_WGMMA_TAPS and
             0 < prob.K <= 64 * max(
@@ -2460,10 +2465,18 @@ def nhwc_plan(prob: Problem, x_strides, options: Options, workspace_limit: int |
         return around(prob, "im2win_nhwc", inner, options,
                       functools.partial(nhwc_workspace, x=False), x_in_place=True)
     inner = make_plan(twin, x_strides=strides, w_aligned=True, algorithm="im2win_fused",
-                      options=options, tile=tile, arch=arch, precision=precision, sms=sms,
+                      options=inner_options(options), tile=tile, arch=arch,
+                      precision=precision, sms=sms,
                       workspace_limit=None if workspace_limit is None else
                       workspace_limit - nhwc_workspace(prob))
     return around(prob, "im2win_nhwc", inner, options, nhwc_workspace)
+
+
+def inner_options(options: Options) -> Options:
+    """The options of an inner plan (an NCHW problem's NHWC twin, a stem's R x 1 problem):
+    without rows_wgmma.cu, whose channels-last y the outer plan would have to transpose (its
+    epilogue writes no NCHW y) and which was timed on NHWC layers only."""
+    return dataclasses.replace(options, window_rows=False)
 
 
 def reads_in_place(twin: Problem, x_strides, options: Options, tile: str | None,
@@ -2592,7 +2605,8 @@ def columns_plan(prob: Problem, options: Options, workspace_limit: int | None,
     copies = columns_workspace(prob, precision=precision)
     H, W, C = inner_prob.H, inner_prob.W, inner_prob.C           # x2: contiguous NHWC
     inner = make_plan(inner_prob, x_strides=(H * W * C, 1, W * C, C), w_aligned=True,
-                      algorithm="im2win_fused", options=options, tile=tile, arch=arch,
+                      algorithm="im2win_fused", options=inner_options(options), tile=tile,
+                      arch=arch,
                       workspace_limit=None if workspace_limit is None else
                       workspace_limit - copies, precision=precision, sms=sms)
     return around(prob, "im2win_columns", inner, options,
