@@ -202,12 +202,14 @@ class Options:
             on an H200 cv3 205.5 -> 125.3 us, ResNet's stem 226.3 -> 126.0, docs/hopper.md
             steps 35 and 36).
         window_rows: an NHWC layer whose window columns lie 128 bytes apart (sw*C*2 = 128:
-            C = 32 at stride 2, C = 64 at stride 1; 16-bit, one group, dw = 1, K <= 128,
-            Q <= 112, Hopper) runs on rows_wgmma.cu where it pays (plan.rows_wgmma_pays): x's
-            rows kept in a ring of shared memory, each read by every output row over it,
-            every output row's windows read from them by one wgmma descriptor a k16 step,
-            the filter streamed a window row a stage and shared by the two output rows of a
-            block's tile (off: im2win_wgmma.cu's im2col tiles).
+            C = 32 at stride 2, C = 64 at stride 1; 16-bit, one group, dw = 1, S <= 7,
+            K <= 128, Q <= 112, Hopper, with tma on; never an NCHW problem's twin) runs on
+            rows_wgmma.cu where it pays (plan.rows_wgmma_pays: cv4): x's rows kept in a ring
+            of shared memory, each read by every output row over it, every output row's
+            windows read from them by one wgmma descriptor a k16 step, the filter streamed
+            a window row a stage by TMA and shared by the two output rows of a block's tile
+            (off: im2win_wgmma.cu's im2col tiles; on an H200 cv4 float16 707.0 -> 527.7 us,
+            bfloat16 682.1 -> 487.6, docs/hopper.md step 37).
         window_columns: "auto" runs a stem (one group, C/G not a multiple of 8, S*C at most
             64) as "im2win_columns": x's window columns as channels, then an R x 1 problem on
             the wgmma kernel (float16 and bfloat16, on Hopper) or im2win_ffma.cu (float32)
