@@ -476,7 +476,8 @@ def test_rows_wgmma_takes_layers_whose_window_columns_lie_128_bytes_apart():
     for prob, kb, stages, nr in ((cv4, 1, 3, 5), (cv8, 2, 2, 4)):
         assert takes(prob, Options(), 90, contiguous_strides(prob), True, True)
         assert cuda_plan.rows_wgmma_form(prob, 90) == (kb, stages, nr)
-        plan = cuda_plan.rows_wgmma_plan(prob, Options(), contiguous_strides(prob))
+        plan = cuda_plan.rows_wgmma_plan(prob, Options(), contiguous_strides(prob),
+                                         (kb, stages, nr))
         assert plan.one_launch and plan.algorithm == "im2win_fused" and plan.workspace_bytes == 0
         assert plan.kernel == (f"rows_wgmma<{CUDA_TYPES[prob.dtype.name][0]}, {kb}, {stages}, "
                                f"{prob.S * prob.C // 16}>")

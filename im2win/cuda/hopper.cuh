@@ -1,7 +1,8 @@
 // hopper.cuh: Hopper's (sm_90a) primitives, shared by the kernels that use them
-// (im2win_wgmma.cu, narrow_wgmma.cu): shared-memory addresses and 16-byte copies, cp.async,
-// mbarriers, TMA copies, wgmma (descriptors, the 128-byte swizzle, the instruction forms and
-// their fences) and the producer warpgroup's named barrier. plan.source puts it after
+// (im2win_wgmma.cu, narrow_wgmma.cu, rows_wgmma.cu): shared-memory addresses and 16-byte
+// copies, cp.async, mbarriers, TMA copies, wgmma (descriptors, the 128-byte swizzle, the
+// instruction forms and their fences), the output rows' epilogue through shared memory
+// (stmatrix_trans4, store_staged) and the producer warpgroup's named barrier. plan.source puts it after
 // common.cuh (and gemm.cuh) and before the kernel file.
 
 typedef unsigned long long u64;
@@ -357,6 +358,42 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[
 template <int N> __device__ __forceinline__ void pin_regs(unsigned (&v)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(v[i])::"memory");
+}
+
+// A consumer's m64n112 accumulators acc[4j + q] (filter g (+8 for q >= 2), pixel
+// 8j + 2*(lane % 4) (+1 for odd q) of the warp's 16 filters) for j and j + 1, as T, by
+// stmatrix .trans, which stores pixel-major rows of 8 filters: matrix m of the x4 is
+// (filters + 8*(m % 2), pixels 8*(j + m / 2)), lane l giving the address of pixel
+// 8*(j + m/2) + l % 8's row (narrow_rows_wgmma's and rows_wgmma's epilogues).
+template <typename T>
+__device__ __forceinline__ void stmatrix_trans4(unsigned to, const float (&acc)[56], int j) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::
+               "r"(to), "r"(pack2<T>(acc[4 * j], acc[4 * j + 1])),
+               "r"(pack2<T>(acc[4 * j + 2], acc[4 * j + 3])),
+               "r"(pack2<T>(acc[4 * j + 4], acc[4 * j + 5])),
+               "r"(pack2<T>(acc[4 * j + 6], acc[4 * j + 7])) : "memory");
+}
+
+// A consumer warpgroup (thread ctid of 128) copies `pixels` staged rows of kn elements (pitch
+// SP elements at st, shared address st_addr) to y's pixels K elements apart from y_row, columns
+// k0 ..: 8 lanes a pixel in 16-byte stores where vector (y 16-byte aligned, K and k0 multiples
+// of 8), else element by element (narrow_rows_wgmma's and rows_wgmma's epilogues).
+template <int SP, typename T>
+__device__ __forceinline__ void store_staged(T* y_row, int K, int k0, int kn, int pixels,
+                                             const T* st, unsigned st_addr, int ctid,
+                                             bool vector) {
+  if (vector) {
+    const int part = ctid % 8;
+    if (part < kn / 8)
+      for (int px = ctid / 8; px < pixels; px += 16)
+        *reinterpret_cast<uint4*>(y_row + (i64)px * K + k0 + part * 8) =
+            ld_shared16(st_addr + (px * SP + part * 8) * 2);
+  } else {
+    for (int v = ctid; v < pixels * kn; v += 128) {
+      const int px = v / kn, k = v - px * kn;
+      y_row[(i64)px * K + k0 + k] = st[px * SP + k];
+    }
+  }
 }
 
 __device__ __forceinline__ void producer_sync() {   // the producer warpgroup's own barrier

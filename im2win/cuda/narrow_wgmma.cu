@@ -677,36 +677,17 @@ __global__ void __launch_bounds__(384, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + 8 * s);       // this warp's wgmmas have read the stage
 
-    // acc[4j + q]: filter 16*warp + g (+8 for q >= 2), pixel 8j + 2*(lane % 4) (+1 for odd q);
-    // stmatrix .trans stores pixel-major rows of 8 filters: matrix m of an x4 is (filters
-    // + 8*(m % 2), pixels 8*(j + m / 2)), lane l giving the row of pixel 8*(j + m/2) + l % 8.
+    // y's row through this consumer's staging, pixel-major (stmatrix_trans4)
     if (PROBE & 16) continue;
     const int m = lane / 8;
 #pragma unroll
-    for (int j = 0; j < 14; j += 2) {
-      const unsigned to = st_addr + (((8 * (j + m / 2) + lane % 8) * ROWS_SP + 16 * warp +
-                                      8 * (m % 2)) * 2);
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::
-                   "r"(to), "r"(pack2<T>(acc[4 * j], acc[4 * j + 1])),
-                   "r"(pack2<T>(acc[4 * j + 2], acc[4 * j + 3])),
-                   "r"(pack2<T>(acc[4 * j + 4], acc[4 * j + 5])),
-                   "r"(pack2<T>(acc[4 * j + 6], acc[4 * j + 7])) : "memory");
-    }
+    for (int j = 0; j < 14; j += 2)
+      stmatrix_trans4<T>(st_addr + (((8 * (j + m / 2) + lane % 8) * ROWS_SP + 16 * warp +
+                                     8 * (m % 2)) * 2), acc, j);
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
     const int pixels = PROBE & 4 ? 0 : min(Q, ROWS_NP);
     T* y_row = y + ((i64)n * P + p) * Q * K;
-    if (vector_y) {                                 // 8 lanes a pixel, K/8 of them storing
-      const int part = ctid % 8;
-      if (part < K / 8)
-        for (int px = ctid / 8; px < pixels; px += 16)
-          *reinterpret_cast<uint4*>(y_row + (i64)px * K + part * 8) =
-              ld_shared16(st_addr + (px * ROWS_SP + part * 8) * 2);
-    } else {
-      for (int v = ctid; v < pixels * K; v += 128) {
-        const int px = v / K, k = v - px * K;
-        y_row[(i64)px * K + k] = st[px * ROWS_SP + k];
-      }
-    }
+    store_staged<ROWS_SP>(y_row, K, 0, K, pixels, st, st_addr, ctid, vector_y);
     asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");   // st is written again
   }
 }

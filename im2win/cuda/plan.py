@@ -488,8 +488,10 @@ def make_plan(prob: Problem, *, x_strides, w_aligned: bool, algorithm: str = "au
         geo = geometry(prob, fused, chunk, x_strides)
         src_aligned = x_aligned or not fused
         if fused and tile is None and rows_wgmma_pays(prob) and \
-                rows_wgmma_takes(prob, options, arch, x_strides, x_aligned, w_aligned):
-            return rows_wgmma_plan(prob, options, x_strides)
+                rows_wgmma_fits(prob, options, arch, x_strides, x_aligned, w_aligned):
+            form = rows_wgmma_form(prob, arch)      # None where its shared memory does not fit
+            if form is not None:
+                return rows_wgmma_plan(prob, options, x_strides, form)
         tma_tile, tma = None, None      # TMA takes the wgmma kernel with a tile of its own
         if options.hopper and arch == HOPPER and tile is None and fused:
             tma_tile = choose_wgmma_tma_tile(prob.Kg, prob.N * prob.P * prob.Q, prob.G)
@@ -1774,25 +1776,28 @@ def rows_wgmma_form(prob: Problem, arch: int | None) -> tuple[int, int, int] | N
     return None
 
 
+def rows_wgmma_fits(prob: Problem, options: Options, arch: int | None, x_strides,
+                    x_aligned: bool, w_aligned: bool) -> bool:
+    """rows_wgmma_takes but for its shared memory (rows_wgmma_form)."""
+    xn, xc, xh, xw = x_strides
+    return (options.hopper and options.window_rows and options.tma and arch == HOPPER and
+            prob.G == 1 and prob.layout == "NHWC" and prob.dtype.name in TENSOR_CORE_DTYPES and
+            prob.sw * prob.C * 2 == 128 and prob.dw == 1 and prob.S <= ROWS_WGMMA_TAPS and
+            0 < prob.K <= 64 * max(ROWS_WGMMA_BLOCKS) and 0 < prob.Q <= ROWS_WGMMA_PIXELS and
+            prob.N > 0 and xc == 1 and xw == prob.C and xn % 8 == 0 and xh % 8 == 0 and
+            x_aligned and w_aligned and prob.N * -(-prob.P // 2) < 2 ** 31)
+
+
 def rows_wgmma_takes(prob: Problem, options: Options, arch: int | None, x_strides,
                      x_aligned: bool, w_aligned: bool) -> bool:
     """Whether rows_wgmma.cu can run the problem: on compute capability 9.0 with
     Options(hopper=True, window_rows=True, tma=True: its filter stages are TMA copies), NHWC
-    float16 or bfloat16, one group, window
-    columns 128 bytes apart (sw*C*2 == 128), dw == 1, S <= 7, K <= 128, Q <= 112, x's pixels of C
-    contiguous channels with its start and its image and row strides 16-byte aligned, w
-    16-byte aligned, N*P/2 tiles within int, and a form whose shared memory fits."""
-    if not (options.hopper and options.window_rows and options.tma and arch == HOPPER and
-            prob.G == 1 and
-            prob.layout == "NHWC" and prob.dtype.name in TENSOR_CORE_DTYPES and
-            prob.sw * prob.C * 2 == 128 and prob.dw == 1 and prob.S <= ROWS_WGMMA_TAPS and
-            0 < prob.K <= 64 * max(
-                ROWS_WGMMA_BLOCKS) and 0 < prob.Q <= ROWS_WGMMA_PIXELS and prob.N > 0):
-        return False
-    xn, xc, xh, xw = x_strides
-    return (xc == 1 and xw == prob.C and xn % 8 == 0 and xh % 8 == 0 and x_aligned and
-            w_aligned and prob.N * -(-prob.P // 2) < 2 ** 31 and
-            rows_wgmma_form(prob, arch) is not None)
+    float16 or bfloat16, one group, window columns 128 bytes apart (sw*C*2 == 128), dw == 1,
+    S <= 7, K <= 128, Q <= 112, x's pixels of C contiguous channels with its start and its
+    image and row strides 16-byte aligned, w 16-byte aligned, N*P/2 tiles within int
+    (rows_wgmma_fits), and a form whose shared memory fits (rows_wgmma_form)."""
+    return rows_wgmma_fits(prob, options, arch, x_strides, x_aligned, w_aligned) and \
+        rows_wgmma_form(prob, arch) is not None
 
 
 ROWS_WGMMA_PAYS_PIXELS = 96        # output columns a row must have for rows_wgmma to pay
@@ -1809,10 +1814,11 @@ def rows_wgmma_pays(prob: Problem) -> bool:
 
 
 def rows_wgmma_plan(prob: Problem, options: Options, x_strides,
-                    arch: int | None = HOPPER) -> Plan:
-    """rows_wgmma.cu's plan: at most one block an SM of 384 threads, each over a contiguous
-    run of the N*ceil(P/2) tiles (pairs of output rows)."""
-    kb, stages, nr = rows_wgmma_form(prob, arch)
+                    form: tuple[int, int, int]) -> Plan:
+    """rows_wgmma.cu's plan in its form (rows_wgmma_form: KB, STAGES, NR): at most one block
+    an SM of 384 threads, each over a contiguous run of the N*ceil(P/2) tiles (pairs of
+    output rows)."""
+    kb, stages, nr = form
     zeros = rows_wgmma_zeros(prob)
     args = NarrowArgs((prob.N, prob.C, prob.H, prob.W, prob.K, prob.R, prob.S, prob.P, prob.Q,
                        prob.sh, prob.dh, prob.pt, prob.pl, nr, zeros), tuple(x_strides),

@@ -34,7 +34,8 @@
 //     densely and written by one bulk copy that runs on under the next tile's wgmmas, else
 //     in 16-byte stores of whole pixels (or element by element).
 // The L2 reads of a tile are its new x rows (2*sh of them) and the filter once: cv4's 56 KB
-// + 196 KB for 2 * 109 * 64 outputs, against about 1 MB for 256 * 64 in im2win_wgmma.cu.
+// + 196 KB for 2 * 109 * 64 outputs, against about 1 MB for 256 * 64 in im2win_wgmma.cu
+// (bytes counted from the copies, not measured).
 
 constexpr int RW_NP = 112;      // an output row's pixels (wgmma N), at most
 constexpr int RW_SP = 72;       // the output staging's pitch in elements (144 bytes)
@@ -52,19 +53,6 @@ __device__ __forceinline__ void wgmma_n112_ss(float (&d)[56], u64 desc_a, u64 de
   if constexpr (bf) RW_MMA_SS("bf16");
   else RW_MMA_SS("f16");
 #undef RW_MMA_SS
-}
-
-// acc[4j + q] (filter g (+8 for q >= 2), pixel 8j + 2*(lane % 4) (+1 for odd q) of the warp's
-// 16 filters) for j and j + 1 by stmatrix .trans, which stores pixel-major rows of 8 filters:
-// matrix m of the x4 is (filters + 8*(m % 2), pixels 8*(j + m / 2)), lane l giving the address
-// of pixel 8*(j + m/2) + l % 8's row.
-template <typename T>
-__device__ __forceinline__ void stmatrix_trans4(unsigned to, const float (&acc)[56], int j) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::
-               "r"(to), "r"(pack2<T>(acc[4 * j], acc[4 * j + 1])),
-               "r"(pack2<T>(acc[4 * j + 2], acc[4 * j + 3])),
-               "r"(pack2<T>(acc[4 * j + 4], acc[4 * j + 5])),
-               "r"(pack2<T>(acc[4 * j + 6], acc[4 * j + 7])) : "memory");
 }
 
 // A shared-memory address with the 128-byte swizzle applied (bits 4-6 ^= bits 7-9), as the TMA
@@ -95,7 +83,7 @@ struct RwLayout {
 };
 
 // PROBE (tools/rows_dev.py's rowsP<N> variants, wrong results): 1 the producer copies no x rows,
-// 2 no filter rows, 4 the consumers skip their epilogue.
+// 2 no filter rows.
 template <typename T, int KB, int STAGES, int STEPS, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
     rows_wgmma(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
@@ -243,7 +231,6 @@ __global__ void __launch_bounds__(384, 1)
     for (int kb = 0; kb < KB; ++kb) pin(acc[kb]);
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + 8 * previous);
-    if (PROBE & 4) continue;
 
     // y's row through this consumer's staging (stmatrix_trans4: filter block kb's columns
     // 64kb + 16*warp ..)
@@ -276,18 +263,7 @@ __global__ void __launch_bounds__(384, 1)
                                        8 * (m % 2)) * 2), acc[kb], j);
       asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");
       const int k0 = 64 * kb, kn = min(K - k0, 64);
-      if (vector_y) {                               // 8 lanes a pixel, kn/8 of them storing
-        const int part = ctid % 8;
-        if (part < kn / 8)
-          for (int px = ctid / 8; px < pixels; px += 16)
-            *reinterpret_cast<uint4*>(y_row + (i64)px * K + k0 + part * 8) =
-                ld_shared16(st_addr + (px * RW_SP + part * 8) * 2);
-      } else {
-        for (int v = ctid; v < pixels * kn; v += 128) {
-          const int px = v / kn, k = v - px * kn;
-          y_row[(i64)px * K + k0 + k] = st[px * RW_SP + k];
-        }
-      }
+      store_staged<RW_SP>(y_row, K, k0, kn, pixels, st, st_addr, ctid, vector_y);
       asm volatile("bar.sync %0, 128;\n" ::"r"(2 + consumer) : "memory");   // st written again
     }
   }
