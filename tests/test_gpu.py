@@ -1004,6 +1004,23 @@ NARROW_ROWS_CASES = [  # stems of stride 2 narrow_rows_wgmma takes (x, w NCHW-le
 ]
 
 
+def each_grid(monkeypatch):
+    """Yield twice: with the device's grid, then with one sized for a device of one SM (a
+    block's run of tiles or rows then crosses images); built plans and remembered calls are
+    forgotten before each, and restored after the test."""
+    import weakref
+    from im2win import cuda
+    from im2win.cuda import launch
+    monkeypatch.setattr(launch, "_executables", weakref.WeakValueDictionary())
+    monkeypatch.setattr(cuda, "_calls", {})
+    sms = launch.sm_count
+    for one_sm in (False, True):
+        monkeypatch.setattr(launch, "sm_count", (lambda device: 1) if one_sm else sms)
+        launch._executables.clear()
+        cuda._calls.clear()
+        yield one_sm
+
+
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("x_shape, w_shape, kwargs", NARROW_ROWS_CASES)
 def test_narrow_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shape, kwargs):
@@ -1013,27 +1030,19 @@ def test_narrow_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w
     chunk reads from the zeroed copy) reaches only the outputs whose windows hold it; x's
     rows in reverse into an out one element off 16 bytes (element stores); x one element
     off 16 bytes (its first and last rows' edge chunks)."""
-    import weakref
     from im2win import cuda
-    from im2win.cuda import launch
     from im2win.cuda import plan as cuda_plan
     if not hopper():
         pytest.skip("narrow_rows_wgmma needs compute capability 9.0")
     monkeypatch.setattr(cuda_plan, "narrow_rows_pays", lambda prob: True)
     on = Options(stem_rows=True)
-    monkeypatch.setattr(launch, "_executables", weakref.WeakValueDictionary())
-    monkeypatch.setattr(cuda, "_calls", {})
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
     xs, ws = to_layout("NHWC", x.astype(dtype), w.astype(dtype))
     xs, ws = cupy.asarray(xs), cupy.asarray(ws)
     prob = make_problem(xs, ws, layout="NHWC", **kwargs)
     plan = cuda._plan(prob, xs, ws, "narrow", on, None)
     assert plan.kernel.startswith("narrow_rows_wgmma<")
-    sms = launch.sm_count
-    for one_sm in (False, True):
-        monkeypatch.setattr(launch, "sm_count", (lambda device: 1) if one_sm else sms)
-        launch._executables.clear()
-        cuda._calls.clear()
+    for _ in each_grid(monkeypatch):
         run(x, w, b, "NHWC", kwargs, dtype=dtype, algorithm="narrow", options=on)
         run(x, w, None, "NHWC", kwargs, dtype=dtype, algorithm="narrow", options=on)
     flipped = xs[:, ::-1]                           # and y one element off 16 bytes
@@ -1084,25 +1093,17 @@ def test_rows_wgmma_matches_reference(rng, monkeypatch, dtype, x_shape, w_shape,
     without bias; a view of every other image of a taller x whose rows outside it are
     infinities (strides of their own, nothing read past the view); an out one element off 16
     bytes (element stores)."""
-    import weakref
     from im2win import cuda
-    from im2win.cuda import launch
     from im2win.cuda import plan as cuda_plan
     if not hopper():
         pytest.skip("rows_wgmma needs compute capability 9.0")
     monkeypatch.setattr(cuda_plan, "rows_wgmma_pays", lambda prob: True)
-    monkeypatch.setattr(launch, "_executables", weakref.WeakValueDictionary())
-    monkeypatch.setattr(cuda, "_calls", {})
     x, w, b = random_arrays(rng, x_shape, w_shape, w_shape[0])
     xs, ws = to_layout("NHWC", x.astype(dtype), w.astype(dtype))
     xs, ws = cupy.asarray(xs), cupy.asarray(ws)
     prob = make_problem(xs, ws, layout="NHWC", **kwargs)
     assert cuda._plan(prob, xs, ws, "auto", None, None).file == "rows_wgmma"
-    sms = launch.sm_count
-    for one_sm in (False, True):
-        monkeypatch.setattr(launch, "sm_count", (lambda device: 1) if one_sm else sms)
-        launch._executables.clear()
-        cuda._calls.clear()
+    for _ in each_grid(monkeypatch):
         run(x, w, b, "NHWC", kwargs, dtype=dtype)
         run(x, w, None, "NHWC", kwargs, dtype=dtype)
     N, H, W, C = xs.shape

@@ -134,16 +134,24 @@ def every_switch(x, w, b, layout, kwargs, tensor_cores):
                           **kwargs)
 
 
+sms = launch.sm_count
+
+
+def use_grid(one_sm: bool) -> None:
+    """Launch on the device's grid, or on one sized for a device of one SM (each block then
+    loops over tiles); built Executables (they hold their grid) and remembered calls forgotten."""
+    launch.sm_count = (lambda device: 1) if one_sm else sms
+    launch._executables.clear()
+    cuda._calls.clear()
+
+
 # Each case twice: with the device's grid (a tile a block, on these sizes), then with one
 # sized for a device of one SM, so that each block loops over tiles through both stages.
-sms = launch.sm_count
 for (x_shape, w_shape), dtype, one_sm in itertools.product(
         POINTWISE_CASES, (np.float16, ml_dtypes.bfloat16), (False, True)):
     if not runs("pointwise"):
         break
-    launch.sm_count = (lambda device: 1) if one_sm else sms
-    launch._executables.clear()               # Executables hold the grid made with it
-    cuda._calls.clear()
+    use_grid(one_sm)
     x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
                (x_shape, w_shape, w_shape[0]))
     x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
@@ -156,9 +164,7 @@ for (x_shape, w_shape), dtype, one_sm in itertools.product(
     w_off[1:] = w.ravel()
     im2win.conv2d(wide[..., 8:], w_off[1:].reshape(w.shape), layout="NHWC",
                   algorithm="pointwise", out=out)
-launch.sm_count = sms
-launch._executables.clear()
-cuda._calls.clear()
+use_grid(False)
 for (x_shape, w_shape, kwargs), dtype in itertools.product(
         NARROW_CASES, (np.float16, ml_dtypes.bfloat16)):
     if not runs("narrow"):
@@ -201,9 +207,7 @@ for (x_shape, w_shape, kwargs), dtype, one_sm in itertools.product(
         ROWS_CASES, (np.float16, ml_dtypes.bfloat16), (False, True)):
     if not (runs("narrow", "rows") and HOPPER):
         break
-    launch.sm_count = (lambda device: 1) if one_sm else sms
-    launch._executables.clear()
-    cuda._calls.clear()
+    use_grid(one_sm)
     x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
                (x_shape, w_shape, w_shape[0]))
     x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
@@ -215,9 +219,7 @@ for (x_shape, w_shape, kwargs), dtype, one_sm in itertools.product(
         im2win.conv2d(shifted, w, layout="NHWC", algorithm="narrow",
                       options=Options(stem_rows=True), **kwargs)
 cuda_plan.narrow_rows_pays = pays
-launch.sm_count = sms
-launch._executables.clear()
-cuda._calls.clear()
+use_grid(False)
 # rows_wgmma.cu (Hopper: window columns 128 bytes apart) forced, with the device's grid and one
 # sized for a device of one SM (a block's run of tiles crosses images): x, w (NCHW-lettered).
 WIDE_CASES = [((3, 32, 23, 30), (64, 32, 7, 7), dict(stride=2)),
@@ -230,17 +232,13 @@ for (x_shape, w_shape, kwargs), dtype, one_sm in itertools.product(
         WIDE_CASES, (np.float16, ml_dtypes.bfloat16), (False, True)):
     if not (runs("wide") and HOPPER):
         break
-    launch.sm_count = (lambda device: 1) if one_sm else sms
-    launch._executables.clear()
-    cuda._calls.clear()
+    use_grid(one_sm)
     x, w, b = (rng.uniform(-1, 1, shape).astype(dtype) for shape in
                (x_shape, w_shape, w_shape[0]))
     x, w = cupy.asarray(x.transpose(0, 2, 3, 1).copy()), cupy.asarray(w.transpose(0, 2, 3, 1))
     im2win.conv2d(x, w, cupy.asarray(b), layout="NHWC", **kwargs)
 cuda_plan.rows_wgmma_pays = pays
-launch.sm_count = sms
-launch._executables.clear()
-cuda._calls.clear()
+use_grid(False)
 # narrow_ffma.cu (float32 stems), both layouts, with the device's grid and with one sized for a
 # device of one SM (each block loops over tiles): x, w (NCHW-lettered), kwargs.
 STEM_CASES = [((2, 3, 23, 21), (40, 3, 3, 3), dict(stride=2, padding=1)),
@@ -252,9 +250,7 @@ for (x_shape, w_shape, kwargs), layout, one_sm in itertools.product(
         STEM_CASES, ("NCHW", "NHWC"), (False, True)):
     if not runs("stems"):
         break
-    launch.sm_count = (lambda device: 1) if one_sm else sms
-    launch._executables.clear()
-    cuda._calls.clear()
+    use_grid(one_sm)
     x, w, b = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in
                (x_shape, w_shape, w_shape[0]))
     if layout == "NHWC":
@@ -275,9 +271,7 @@ for (x_shape, w_shape, kwargs), layout, one_sm in itertools.product(
     im2win.conv2d(x, w, cupy.asarray(b), layout=layout, algorithm="narrow", **kwargs)
     (cuda_plan.NARROW_FFMA_RESIDENT_BYTES, cuda_plan.NARROW_FFMA_STAGE_NCHW,
      cuda_plan.NARROW_FFMA_PACKED_REDUCTION) = forms
-launch.sm_count = sms
-launch._executables.clear()
-cuda._calls.clear()
+use_grid(False)
 ROWS_MIN = cuda_plan.DEPTHWISE_ROWS_MIN_ROWS
 MMA_PLANNED = (cuda_plan.DEPTHWISE_MMA_FILTERS, cuda_plan.DEPTHWISE_MMA_SMALL_ROWS,
                cuda_plan.DEPTHWISE_MMA_SMALL_CB)
