@@ -2,12 +2,15 @@
 benchmark layers against the mma.sync kernel and cuDNN; a short table last.
 
     python3 tools/wgmma_dev.py [--layers cv4,cv8] [--layouts NHWC]
-        [--tiles wg256x128,wg128x128:no_resident_filter,wg256x64:multicast:no_ping_pong,...]
+        [--tiles wg256x128,wg128x128:no_resident_filter,wg256x64:multicast:no_ping_pong,
+                 wg128x128:probe1,...]
         [--dtypes float16,bfloat16] [--no-check] [--ablation] [--multicast CTAS]
 
 Every timed variant's output is compared with the float64 reference on the first image.
 ``--multicast CTAS`` plans clusters of CTAS blocks where the filter is multicast
-(plan.MULTICAST_CTAS; the tile's BN a multiple of 8 * CTAS).
+(plan.MULTICAST_CTAS; the tile's BN a multiple of 8 * CTAS). A tile's ``:probeN`` switch runs
+its TMA kernel's PROBE N (im2win_wgmma_tma: 1, no x boxes), parts left out, wrong results, for
+timing only.
 """
 
 from __future__ import annotations
@@ -131,11 +134,13 @@ def main(argv=None) -> int:
         variants = {"wgmma": dict()}
         for spec in filter(None, args.tiles.split(",")):   # TILE[:SWITCH|:no_SWITCH]...
             tile, *switches = spec.split(":")
+            probes = [int(s.removeprefix("probe")) for s in switches if s.startswith("probe")]
+            switches = [s for s in switches if not s.startswith("probe")]
             options = Options.ablations(tensor_cores=True, hopper=True)["full"]
             for switch in switches:
                 on = not switch.startswith("no_")
                 options = dataclasses.replace(options, **{switch.removeprefix("no_"): on})
-            variants[spec] = dict(tile=tile, options=options)
+            variants[spec] = dict(tile=tile, options=options, probe=sum(probes))
         if args.ablation:
             for label, options in Options.ablations(tensor_cores=True, hopper=True).items():
                 if label != "full":
@@ -148,6 +153,11 @@ def main(argv=None) -> int:
                     from im2win.cuda import _plan, launch
                     plan = _plan(prob, x, w, "im2win_fused", extra["options"], None,
                                  extra["tile"])
+                    if extra["probe"]:
+                        if not plan.kernel.startswith("im2win_wgmma_tma<"):
+                            raise ValueError(f"no probe in {plan.kernel}")
+                        plan = dataclasses.replace(
+                            plan, kernel=f"{plan.kernel[:-1]}, {extra['probe']}>")
                     label = f"{label}({plan.kernel.split('<')[1].split('>')[0]})"
                     call = launch.Call(prob, launch.executable(prob, plan), x, w, None, None)
 
@@ -158,7 +168,8 @@ def main(argv=None) -> int:
                         return im2win.conv2d(x, w, layout=layout, **extra, **kw)
                 y = fn(x, w, layout, **layer.kwargs)
                 err = relative_error(cupy.asnumpy(y[:1]).astype(np.float64), ref)
-                ok = err <= allowed_error(np.dtype(dtype_of(dtype)), prob.reduction)
+                ok = err <= allowed_error(np.dtype(dtype_of(dtype)), prob.reduction) or \
+                    bool(extra.get("probe"))     # a probe's results are wrong by design
                 seconds = timed(device, fn, inputs, w, layout, layer.kwargs)
                 row.append(f"{label} {prob.flops / seconds / 1e12:6.1f}{'' if ok else ' WRONG'}")
             except Exception as e:

@@ -115,7 +115,7 @@ __device__ __forceinline__ TileAt tile_at(i64 tile, i64 ptiles, int ftiles, int 
 template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
           bool kSwizzle, bool kTable, bool kPersistent, bool kTma, int SPLITS = 1,
           bool kThree = false, bool kResident = false, bool kPingPong = false, bool kHalf = false,
-          int MC = 1>
+          int MC = 1, int PROBE = 0>
 __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* __restrict__ w,
                                            const T* __restrict__ bias, T* __restrict__ y,
                                            const int2* __restrict__ taps, const Geometry& geo,
@@ -256,8 +256,13 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
             if (!kResident) copy_w(a + A_BYTES, j * BK, k_base, bar);
             continue;
           }
-          mbar_expect_bytes(bar, STAGE_BYTES);
-          tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh, bar);
+          if (PROBE & 1) {         // timing probe: no x box (the stage keeps stale data)
+            if (kResident) mbar_arrive(bar);
+            else mbar_expect_bytes(bar, STAGE_BYTES - A_BYTES);
+          } else {
+            mbar_expect_bytes(bar, STAGE_BYTES);
+            tma_im2col(a, x_map, c_base + cb * BK, w0, h0, (int)n, s * geo.dw, r * geo.dh, bar);
+          }
           const int t = (r * geo.S + s) * geo.Cg + cb * BK;
           if (!kResident) copy_w(a + A_BYTES, t, k_base, bar);
           // kThree: the small parts, K rows further down the split filter. (A last tile's big
@@ -595,8 +600,11 @@ __global__ void __launch_bounds__(384, 1)
 // alternate).
 // kHalf: C/G a multiple of 32, not of 64: x's boxes are 32 channels (64-byte swizzle), two a
 // slice.
+// PROBE (tools/wgmma_dev.py's ":probeN" tile switch; wrong results, for timing): 1 the producer
+// copies no x boxes (where kHalf is off), so the time left is the filter's copies, the
+// barriers and the Tensor Cores.
 template <typename T, int BM, int BN, int STAGES, bool kPersistent, bool kResident = false,
-          bool kPingPong = false, bool kHalf = false>
+          bool kPingPong = false, bool kHalf = false, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
     im2win_wgmma_tma(const T* __restrict__ src, const T* __restrict__ w,
                      const T* __restrict__ bias, T* __restrict__ y,
@@ -604,8 +612,8 @@ __global__ void __launch_bounds__(384, 1)
                      const __grid_constant__ TensorMap x_map,
                      const __grid_constant__ TensorMap w_map) {
   wgmma_conv<T, true, true, BM, BN, STAGES, true, true, true, false, kPersistent, true, 1,
-             false, kResident, kPingPong, kHalf>(src, w, bias, y, taps, geo, g0, &x_map,
-                                                 &w_map);
+             false, kResident, kPingPong, kHalf, 1, PROBE>(src, w, bias, y, taps, geo, g0,
+                                                           &x_map, &w_map);
 }
 
 // The TMA form with a multicast filter: clusters of MC CTAs (one filter tile and group a
