@@ -4,8 +4,9 @@
 
 PyTorch's convolution on the layer's inputs as ``python -m im2win --compare`` calls it
 (`bench.CUDNN`: cudnn.benchmark on, TF32 off, channels-last for NHWC), warmed up so that the
-benchmark's algorithm search is done, then ten calls under the profiler: each CUDA kernel's
-name (its tile shape and algorithm are in the name) and its mean GPU time a call.
+benchmark's algorithm search is done, then ten calls under the profiler: each name of the GPU
+activity (kernels, their tile shape and algorithm in the name; memsets and copies too) and its
+GPU time a call (summed over its launches in the call).
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ def main(argv=None) -> int:
     parser.add_argument("--layout", default="NHWC")
     parser.add_argument("--batch", type=int, default=128)
     args = parser.parse_args(argv)
-    import torch
     from im2win import bench
     from im2win.layers import LAYERS
     device = bench.GPU()
+    if not bench.torch_cuda_available():     # also sets cudnn.benchmark on and TF32 off
+        print("error: PyTorch with CUDA is needed", file=sys.stderr)
+        return 2
+    import torch
     for name in args.layers.split(","):
         layer = LAYERS[name]
         _, _, _, x, w = bench.prepare(layer, args.batch, args.dtype, args.layout, device)

@@ -131,6 +131,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   static_assert(!kPingPong || (kTma && kPersistent && !kThree),
                 "ping-pong consumers: TMA copies, the persistent grid, no 3xTF32");
   static_assert(!kHalf || (kTma && sizeof(T) == 2), "32-channel boxes: TMA, 16-bit types");
+  static_assert(!PROBE || (kTma && !kHalf), "PROBE 1 skips x's boxes of 64 channels only");
   static_assert(MC == 1 || (kTma && kPersistent && SPLITS == 1 && !kThree && !kResident &&
                             BN % (8 * MC) == 0),
                 "a multicast filter: TMA copies, the persistent grid, no split, no 3xTF32, "
