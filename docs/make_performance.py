@@ -55,7 +55,10 @@ bfloat16). On the H200 the float16 and bfloat16 NHWC tables run the Hopper kerne
 (`im2win_wgmma.cu`) wherever the planner takes it ([hopper.md](hopper.md)), and cv3 and cv7
 (from 2026-12-04) densely packed stems: `narrow.cu`'s on mma.sync (hopper.md, step 13), then
 `narrow_wgmma.cu`'s on wgmma (step 14; the float16 and bfloat16 NHWC tables of 2026-12-04 are
-its run).
+its run). Kernels have changed since those tables and the H200 has not rerun them yet: cv3 on
+`narrow_rows_wgmma` (step 36: 2.28x cuDNN, 0.138 ms), cv4 on `rows_wgmma.cu` (step 37: 578
+TFLOPS float16, 626 bfloat16, GPU time back to back), and on an H100 the float16 and bfloat16
+NHWC tables of 2026-12-07 with both (step 38: geometric mean 1.38x cuDNN, cv4 591 TFLOPS).
 """
 
 
