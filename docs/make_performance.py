@@ -485,9 +485,10 @@ ABLATION_NOTES = """Each optimisation of the im2win kernel switched off alone (`
 `Options.ablations(tensor_cores=False | True)`, and for "float16-wgmma" `Options.ablations(hopper=True)`):
 the time of the variant divided by the time of the full kernel, on the same inputs (slowdown > 1:
 the optimisation helps). float32 runs the CUDA-core kernel, float16 the mma.sync Tensor-Core
-kernel, float16-wgmma the Hopper kernel (NCHW through its NHWC twin, the stems through their
-window columns, as "auto" plans them); each variant's result was checked against the full
-kernel's.
+kernel, float16-wgmma the Hopper kernels (NCHW through its NHWC twin, the stems through their
+window columns, as "auto" plans them; since 2026-12-07 `tools/ablation.py` also times the
+layers "auto" gives narrow_wgmma.cu's stems or rows_wgmma.cu, which the table of 2026-12-02
+predates); each variant's result was checked against the full kernel's.
 """
 
 

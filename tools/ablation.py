@@ -3,9 +3,10 @@
 ``python3 tools/ablation.py OUT.json [--layers cv1,cv5] [--batch 128] [--layouts NHWC]``
 
 For float32 (`Options.ablations(tensor_cores=False)`, the CUDA-core kernel), float16 on the
-mma.sync kernel (`Options.ablations(tensor_cores=True)`) and, on Hopper, float16 on the wgmma
-kernel ("float16-wgmma", `Options.ablations(hopper=True)`, on the layers where the planner takes
-it), on each layer and layout:
+mma.sync kernel (`Options.ablations(tensor_cores=True)`) and, on Hopper, float16 on the Hopper
+kernels ("float16-wgmma", `Options.ablations(hopper=True)`, on the layers where the planner takes
+one of plan.HOPPER_FILES: im2win_wgmma.cu, narrow_wgmma.cu's stems, rows_wgmma.cu), on each layer
+and layout:
 time ``im2win.conv2d(x, w, stride=, layout=, options=)`` for the full option set and for each
 variant (`im2win.bench.GPU.time`: median of CUDA-event timings after a warm-up call, inputs
 rotated past the L2), check each variant's result against the full set's (first and last image, same inputs;
@@ -33,14 +34,16 @@ def variants(kernels: str) -> dict:
     return Options.ablations(**DTYPES[kernels][1])
 
 
-def runs_on_wgmma(prob, x) -> bool:
-    """Whether the planner takes the wgmma kernel for this problem on this device (itself, or
-    as the inner plan of an NHWC twin or of a stem's window columns)."""
+def runs_on_hopper(prob, x) -> bool:
+    """Whether the planner takes a Hopper kernel for this problem on this device (itself, or
+    as the inner plan of an NHWC twin or of a stem's window columns): im2win_wgmma.cu,
+    narrow_wgmma.cu (the stems) or rows_wgmma.cu (cv4), so that the Hopper switches of each
+    (`stem_rows`, `window_rows` too) are measured where they act."""
     from im2win import cuda
     from im2win.cuda import launch, plan
     chosen = plan.make_plan(prob, x_strides=launch.element_strides(x, prob.layout),
                             w_aligned=True, arch=cuda.compute_capability(x.data.device_id))
-    return (chosen.inner or chosen).file == "im2win_wgmma"
+    return (chosen.inner or chosen).file in plan.HOPPER_FILES
 
 
 def slowdowns(rows: list[dict]) -> list[dict]:
@@ -93,7 +96,7 @@ def measure_layer(layer, kernels: str, layout: str, batch: int, device) -> list[
     dtype = DTYPES[kernels][0]
     _, _, _, x, w = bench.prepare(layer, batch, dtype, layout, device)
     prob = make_problem(x, w, stride=layer.stride, layout=layout)
-    if kernels.endswith("wgmma") and not runs_on_wgmma(prob, x):
+    if kernels.endswith("wgmma") and not runs_on_hopper(prob, x):
         return []
     inputs = bench.rotation(x, device)
     # Both results are within allowed_error of the exact answer, so within twice it of each other.
