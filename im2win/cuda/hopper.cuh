@@ -2,13 +2,31 @@
 // (im2win_wgmma.cu, narrow_wgmma.cu, rows_wgmma.cu): shared-memory addresses and 16-byte
 // copies, cp.async, mbarriers, TMA copies, wgmma (descriptors, the 128-byte swizzle, the
 // instruction forms and their fences), the output rows' epilogue through shared memory
-// (stmatrix_trans4, store_staged) and the producer warpgroup's named barrier. plan.source puts it after
-// common.cuh (and gemm.cuh) and before the kernel file.
+// (stmatrix_trans4, store_staged), the warp-specialised blocks' register split and run of
+// tiles, and the producer warpgroup's named barrier. plan.source puts it after common.cuh (and
+// gemm.cuh) and before the kernel file.
 
 typedef unsigned long long u64;
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// The first 1024-byte-aligned shared address at or after p (the 128-byte swizzle's atom).
+__device__ __forceinline__ unsigned smem_addr_1k(const void* p) {
+  return (smem_addr(p) + 1023) & ~1023u;
+}
+
+// Warp-specialised blocks of 384 threads, a producer warpgroup and two consumers
+// (__launch_bounds__(384, 1): 168 registers a thread): setmaxnreg's registers for the producer's
+// threads and, of the rest, for each consumer's (a multiple of 8).
+constexpr int WS_PRODUCER_REGS = 96;
+constexpr int WS_CONSUMER_REGS = ((168 * 3 - WS_PRODUCER_REGS) / 2) & ~7;
+
+// The block's contiguous run [x, y) of `tiles` work items split evenly over the grid.
+__device__ __forceinline__ int2 block_run(int tiles) {
+  return make_int2((int)((i64)blockIdx.x * tiles / gridDim.x),
+                   (int)((i64)(blockIdx.x + 1) * tiles / gridDim.x));
 }
 
 __device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, bool valid) {

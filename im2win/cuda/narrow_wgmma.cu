@@ -79,7 +79,6 @@ __global__ void __launch_bounds__(384, 1)
   // narrow_dense's arguments; G, dw, TP, xc and xw go unread (one group, dw == 1, tiles of one
   // output row, pixels of C contiguous channels: plan.narrow_wgmma_plan's conditions)
   constexpr int BM = 128, NW = BN / 8, SP = BN + 8;
-  constexpr int PRODUCER_REGS = 96, CONSUMER_REGS = ((168 * 3 - PRODUCER_REGS) / 2) & ~7;
   const int SC = S * C, ER = (SC + 1) / 2 * 2;
   const int E = (R * ER + 15) / 16 * 16, steps = E / 16;
   const int tiles_q = (Q + TQ - 1) / TQ, tiles = N * P * tiles_q;
@@ -88,7 +87,7 @@ __global__ void __launch_bounds__(384, 1)
   const NarrowLayout lay(BN, STAGES, E, steps, rows, WR);
 
   extern __shared__ unsigned char dynamic_smem[];
-  const unsigned base = (smem_addr(dynamic_smem) + 1023) & ~1023u;
+  const unsigned base = smem_addr_1k(dynamic_smem);
   unsigned char* smem = dynamic_smem + (base - smem_addr(dynamic_smem));
   int* shifts = reinterpret_cast<int*>(smem + lay.shifts);
   T* out = reinterpret_cast<T*>(smem + lay.out);
@@ -137,7 +136,7 @@ __global__ void __launch_bounds__(384, 1)
   };
 
   if (tid < 128) {  // ------------------------------------------------------------ producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
     const int warp = tid / 32, lane = tid % 32;
     const u64 x_elem = reinterpret_cast<u64>(x) / 2;
     // x's extent in elements from x (its strides may be negative): [x_lo, x_hi)
@@ -236,7 +235,7 @@ __global__ void __launch_bounds__(384, 1)
     return;
   }
   // ------------------------------------------------------------------------------ consumers
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
   const int consumer = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, c4 = lane % 4;
   // at[m][h]: byte offset in a row of the window of pixel m*64 + warp*16 + g + 8h; a pixel
@@ -446,15 +445,14 @@ __global__ void __launch_bounds__(384, 1)
                       int K, int G, int R, int S, int P, int Q, int sh, int sw, int dh, int dw,
                       int pt, int pl, int TP, int TQ, i64 xn, i64 xc, i64 xh, i64 xw) {
   // narrow_dense's arguments; C_ (C), G, sw (2), dw (1), TP, TQ, xc (1) and xw (C) go unread
-  constexpr int PRODUCER_REGS = 96, CONSUMER_REGS = ((168 * 3 - PRODUCER_REGS) / 2) & ~7;
   const int pairs = (S + 1) / 2, row_steps = pairs / 2, span = (R - 1) * dh + 1;
   const RowsLayout lay(R, S, C, W, pl, sh, dh, STAGES);
   const int tiles = N * P;
-  const int t0 = (int)((i64)blockIdx.x * tiles / gridDim.x);
-  const int t1 = (int)((i64)(blockIdx.x + 1) * tiles / gridDim.x);
+  const int2 run = block_run(tiles);
+  const int t0 = run.x, t1 = run.y;
 
   extern __shared__ unsigned char dynamic_smem[];
-  const unsigned base = (smem_addr(dynamic_smem) + 1023) & ~1023u;
+  const unsigned base = smem_addr_1k(dynamic_smem);
   unsigned char* smem = dynamic_smem + (base - smem_addr(dynamic_smem));
   T* out = reinterpret_cast<T*>(smem + lay.out);
   float* bias_s = reinterpret_cast<float*>(smem + lay.bias);
@@ -492,7 +490,7 @@ __global__ void __launch_bounds__(384, 1)
   const int odd_copy = S % 2 ? lay.copy : 0;
 
   if (tid < 128) {  // ------------------------------------------------------------ producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
     const u64 x_elem = reinterpret_cast<u64>(x) / 2;
     const int shift_step = (int)((u64)xh & 7);      // a row's step in x's alignment
     // x's extent in elements from x (its strides may be negative): [x_lo, x_hi)
@@ -611,7 +609,7 @@ __global__ void __launch_bounds__(384, 1)
     return;
   }
   // ------------------------------------------------------------------------------ consumers
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
   const int consumer = tid / 128 - 1, ctid = tid % 128, warp = ctid / 32, lane = tid % 32;
   const int g = lane / 4;
   // B: pixels 16 bytes apart, 8-pixel groups 128 (SBO), a k16 step's two chunks 16 bytes

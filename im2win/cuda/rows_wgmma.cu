@@ -91,14 +91,13 @@ __global__ void __launch_bounds__(384, 1)
                int sh, int dh, int pt, int pl, int NR, int zeros, i64 xn, i64 xc, i64 xh,
                i64 xw, const __grid_constant__ TensorMap w_map) {
   // xc (1) and xw (C) go unread: a pixel's C channels are contiguous, x's rows 16-byte aligned
-  constexpr int PRODUCER_REGS = 96, CONSUMER_REGS = ((168 * 3 - PRODUCER_REGS) / 2) & ~7;
   const RwLayout lay(S, C, W, pl, KB, STAGES, NR, zeros);
   const int pairs = (P + 1) / 2, tiles = N * pairs;   // STEPS: S*C/16, k16 steps a window row
-  const int t0 = (int)((i64)blockIdx.x * tiles / gridDim.x);
-  const int t1 = (int)((i64)(blockIdx.x + 1) * tiles / gridDim.x);
+  const int2 run = block_run(tiles);
+  const int t0 = run.x, t1 = run.y;
 
   extern __shared__ unsigned char dynamic_smem[];
-  const unsigned base = (smem_addr(dynamic_smem) + 1023) & ~1023u;
+  const unsigned base = smem_addr_1k(dynamic_smem);
   unsigned char* smem = dynamic_smem + (base - smem_addr(dynamic_smem));
   float* bias_s = reinterpret_cast<float*>(smem + lay.bias);
   int2* stage_slots = reinterpret_cast<int2*>(smem + lay.slots);
@@ -120,7 +119,7 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
 
   if (tid < 128) {  // ------------------------------------------------------------ producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
     const int row_chunks = W * C / 8;
     const unsigned col0 = pl * C * 2;               // x's column 0 in a slot, bytes
     int next_h = 0, cur_n = -1, run_h0 = 0, run_slot0 = 0, ptr = 0;
@@ -174,7 +173,7 @@ __global__ void __launch_bounds__(384, 1)
     return;
   }
   // ------------------------------------------------------------------------------ consumers
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_CONSUMER_REGS));
   const int consumer = tid / 128 - 1, ctid = tid % 128, warp = ctid / 32, lane = tid % 32;
   const int g = lane / 4;
   const bool vector_y = reinterpret_cast<u64>(y) % 16 == 0 && K % 8 == 0;
