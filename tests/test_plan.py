@@ -270,13 +270,14 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     assert plan_for(cv1, arch=90, tile="wg256x96").file == "im2win_wgmma"  # forced
     plan = plan_for(cv8, arch=90)
     # cv8: one filter tile of 128 (9 slices of 64 channels) stays in shared memory beside a
-    # ring of 4 window tiles; 128x128 tiles, the consumers in turn.
+    # ring of 5 window tiles (TMA copies: no pixel table); 128x128 tiles, the consumers in turn.
     assert plan.persistent and plan.resident == 9 and plan.tile.name == "wg128x128"
-    assert plan.smem == plan.tile.smem_bytes(4, resident=9) <= 227 * 1024
-    assert plan.kernel == "im2win_wgmma_tma<half_t, 128, 128, 4, true, true, true, false>"
+    assert plan.smem == plan.tile.smem_bytes(5, resident=9, table=False) <= 227 * 1024
+    assert plan.tile.smem_bytes(6, resident=9, table=False) > 227 * 1024
+    assert plan.kernel == "im2win_wgmma_tma<half_t, 128, 128, 5, true, true, true, false>"
     plain = plan_for(cv8, arch=90, options=Options(resident_filter=False, ping_pong=False,
                                                    multicast=False))
-    assert plain.resident == 0 and plain.smem == plain.tile.smem_bytes() <= 227 * 1024
+    assert plain.resident == 0 and plain.smem == plain.tile.smem_bytes(table=False) <= 227 * 1024
     assert plain.cluster == 1 and plain.tma.w_box == (64, 128)
     assert plain.kernel == "im2win_wgmma_tma<half_t, 128, 128, 6, true, false, false, false>"
     # Options(multicast=True), the filter not resident: clusters of two, each block's TMA box
@@ -309,7 +310,7 @@ def test_the_hopper_kernel_is_chosen_by_device_and_where_it_pays():
     assert plan.persistent and plan.smem == plan.tile.smem_bytes() <= 227 * 1024
     assert plan.geometry.redp % 64 == 0 and len(plan.taps) % (64 * 8) == 0
     single = plan_for(cv8, arch=90, options=Options(double_buffer=False))
-    assert single.resident == 0 and single.smem == single.tile.smem_bytes(1)
+    assert single.resident == 0 and single.smem == single.tile.smem_bytes(1, table=False)
     bf16 = problem((2, 9, 9, 16), (128, 3, 3, 16), ml_dtypes.bfloat16, layout="NHWC")
     assert "bf16_t" in plan_for(bf16, arch=90, tile="wg128x128").kernel
     assert plan_for(bf16, options=Options(tensor_cores=False)).file == "im2win_mma"
@@ -1410,7 +1411,8 @@ def test_float32_on_tensor_cores_is_planned_on_the_hopper_tma_kernel_or_refused(
         assert plan.smem <= 227 * 1024 and ("im2win_wgmma", plan.kernel) in \
             tf32_specializations()
     three = plan_for(prob, arch=90, precision="3xtf32")
-    assert three.smem == three.tile.smem_bytes(three.tile.three_stages(), three=True)
+    assert three.smem == three.tile.smem_bytes(three.tile.three_stages(), three=True,
+                                              table=False)
     # "3xtf32" reads the filter split once a call (tf32_split): 2K rows, in its workspace.
     assert three.tma.w_dims == (prob.reduction, 2 * prob.K) and \
         three.workspace_bytes == 2 * prob.K * prob.reduction * 4

@@ -7,7 +7,8 @@ device's compute capability (the wgmma kernel's too on Hopper), inner plans' ker
 --suite``) instead of the twelve layers; ``--specializations`` compiles every specialisation
 CI compiles whose name expression matches REGEX instead (e.g. ``im2win_mma`` before
 compute-sanitizer runs); ``--ablation float32|float16|float16-wgmma`` plans with each of
-tools/ablation.py's option sets of that kernel set (its dtype) too.
+tools/ablation.py's option sets of that kernel set (in its dtype) too; ``--expression
+FILE:EXPR`` (repeatable) adds one kernel of FILE (e.g. ``im2win_wgmma:im2win_wgmma_tma<...>``).
 
 The GPU machine's time is scarce and NVRTC compiles one instantiation at a time on first use;
 this compiles them all at once beforehand (the benchmark then finds them cached). It uses only
@@ -84,6 +85,8 @@ def main():
     parser.add_argument("--specializations", metavar="REGEX")
     parser.add_argument("--ablation", choices=("float32", "float16", "float16-wgmma"),
                         help="every variant of tools/ablation.py's kernel set (its dtype)")
+    parser.add_argument("--expression", action="append", default=[], metavar="FILE:EXPR",
+                        help="one more kernel, e.g. a tools/wgmma_dev.py probe's (repeatable)")
     args = parser.parse_args()
     if args.specializations:
         from im2win.cuda.plan import specializations
@@ -98,13 +101,15 @@ def main():
             layers, batch = [c for convs in nets.values() for c in convs], SUITE_BATCH["gpu"]
         else:
             layers, batch = list(LAYERS.values()), GPU_BATCH
-        dtypes, variants = args.dtypes.split(","), (None,)
-        if args.ablation:
+        layouts = args.layouts.split(",")
+        jobs = planned(args.dtypes.split(","), layouts, layers, batch, arch)
+        if args.ablation:       # and the ablation's variants, in its own dtype
             from im2win.cuda import Options
-            dtypes = [args.ablation.split("-")[0]]
             variants = tuple(Options.ablations(tensor_cores=args.ablation == "float16",
                                                hopper=args.ablation == "float16-wgmma").values())
-        jobs = planned(dtypes, args.layouts.split(","), layers, batch, arch, variants)
+            jobs = sorted({*jobs, *planned([args.ablation.split("-")[0]], layouts, layers, batch,
+                                           arch, variants)})
+    jobs += [tuple(extra.split(":", 1)) for extra in args.expression]
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
         done = list(pool.map(compile_one, jobs))

@@ -9,9 +9,10 @@ benchmark layers against the mma.sync kernel and cuDNN; a short table last.
 Every timed variant's output is compared with the float64 reference on the first image.
 ``--multicast CTAS`` plans clusters of CTAS blocks where the filter is multicast
 (plan.MULTICAST_CTAS; the tile's BN a multiple of 8 * CTAS). A tile's ``:probeN`` switch runs
-its TMA kernel's PROBE N (im2win_wgmma_tma: 1, no x boxes; not where x's boxes are halves
-of 32 channels, kHalf, which refuses to compile it), parts left out, wrong results, for timing
-only.
+its TMA kernel's PROBE N (im2win_wgmma_tma: 1, no x boxes; 2, no wgmmas; 3, neither; not
+where x's boxes are halves of 32 channels, kHalf, which refuses to compile it), parts left
+out, wrong results, for timing only. ``:stagesN`` runs the TMA kernel with a ring of N stages
+(at most the plan's) in the plan's shared memory.
 """
 
 from __future__ import annotations
@@ -136,14 +137,17 @@ def main(argv=None) -> int:
         for spec in filter(None, args.tiles.split(",")):   # TILE[:SWITCH|:no_SWITCH]...
             tile, *switches = spec.split(":")
             probes = {s for s in switches if s.startswith("probe")}
-            if probes - {"probe1"}:
-                raise SystemExit(f"{spec}: im2win_wgmma_tma has PROBE 1 (probe1) only")
-            switches = [s for s in switches if s not in probes]
+            if probes - {"probe1", "probe2", "probe3"}:
+                raise SystemExit(f"{spec}: im2win_wgmma_tma's PROBE is 1, 2 or 3")
+            stages = [int(s[6:]) for s in switches if s.startswith("stages")]
+            switches = [s for s in switches if s not in probes and not s.startswith("stages")]
             options = Options.ablations(tensor_cores=True, hopper=True)["full"]
             for switch in switches:
                 on = not switch.startswith("no_")
                 options = dataclasses.replace(options, **{switch.removeprefix("no_"): on})
-            variants[spec] = dict(tile=tile, options=options, probe=len(probes))
+            variants[spec] = dict(tile=tile, options=options,
+                                  probe=int(probes.pop()[5:]) if probes else 0,
+                                  stages=stages[0] if stages else 0)
         if args.ablation:
             for label, options in Options.ablations(tensor_cores=True, hopper=True).items():
                 if label != "full":
@@ -161,6 +165,14 @@ def main(argv=None) -> int:
                             raise ValueError(f"no probe in {plan.kernel}")
                         plan = dataclasses.replace(
                             plan, kernel=f"{plan.kernel[:-1]}, {extra['probe']}>")
+                    if extra["stages"]:    # a shallower ring in the plan's shared memory
+                        head, args_ = plan.kernel[:-1].split("<", 1)
+                        targs = args_.split(", ")
+                        if not head.startswith("im2win_wgmma_tma") or \
+                                int(targs[3]) < extra["stages"]:
+                            raise ValueError(f"no ring of {extra['stages']} in {plan.kernel}")
+                        targs[3] = str(extra["stages"])
+                        plan = dataclasses.replace(plan, kernel=f"{head}<{', '.join(targs)}>")
                     label = f"{label}({plan.kernel.split('<')[1].split('>')[0]})"
                     call = launch.Call(prob, launch.executable(prob, plan), x, w, None, None)
 

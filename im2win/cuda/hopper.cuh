@@ -325,11 +325,13 @@ __device__ __forceinline__ void store8(T* y, i64 i0, i64 step, int count, const 
 
 // Dynamic shared memory of one block (plan.py's WgmmaTile.smem_bytes says the same): 1 KB of
 // alignment slack, the ring, its 2 * STAGES mbarriers and 32 bytes for three more (the resident
-// filter's, ping-pong's two), and 16 bytes per pixel row; with a resident filter of `slices`
-// slices, the ring holds the window tiles only and the filter tile follows it.
-__host__ __device__ constexpr int smem_bytes(int BM, int BN, int STAGES, int slices = 0) {
+// filter's, ping-pong's two), and with `table` (the cp.async producer's; TMA copies have none)
+// 16 bytes per pixel row; with a resident filter of `slices` slices, the ring holds the window
+// tiles only and the filter tile follows it.
+__host__ __device__ constexpr int smem_bytes(int BM, int BN, int STAGES, int slices = 0,
+                                             bool table = true) {
   return 1024 + STAGES * (BM + (slices ? 0 : BN)) * 128 + slices * BN * 128 + 16 * STAGES + 32 +
-         16 * BM;
+         (table ? 16 * BM : 0);
 }
 // ... and with "3xtf32"'s split: each stage holds the filter tile twice (big, small parts).
 __host__ __device__ constexpr int smem_bytes_three(int BM, int BN, int STAGES) {

@@ -131,7 +131,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   static_assert(!kPingPong || (kTma && kPersistent && !kThree),
                 "ping-pong consumers: TMA copies, the persistent grid, no 3xTF32");
   static_assert(!kHalf || (kTma && sizeof(T) == 2), "32-channel boxes: TMA, 16-bit types");
-  static_assert(!PROBE || (kTma && !kHalf), "PROBE 1 skips x's boxes of 64 channels only");
+  static_assert(!PROBE || (kTma && !kHalf && !kThree), "PROBE: x boxes of 64 channels only");
   static_assert(MC == 1 || (kTma && kPersistent && SPLITS == 1 && !kThree && !kResident &&
                             BN % (8 * MC) == 0),
                 "a multicast filter: TMA copies, the persistent grid, no split, no 3xTF32, "
@@ -157,7 +157,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   static_assert(!kThree || MI * BN <= 128, "3xTF32 adds each slice's sum in a second set of "
                 "accumulators: at most 64 + 64 per thread (128x128, 256x64)");
   static_assert(STAGES >= 1 && (kThree ? smem_bytes_three(BM, BN, STAGES)
-                                        : smem_bytes(BM, BN, STAGES, kResident)) <= 227 * 1024,
+                                        : smem_bytes(BM, BN, STAGES, kResident, !kTma)) <=
+                                           227 * 1024,
                 "the ring fits shared memory");
 
   const int groups = min(geo.K / geo.Kg - g0, 65535);
@@ -174,7 +175,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
 
   // Shared memory: the ring; with kResident the whole filter tile (every slice, loaded once:
   // the plan takes it where the launch has one filter tile, so every work item shares it);
-  // the mbarriers; the producer's pixel table.
+  // the mbarriers; the cp.async producer's pixel table (none with kTma).
   extern __shared__ unsigned char dynamic_smem[];
   const unsigned ring = (smem_addr(dynamic_smem) + 1023) & ~1023u;  // swizzle atoms: 1 KB
   const unsigned resident = ring + STAGES * STAGE_BYTES;
@@ -487,7 +488,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
             if constexpr (kHalf) {   // box k/2, 64-row block i, the k-step's 32 bytes of a row
               const unsigned ak = a + (k / 2) * SUB_BYTES + i * 64 * 64 + (k % 2) * 32;
               wgmma<BN, T>(acc[i], descriptor64(ak), descriptor<kSwizzle>(bk), 1);
-            } else {
+            } else if (!(PROBE & 2)) {   // probe 2: no wgmmas (the ring's own rate)
               const unsigned ak = a + i * 64 * 128 + k * k16_advance<kSwizzle>();
               wgmma<BN, T>(acc[i], descriptor<kSwizzle>(ak), descriptor<kSwizzle>(bk), 1);
             }
@@ -601,9 +602,10 @@ __global__ void __launch_bounds__(384, 1)
 // alternate).
 // kHalf: C/G a multiple of 32, not of 64: x's boxes are 32 channels (64-byte swizzle), two a
 // slice.
-// PROBE (tools/wgmma_dev.py's ":probeN" tile switch; wrong results, for timing): 1 the producer
-// copies no x boxes (where kHalf is off), so the time left is the filter's copies, the
-// barriers and the Tensor Cores.
+// PROBE (tools/wgmma_dev.py's ":probeN" tile switch; wrong results, for timing), bits: 1 the
+// producer copies no x boxes (where kHalf is off), so the time left is the filter's copies,
+// the barriers and the Tensor Cores; 2 the consumers issue no wgmmas, so the time left is the
+// ring's (the copies and barriers) and the epilogue's.
 template <typename T, int BM, int BN, int STAGES, bool kPersistent, bool kResident = false,
           bool kPingPong = false, bool kHalf = false, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)

@@ -193,7 +193,7 @@ class Plan:
             return 0
         return self.tile.smem_bytes(
             wgmma_stages(self.tile, self.options, self.precision, self.resident),
-            three=self.precision == "3xtf32", resident=self.resident)
+            three=self.precision == "3xtf32", resident=self.resident, table=self.tma is None)
 
 
 def check_algorithm(algorithm) -> str:

@@ -102,31 +102,35 @@ class WgmmaTile:
     threads = 384
 
     def smem_bytes(self, stages: int | None = None, three: bool = False,
-                   resident: int = 0) -> int:
+                   resident: int = 0, table: bool = True) -> int:
         """Dynamic shared memory of a block (im2win_wgmma.cu's smem_bytes; with `three`,
         "3xtf32"'s smem_bytes_three: each stage holds the filter tile twice; with
         `resident` slices of the filter kept in shared memory, stages of the window tile
-        only and the filter tile after them)."""
+        only and the filter tile after them; `table`: the cp.async producer's pixel table,
+        which TMA copies do without)."""
         stages = self.STAGES if stages is None else stages
         if three:
-            return self.fixed_bytes() + stages * ((self.BM + 2 * self.BN) * 128 + 16)
+            return self.fixed_bytes(table) + stages * ((self.BM + 2 * self.BN) * 128 + 16)
         ring = stages * ((self.BM + (0 if resident else self.BN)) * 128 + 16)
-        return self.fixed_bytes() + ring + resident * self.BN * 128
+        return self.fixed_bytes(table) + ring + resident * self.BN * 128
 
-    def fixed_bytes(self) -> int:
+    def fixed_bytes(self, table: bool = True) -> int:
         """Shared memory of a block but its stages and resident filter: 1 KB of alignment
-        slack, 32 bytes of mbarriers outside the ring, 16 bytes per pixel row."""
-        return 1024 + 32 + 16 * self.BM
+        slack, 32 bytes of mbarriers outside the ring, and with `table` 16 bytes per pixel
+        row."""
+        return 1024 + 32 + (16 * self.BM if table else 0)
 
     def three_stages(self) -> int:
-        """The deepest ring of "3xtf32" that fits 227 KB (at most STAGES)."""
+        """The deepest ring of "3xtf32" that fits 227 KB (at most STAGES; counted with the
+        pixel table that its TMA copies do without, as im2win_wgmma.cu's static check does)."""
         fit = (HOPPER_SMEM - self.fixed_bytes()) // ((self.BM + 2 * self.BN) * 128 + 16)
         return min(self.STAGES, fit)
 
     def resident_stages(self, slices: int) -> int:
         """The deepest ring of window tiles (at most STAGES) that fits 227 KB beside the
-        filter tile's `slices` slices kept resident (0: not even one)."""
-        room = HOPPER_SMEM - self.fixed_bytes() - slices * self.BN * 128
+        filter tile's `slices` slices kept resident (0: not even one; TMA copies, so no pixel
+        table: cv8's 128x128 tiles, 9 slices, get 5 stages where the table left 4)."""
+        room = HOPPER_SMEM - self.fixed_bytes(False) - slices * self.BN * 128
         return max(0, min(self.STAGES, room // (self.BM * 128 + 16)))
 
 
