@@ -9,9 +9,9 @@ benchmark layers against the mma.sync kernel and cuDNN; a short table last.
 Every timed variant's output is compared with the float64 reference on the first image.
 ``--multicast CTAS`` plans clusters of CTAS blocks where the filter is multicast
 (plan.MULTICAST_CTAS; the tile's BN a multiple of 8 * CTAS). A tile's ``:probeN`` switch runs
-its TMA kernel's PROBE N (im2win_wgmma_tma: 1, no x boxes; 2, no wgmmas; 3, neither; not
-where x's boxes are halves of 32 channels, kHalf, which refuses to compile it), parts left
-out, wrong results, for timing only. ``:stagesN`` runs the TMA kernel with a ring of N stages
+its TMA kernel's PROBE N (im2win_wgmma_tma's bits: 1, no x boxes; 2, no wgmmas; 4, no
+stores of y; 8, streaming stores; not where x's boxes are halves of 32 channels, kHalf, which
+refuses to compile it), parts left out, wrong results, for timing only. ``:stagesN`` runs the TMA kernel with a ring of N stages
 (at most the plan's) in the plan's shared memory.
 """
 
@@ -137,8 +137,8 @@ def main(argv=None) -> int:
         for spec in filter(None, args.tiles.split(",")):   # TILE[:SWITCH|:no_SWITCH]...
             tile, *switches = spec.split(":")
             probes = {s for s in switches if s.startswith("probe")}
-            if probes - {"probe1", "probe2", "probe3"}:
-                raise SystemExit(f"{spec}: im2win_wgmma_tma's PROBE is 1, 2 or 3")
+            if len(probes) > 1 or not all(0 < int(p[5:]) < 16 for p in probes):
+                raise SystemExit(f"{spec}: im2win_wgmma_tma's PROBE is one of 1 .. 15")
             stages = [int(s[6:]) for s in switches if s.startswith("stages")]
             switches = [s for s in switches if s not in probes and not s.startswith("stages")]
             options = Options.ablations(tensor_cores=True, hopper=True)["full"]

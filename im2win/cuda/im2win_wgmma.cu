@@ -557,7 +557,16 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
             }
             quad_transpose(u, lane);
             const int m = at.n0 + 32 * jj + 4 * col_base;  // thread's 8 filters: m .. m + 7
-            if (row_ok) store8(y, base + (i64)(at.g * geo.Kg + m) * step, step, geo.Kg - m, u);
+            const i64 at_y = base + (i64)(at.g * geo.Kg + m) * step;
+            if (PROBE & 8) {      // probe 8: streaming stores (st.global.cs) where 16 bytes go
+              if (row_ok && step == 1 && geo.Kg - m >= 8 &&
+                  reinterpret_cast<u64>(y + at_y) % 16 == 0)
+                __stcs(reinterpret_cast<uint4*>(y + at_y), make_uint4(u[0], u[1], u[2], u[3]));
+              else if (row_ok)
+                store8(y, at_y, step, geo.Kg - m, u);
+            } else if (row_ok && !(PROBE & 4)) {   // probe 4: no stores of y
+              store8(y, at_y, step, geo.Kg - m, u);
+            }
           }
           continue;
         }
@@ -605,7 +614,8 @@ __global__ void __launch_bounds__(384, 1)
 // PROBE (tools/wgmma_dev.py's ":probeN" tile switch; wrong results, for timing), bits: 1 the
 // producer copies no x boxes (where kHalf is off), so the time left is the filter's copies,
 // the barriers and the Tensor Cores; 2 the consumers issue no wgmmas, so the time left is the
-// ring's (the copies and barriers) and the epilogue's.
+// ring's (the copies and barriers) and the epilogue's; 4 the epilogue stores nothing; 8 its
+// 16-byte stores are streaming ones (st.global.cs: results right).
 template <typename T, int BM, int BN, int STAGES, bool kPersistent, bool kResident = false,
           bool kPingPong = false, bool kHalf = false, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
