@@ -146,6 +146,20 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// A bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared memory
+// to global memory, in this thread's bulk group; bulk_wait_read<N>: until at most N of the
+// thread's groups still read their shared memory; bulk_wait<N>: ... are still in flight.
+__device__ __forceinline__ void bulk_store(void* to, unsigned from, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(to), "r"(from), "r"(bytes) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -186,6 +186,13 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   const unsigned done = w_full + 8;
   const int4* pixels = reinterpret_cast<const int4*>(
       dynamic_smem + (w_full + 32 - smem_addr(dynamic_smem)));
+  // PROBE & 16: each consumer warp's 2 KB staging of 8 pixels' y rows (TMA plans: no table).
+  const unsigned staging = (w_full + 32 + 127) & ~127u;
+  if (PROBE & 16) {
+    unsigned size;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(size));
+    if (staging + 8 * 2048 > smem_addr(dynamic_smem) + size) __trap();   // the plan's room
+  }
 
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -514,6 +521,49 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     if (STAGES > 1 && previous >= 0) release(previous);
     if (ghost) continue;
 
+    // PROBE & 16 (16-bit NHWC y, one group of K = BN filters): each warp writes its 8 rows of
+    // a half (i, h), pixels pix0 .. pix0 + 7, into its staging (y's own layout: 8 whole rows
+    // of K elements, contiguous in y) and one bulk copy takes the valid ones to y.
+    if constexpr ((PROBE & 16) && sizeof(T) == 2 && SPLITS == 1) {
+      if (kNHWC && !geo.y_nchw && geo.K == BN && geo.Kg == BN &&
+          reinterpret_cast<u64>(y) % 16 == 0) {
+        const unsigned st = staging + (consumer * 4 + warp) * 2048;
+        const int g = lane / 4;
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const i64 pix0 = at.m0 + rows_at + warp * 16 + 64 * i + 8 * h;
+            if (lane == 0) bulk_wait_read<0>();     // the warp's last copy has read `st`
+            __syncwarp();
+#pragma unroll
+            for (int jj = 0; jj < BN / 32; ++jj) {
+              unsigned u[4];
+#pragma unroll
+              for (int q = 0; q < 4; ++q) {
+                const int j = 4 * jj + q;
+                float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
+                if (bias) {
+                  const int m = col_base + 8 * j;
+                  v0 = add(v0, to_acc(bias[m], 0.f));
+                  v1 = add(v1, to_acc(bias[m + 1], 0.f));
+                }
+                u[q] = from_acc<T>(v0).bits | (unsigned)from_acc<T>(v1).bits << 16;
+              }
+              quad_transpose(u, lane);
+              st_shared16(st + g * (BN * 2) + (32 * jj + 4 * col_base) * 2,
+                          make_uint4(u[0], u[1], u[2], u[3]));
+            }
+            fence_async_shared();
+            __syncwarp();
+            const i64 valid = min((i64)8, geo.npix - pix0);
+            if (lane == 0 && valid > 0)
+              bulk_store(y + pix0 * BN, st, (unsigned)valid * BN * 2);
+          }
+        continue;
+      }
+    }
+
     // Epilogue: accumulator (i, 4*j + e) is pixel at.m0 + row_base + 64*i (+8 for e >= 2) and
     // filter at.n0 + col_base + 8*j (+1 for odd e). y is overwritten, never added to. y is
     // (n, p, q, k) for NHWC x, or (n, k, p, q) for NCHW x and where geo.y_nchw says so (the
@@ -592,6 +642,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
         }
       }
   }
+  // PROBE & 16: the warp's bulk copies done before its block's shared memory goes.
+  if ((PROBE & 16) && lane == 0) bulk_wait<0>();
 }
 
 template <typename T, bool kNHWC, bool kFused, int BM, int BN, int STAGES, bool kVecX, bool kVecW,
@@ -615,7 +667,10 @@ __global__ void __launch_bounds__(384, 1)
 // producer copies no x boxes (where kHalf is off), so the time left is the filter's copies,
 // the barriers and the Tensor Cores; 2 the consumers issue no wgmmas, so the time left is the
 // ring's (the copies and barriers) and the epilogue's; 4 the epilogue stores nothing; 8 its
-// 16-byte stores are streaming ones (st.global.cs: results right).
+// 16-byte stores are streaming ones (st.global.cs: results right); 16 each warp stages 8
+// pixels' y rows in 2 KB of shared memory and bulk-copies them to y (results right, where y
+// is NHWC with one group of K = BN filters; the ring of the plan's shared memory one stage
+// shallower: ":stages4:probe16" on cv8).
 template <typename T, int BM, int BN, int STAGES, bool kPersistent, bool kResident = false,
           bool kPingPong = false, bool kHalf = false, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
