@@ -7,8 +7,9 @@ For each size (MiB moved: read plus written), four ways to move it, each replaye
 graph of 10 calls (suite_profile.graph_time), the sources cycled out of the L2 cache as
 bench.rotation cycles a layer's x: cudaMemcpyAsync device to device; a kernel copying 16-byte
 vectors (4 a thread); the same kernel reading four bytes for each one it writes (a stride-2
-depthwise layer's mix: x read, a quarter of it written); and a kernel only reading. TB/s of
-the bytes moved, a short table last.
+depthwise layer's mix: x read, a quarter of it written); a kernel only reading; and
+cudaMemsetAsync, only writing (the yardstick of an epilogue's stores: cv8 writes 396 MB of
+y). TB/s of the bytes moved, a short table last.
 """
 
 from __future__ import annotations
@@ -66,10 +67,17 @@ def main(argv=None) -> int:
         moved = mib << 20
         row = [f"{mib:6d} MiB"]
         for way, read_share, ratio in (("memcpy", 0.5, 1), ("copy", 0.5, 1),
-                                       ("read 4 : write 1", 0.8, 4), ("read only", 1.0, 0)):
+                                       ("read 4 : write 1", 0.8, 4), ("read only", 1.0, 0),
+                                       ("write only", 0.0, 1)):
             n = int(moved * read_share) // 16
             if way == "memcpy":
                 call = copy_call(moved, device)
+            elif way == "write only":        # cudaMemsetAsync of the whole size
+                dst = cupy.empty(moved, dtype=cupy.uint8)
+                n, ratio = 0, 1
+
+                def call(dst=dst):
+                    dst.data.memset_async(0, dst.nbytes)
             else:
                 sources = bench.rotation(cupy.zeros(n * 16, dtype=cupy.uint8), device)
                 dst = cupy.empty(max(n // max(ratio, 1), 1) * 16, dtype=cupy.uint8)
@@ -80,7 +88,7 @@ def main(argv=None) -> int:
                     turn[0] += 1
                     kernel((-(-n // 1024),), (256,), (src, dst, cupy.int64(n), cupy.int32(ratio)))
             seconds = graph_time(call, False)
-            total = n * 16 + (n // ratio * 16 if ratio else 0)
+            total = moved if way == "write only" else n * 16 + (n // ratio * 16 if ratio else 0)
             row.append(f"{way} {seconds * 1e6:8.1f}us {total / seconds / 1e12:4.2f}")
         lines.append(" | ".join(row))
         print(lines[-1], flush=True)
