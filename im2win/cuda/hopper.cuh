@@ -324,6 +324,12 @@ __device__ __forceinline__ void quad_transpose(unsigned (&u)[4], int lane) {
   }
 }
 
+// Two accumulators as two 16-bit T in one word, v0 low (rounded each as from_acc rounds).
+template <typename T>
+__device__ __forceinline__ unsigned pack_pair(float v0, float v1) {
+  return from_acc<T>(v0).bits | (unsigned)from_acc<T>(v1).bits << 16;
+}
+
 // The 8 16-bit elements packed in u (element c: bits 16*(c%2) of u[c/2]) into y[i0 + c*step]
 // for c < count: one 16-byte store where they are adjacent (step 1), all 8 go and it is aligned.
 template <typename T>

@@ -521,49 +521,6 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     if (STAGES > 1 && previous >= 0) release(previous);
     if (ghost) continue;
 
-    // PROBE & 16 (16-bit NHWC y, one group of K = BN filters): each warp writes its 8 rows of
-    // a half (i, h), pixels pix0 .. pix0 + 7, into its staging (y's own layout: 8 whole rows
-    // of K elements, contiguous in y) and one bulk copy takes the valid ones to y.
-    if constexpr ((PROBE & 16) && sizeof(T) == 2 && SPLITS == 1) {
-      if (kNHWC && !geo.y_nchw && geo.K == BN && geo.Kg == BN &&
-          reinterpret_cast<u64>(y) % 16 == 0) {
-        const unsigned st = staging + (consumer * 4 + warp) * 2048;
-        const int g = lane / 4;
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const i64 pix0 = at.m0 + rows_at + warp * 16 + 64 * i + 8 * h;
-            if (lane == 0) bulk_wait_read<0>();     // the warp's last copy has read `st`
-            __syncwarp();
-#pragma unroll
-            for (int jj = 0; jj < BN / 32; ++jj) {
-              unsigned u[4];
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                const int j = 4 * jj + q;
-                float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
-                if (bias) {
-                  const int m = col_base + 8 * j;
-                  v0 = add(v0, to_acc(bias[m], 0.f));
-                  v1 = add(v1, to_acc(bias[m + 1], 0.f));
-                }
-                u[q] = from_acc<T>(v0).bits | (unsigned)from_acc<T>(v1).bits << 16;
-              }
-              quad_transpose(u, lane);
-              st_shared16(st + g * (BN * 2) + (32 * jj + 4 * col_base) * 2,
-                          make_uint4(u[0], u[1], u[2], u[3]));
-            }
-            fence_async_shared();
-            __syncwarp();
-            const i64 valid = min((i64)8, geo.npix - pix0);
-            if (lane == 0 && valid > 0)
-              bulk_store(y + pix0 * BN, st, (unsigned)valid * BN * 2);
-          }
-        continue;
-      }
-    }
-
     // Epilogue: accumulator (i, 4*j + e) is pixel at.m0 + row_base + 64*i (+8 for e >= 2) and
     // filter at.n0 + col_base + 8*j (+1 for odd e). y is overwritten, never added to. y is
     // (n, p, q, k) for NHWC x, or (n, k, p, q) for NCHW x and where geo.y_nchw says so (the
@@ -585,6 +542,51 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
       if (m < geo.Kg) v0 = add(v0, to_acc(bias[k], 0.f));
       if (m + 1 < geo.Kg) v1 = add(v1, to_acc(bias[k + 1], 0.f));
     };
+    // 16-bit y: this thread's 8 filters at.n0 + 32*jj + 4*col_base .. + 7 of rows (i, h), with
+    // the bias, packed (quad_transpose); generic, so that float's kernels never instantiate it.
+    auto pack8_of = [&](int i, int h, int jj, auto& u) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int j = 4 * jj + q;
+        const int m = at.n0 + col_base + 8 * j;      // filters m, m + 1 of group at.g
+        float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
+        add_bias(v0, v1, m);
+        u[q] = pack_pair<T>(v0, v1);
+      }
+      quad_transpose(u, lane);
+    };
+    // PROBE & 16 (16-bit NHWC y, one group of K = BN filters): each warp writes its 8 rows of
+    // a half (i, h), pixels pix0 .. pix0 + 7, into its staging (y's own layout: 8 whole rows
+    // of K elements, contiguous in y) and one bulk copy takes the valid ones to y.
+    if constexpr ((PROBE & 16) && sizeof(T) == 2 && SPLITS == 1) {
+      if (kNHWC && !geo.y_nchw && geo.K == BN && geo.Kg == BN &&
+          reinterpret_cast<u64>(y) % 16 == 0) {
+        const unsigned st = staging + (consumer * 4 + warp) * 2048;
+        const int g = lane / 4;
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const i64 pix0 = at.m0 + rows_at + warp * 16 + 64 * i + 8 * h;
+            if (lane == 0) bulk_wait_read<0>();     // the warp's last copy has read `st`
+            __syncwarp();
+#pragma unroll
+            for (int jj = 0; jj < BN / 32; ++jj) {
+              unsigned u[4];
+              pack8_of(i, h, jj, u);
+              st_shared16(st + g * (BN * 2) + (32 * jj + 4 * col_base) * 2,
+                          make_uint4(u[0], u[1], u[2], u[3]));
+            }
+            fence_async_shared();
+            __syncwarp();
+            const i64 valid = min((i64)8, geo.npix - pix0);
+            if (lane == 0 && valid > 0)
+              bulk_store(y + pix0 * BN, st, (unsigned)valid * BN * 2);
+          }
+        continue;
+      }
+    }
+
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -597,25 +599,17 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
 #pragma unroll
           for (int jj = 0; jj < BN / 32; ++jj) {
             unsigned u[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int j = 4 * jj + q;
-              const int m = at.n0 + col_base + 8 * j;      // filters m, m + 1 of group at.g
-              float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
-              add_bias(v0, v1, m);
-              u[q] = from_acc<T>(v0).bits | (unsigned)from_acc<T>(v1).bits << 16;
-            }
-            quad_transpose(u, lane);
+            pack8_of(i, h, jj, u);
             const int m = at.n0 + 32 * jj + 4 * col_base;  // thread's 8 filters: m .. m + 7
-            const i64 at_y = base + (i64)(at.g * geo.Kg + m) * step;
-            if (PROBE & 8) {      // probe 8: streaming stores (st.global.cs) where 16 bytes go
+            if constexpr ((PROBE & 8) != 0) {   // streaming stores (st.global.cs), 16 bytes
+              const i64 at_y = base + (i64)(at.g * geo.Kg + m) * step;
               if (row_ok && step == 1 && geo.Kg - m >= 8 &&
                   reinterpret_cast<u64>(y + at_y) % 16 == 0)
                 __stcs(reinterpret_cast<uint4*>(y + at_y), make_uint4(u[0], u[1], u[2], u[3]));
               else if (row_ok)
                 store8(y, at_y, step, geo.Kg - m, u);
             } else if (row_ok && !(PROBE & 4)) {   // probe 4: no stores of y
-              store8(y, at_y, step, geo.Kg - m, u);
+              store8(y, base + (i64)(at.g * geo.Kg + m) * step, step, geo.Kg - m, u);
             }
           }
           continue;
