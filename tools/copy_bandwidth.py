@@ -70,11 +70,11 @@ def main(argv=None) -> int:
                                        ("read 4 : write 1", 0.8, 4), ("read only", 1.0, 0),
                                        ("write only", 0.0, 1)):
             n = int(moved * read_share) // 16
+            total = n * 16 + (n // ratio * 16 if ratio else 0)
             if way == "memcpy":
                 call = copy_call(moved, device)
             elif way == "write only":        # cudaMemsetAsync of the whole size
-                dst = cupy.empty(moved, dtype=cupy.uint8)
-                n, ratio = 0, 1
+                dst, total = cupy.empty(moved, dtype=cupy.uint8), moved
 
                 def call(dst=dst):
                     dst.data.memset_async(0, dst.nbytes)
@@ -88,7 +88,6 @@ def main(argv=None) -> int:
                     turn[0] += 1
                     kernel((-(-n // 1024),), (256,), (src, dst, cupy.int64(n), cupy.int32(ratio)))
             seconds = graph_time(call, False)
-            total = moved if way == "write only" else n * 16 + (n // ratio * 16 if ratio else 0)
             row.append(f"{way} {seconds * 1e6:8.1f}us {total / seconds / 1e12:4.2f}")
         lines.append(" | ".join(row))
         print(lines[-1], flush=True)

@@ -12,8 +12,8 @@ Every timed variant's output is compared with the float64 reference on the first
 its TMA kernel's PROBE N (im2win_wgmma_tma's bits: 1, no x boxes; 2, no wgmmas; 4, no
 stores of y; 8, streaming stores; 16, y staged and bulk-copied; not where x's boxes are halves
 of 32 channels, kHalf, which refuses to compile it): with bits 1, 2 or 4, parts left out,
-wrong results, for timing only; 8 and 16 are checked like the rest. ``:stagesN`` runs the TMA kernel with a ring of N stages
-(at most the plan's) in the plan's shared memory.
+wrong results, for timing only; 8 and 16 are checked like the rest. ``:stagesN`` runs the TMA
+kernel with a ring of N stages (at most the plan's) in the plan's shared memory.
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
   // the plan takes it where the launch has one filter tile, so every work item shares it);
   // the mbarriers; the cp.async producer's pixel table (none with kTma).
   extern __shared__ unsigned char dynamic_smem[];
-  const unsigned ring = (smem_addr(dynamic_smem) + 1023) & ~1023u;  // swizzle atoms: 1 KB
+  const unsigned ring = smem_addr_1k(dynamic_smem);   // swizzle atoms: 1 KB
   const unsigned resident = ring + STAGES * STAGE_BYTES;
   const unsigned full = resident + (kResident ? slices * W_BYTES : 0), empty = full + 8 * STAGES;
   const unsigned w_full = empty + 8 * STAGES;        // kResident: the filter landed
