@@ -587,6 +587,28 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
       }
     }
 
+    // PROBE & 32 (16-bit NHWC y): where the whole tile is inside y (every pixel and filter, K
+    // and K/G multiples of 8, y 16-byte aligned; one test a tile, the same in every thread),
+    // its 16-byte stores as straight-line code, with no per-store tests between them.
+    if constexpr ((PROBE & 32) && sizeof(T) == 2 && SPLITS == 1) {
+      if (kNHWC && !geo.y_nchw && at.m0 + BM <= geo.npix && at.n0 + BN <= geo.Kg &&
+          geo.K % 8 == 0 && geo.Kg % 8 == 0 && reinterpret_cast<u64>(y) % 16 == 0) {
+        T* yt = y + (at.m0 + row_base) * geo.K + at.g * geo.Kg + at.n0 + 4 * col_base;
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int jj = 0; jj < BN / 32; ++jj) {
+              unsigned u[4];
+              pack8_of(i, h, jj, u);
+              *reinterpret_cast<uint4*>(yt + (i64)(64 * i + 8 * h) * geo.K + 32 * jj) =
+                  make_uint4(u[0], u[1], u[2], u[3]);
+            }
+        continue;
+      }
+    }
+
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -664,7 +686,8 @@ __global__ void __launch_bounds__(384, 1)
 // 16-byte stores are streaming ones (st.global.cs: results right); 16 each warp stages 8
 // pixels' y rows in 2 KB of shared memory and bulk-copies them to y (results right, where y
 // is NHWC with one group of K = BN filters; the ring of the plan's shared memory one stage
-// shallower: ":stages4:probe16" on cv8).
+// shallower: ":stages4:probe16" on cv8); 32 a tile wholly inside y stores as straight-line
+// code (results right).
 template <typename T, int BM, int BN, int STAGES, bool kPersistent, bool kResident = false,
           bool kPingPong = false, bool kHalf = false, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
