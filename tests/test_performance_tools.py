@@ -200,3 +200,26 @@ def test_suite_section_summarises_classes_and_networks(tmp_path, make_performanc
     assert "| resnet50 | 0.50x (2.00 ms / 1.00 ms) | 1.00x (1.00 ms / 1.00 ms) |" in text
     assert "| | float16 NHWC, one call at a time | float16 NHWC, back to back |" in text
     assert "`python -m im2win --suite NETWORK --compare --dtype float16 --layout NHWC`" in text
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed here")
+def test_sass_counts_a_kernels_instructions(capsys):
+    """tools/sass.py compiles two specialisations side by side and counts their machine code:
+    cv8's resident-filter kernel and its PROBE 32 form (the straight-line stores of whole
+    tiles: 16 more stores, one a 64-row half, 8-row group and 32 filters, beside the general
+    path's)."""
+    sass = load("tools/sass.py", "sass_tool")
+    try:
+        sass.tool("cuobjdump"), sass.tool("nvdisasm")
+    except SystemExit as e:
+        pytest.skip(str(e))
+    kernel = "im2win_wgmma:im2win_wgmma_tma<half_t, 128, 128, 5, true, true, true, false{}>"
+    assert sass.main([kernel.format(""), kernel.format(", 32"), "--ops", "HGMMA,STG"]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()
+            if line and not line.startswith(("[", " "))}
+    assert rows["spills"] == ["st/ld", "0/0", "0/0"]
+    assert all(int(r) <= 168 for r in rows["registers"])   # 384 threads a block: 65536 / 384
+    # 4 k-steps of a 64-deep slice, two 64-row halves: 8 wgmmas in the main loop's body
+    assert rows["HGMMA"] == ["8", "8"]
+    stg = [int(v) for v in rows["STG"]]
+    assert stg[1] - stg[0] == 16

@@ -594,16 +594,46 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
       if (kNHWC && !geo.y_nchw && at.m0 + BM <= geo.npix && at.n0 + BN <= geo.Kg &&
           geo.K % 8 == 0 && geo.Kg % 8 == 0 && reinterpret_cast<u64>(y) % 16 == 0) {
         T* yt = y + (at.m0 + row_base) * geo.K + at.g * geo.Kg + at.n0 + 4 * col_base;
+        if (bias) {      // every filter of the tile is inside its group: no tests
+          const T* b = bias + at.g * geo.Kg + at.n0 + col_base;
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            const float b0 = to_acc(b[8 * j], 0.f), b1 = to_acc(b[8 * j + 1], 0.f);
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                acc[i][4 * j + 2 * h] = add(acc[i][4 * j + 2 * h], b0);
+                acc[i][4 * j + 2 * h + 1] = add(acc[i][4 * j + 2 * h + 1], b1);
+              }
+          }
+        }
+        // All of the tile's packing, then all of its transposes, then all of its stores:
+        // independent steps side by side, not one 8-filter group's chain after another.
+        unsigned u[MI][2][BN / 32][4];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+              u[i][h][j / 4][j % 4] =
+                  pack_pair<T>(acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1]);
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int jj = 0; jj < BN / 32; ++jj) quad_transpose(u[i][h][jj], lane);
 #pragma unroll
         for (int i = 0; i < MI; ++i)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int jj = 0; jj < BN / 32; ++jj) {
-              unsigned u[4];
-              pack8_of(i, h, jj, u);
+              const unsigned* v = u[i][h][jj];
               *reinterpret_cast<uint4*>(yt + (i64)(64 * i + 8 * h) * geo.K + 32 * jj) =
-                  make_uint4(u[0], u[1], u[2], u[3]);
+                  make_uint4(v[0], v[1], v[2], v[3]);
             }
         continue;
       }
