@@ -1,7 +1,8 @@
 """A kernel's machine code without a GPU: compile specialisations with nvcc for their file's
 arch, disassemble them (cuobjdump) and count their instructions, one column a specialisation.
 
-    python3 tools/sass.py "im2win_wgmma:im2win_wgmma_tma<half_t, 128, 128, 5, true, true, true, false>" \\
+    python3 tools/sass.py \\
+        "im2win_wgmma:im2win_wgmma_tma<half_t, 128, 128, 5, true, true, true, false>" \\
         "im2win_wgmma:im2win_wgmma_tma<half_t, 128, 128, 5, true, true, true, false, 32>" \\
         [--ops HGMMA,STG,SHFL,BRA,SYNCS] [--dump DIR]
 

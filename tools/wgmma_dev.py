@@ -10,11 +10,12 @@ Every timed variant's output is compared with the float64 reference on the first
 ``--multicast CTAS`` plans clusters of CTAS blocks where the filter is multicast
 (plan.MULTICAST_CTAS; the tile's BN a multiple of 8 * CTAS). A tile's ``:probeN`` switch runs
 its TMA kernel's PROBE N (im2win_wgmma_tma's bits: 1, no x boxes; 2, no wgmmas; 4, no
-stores of y; 8, streaming stores; 16, y staged and bulk-copied; 32, whole tiles' stores
-as straight-line code; not where x's boxes are halves of 32 channels, kHalf, which refuses to
-compile it): with bits 1, 2 or 4, parts left out, wrong results, for timing only; 8, 16 and
-32 are checked like the rest. ``:stagesN`` runs the TMA
-kernel with a ring of N stages (at most the plan's) in the plan's shared memory.
+stores of y; 8, streaming stores; 16, y staged and bulk-copied; 32, whole tiles' stores as
+straight-line code; 64, the ping-pong consumers' early hand-over; not where x's boxes are
+halves of 32 channels, kHalf, which refuses to compile it): with bits 1, 2 or 4, parts left
+out, wrong results, for timing only; 8, 16, 32 and 64 are checked like the rest.
+``:stagesN`` runs the TMA kernel with a ring of N stages (at most the plan's) in the plan's
+shared memory.
 """
 
 from __future__ import annotations
@@ -139,8 +140,8 @@ def main(argv=None) -> int:
         for spec in filter(None, args.tiles.split(",")):   # TILE[:SWITCH|:no_SWITCH]...
             tile, *switches = spec.split(":")
             probes = {s for s in switches if s.startswith("probe")}
-            if len(probes) > 1 or not all(0 < int(p[5:]) < 64 for p in probes):
-                raise SystemExit(f"{spec}: im2win_wgmma_tma's PROBE is one of 1 .. 63")
+            if len(probes) > 1 or not all(0 < int(p[5:]) < 128 for p in probes):
+                raise SystemExit(f"{spec}: im2win_wgmma_tma's PROBE is one of 1 .. 127")
             stages = [int(s[6:]) for s in switches if s.startswith("stages")]
             switches = [s for s in switches if s not in probes and not s.startswith("stages")]
             options = Options.ablations(tensor_cores=True, hopper=True)["full"]

@@ -431,6 +431,11 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
     for (int slice = split * per; slice < j1; ++slice, ++it) {
       const int stage = it % STAGES;
       mbar_wait(full + 8 * stage, (it / STAGES) & 1);
+      // PROBE & 64 (kPingPong): the other consumer's main loop may start once this one has
+      // claimed its last stage, before this one's wgmmas are issued and waited for (CUTLASS's
+      // ping-pong hands over after issuing): its first wgmmas queue behind these.
+      if constexpr ((PROBE & 64) != 0 && kPingPong)
+        if (slice == j1 - 1 && warp == 0 && lane == 0) mbar_arrive(done + 8 * consumer);
       // kHalf: the window tile is two boxes of 64-byte rows, this consumer's rows in each.
       const unsigned a = ring + stage * STAGE_BYTES + rows_at * (kHalf ? 64 : 128);
       const unsigned b = kResident ? resident + slice * W_BYTES
@@ -514,7 +519,8 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
         }
       }
     }
-    if (kPingPong && warp == 0 && lane == 0) mbar_arrive(done + 8 * consumer);
+    if (kPingPong && warp == 0 && lane == 0 && (!(PROBE & 64) || j1 <= split * per))
+      mbar_arrive(done + 8 * consumer);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < MI; ++i) pin(acc[i]);
@@ -717,7 +723,8 @@ __global__ void __launch_bounds__(384, 1)
 // pixels' y rows in 2 KB of shared memory and bulk-copies them to y (results right, where y
 // is NHWC with one group of K = BN filters; the ring of the plan's shared memory one stage
 // shallower: ":stages4:probe16" on cv8); 32 a tile wholly inside y stores as straight-line
-// code (results right).
+// code (results right); 64 a ping-pong consumer hands the Tensor Cores to the other once it
+// has claimed its last stage, not after waiting for its wgmmas but the last (results right).
 template <typename T, int BM, int BN, int STAGES, bool kPersistent, bool kResident = false,
           bool kPingPong = false, bool kHalf = false, int PROBE = 0>
 __global__ void __launch_bounds__(384, 1)
