@@ -10,6 +10,9 @@
 #   DTYPES=float16 bash tools/gpu_run.sh bench  (default: float32 float16)
 #   bash tools/gpu_run.sh asv [tools/asv_gpu.sh arguments: --bench REGEX --old REV]
 #   SUITES='float32:NCHW float16:NHWC' bash tools/gpu_run.sh suite   (the five networks)
+#   bash tools/gpu_run.sh cv8                   (cv8's timing probes, docs/hopper.md step 40:
+#                                               the write rate, then im2win_wgmma_tma's PROBE
+#                                               forms and switches side by side)
 # Writes logs and JSON under $OUT and CuPy's compiled kernels to $OUT/cupy_cache.tgz, which
 # the next call can carry back as .cache/cupy (see docs/gpu.md).
 set -uo pipefail
@@ -54,6 +57,21 @@ if [[ $step == sanitize || $step == all ]]; then
       "$OUT/sanitizer-$tool.log" | tail -n 1)"
     status=$((status | rc))
   done
+fi
+if [[ $step == cv8 ]]; then
+  kernel="im2win_wgmma:im2win_wgmma_tma<half_t, 128, 128"
+  probes=(--expression "$kernel, 4, true, true, true, false>"
+          --expression "$kernel, 4, true, true, true, false, 16>")
+  for p in 4 5 6 7 8 32 64 96; do
+    probes+=(--expression "$kernel, 5, true, true, true, false, $p>")
+  done
+  python3 tools/prewarm.py --dtypes float16 --layouts NHWC "${probes[@]}" 2>&1 | tail -n 1
+  python3 tools/copy_bandwidth.py --mib 378,1024 2>&1 | tee "$OUT/copy-bandwidth.log" | tail -n 8
+  tiles=wg128x128,wg128x128:stages4,wg128x128:stages4:probe16
+  for p in 8 4 5 6 7 32 64 96; do tiles+=,wg128x128:probe$p; done
+  python3 tools/wgmma_dev.py --no-check --layers cv8 --tiles $tiles,wg128x128:no_ping_pong \
+    2>&1 | tee "$OUT/cv8-probes.log" | tail -n 3
+  status=$((status | PIPESTATUS[0]))
 fi
 if [[ $step == sweep ]]; then
   python3 tools/tile_sweep.py "$OUT/tile-sweep-float32.json" 2>&1 | tail -n 30

@@ -432,8 +432,9 @@ __device__ __forceinline__ void wgmma_conv(const T* __restrict__ src, const T* _
       const int stage = it % STAGES;
       mbar_wait(full + 8 * stage, (it / STAGES) & 1);
       // PROBE & 64 (kPingPong): the other consumer's main loop may start once this one has
-      // claimed its last stage, before this one's wgmmas are issued and waited for (CUTLASS's
-      // ping-pong hands over after issuing): its first wgmmas queue behind these.
+      // claimed its last stage, one group of wgmmas earlier than after the loop (whose last
+      // wait is for the next-to-last slice's, as in CUTLASS's ping-pong): its first wgmmas
+      // queue behind these.
       if constexpr ((PROBE & 64) != 0 && kPingPong)
         if (slice == j1 - 1 && warp == 0 && lane == 0) mbar_arrive(done + 8 * consumer);
       // kHalf: the window tile is two boxes of 64-byte rows, this consumer's rows in each.
