@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from im2win.cuda.plan import FILE_ARCH, source, specializations
+from im2win.cuda.plan import FILE_ARCH, instantiating_source, source, specializations
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
                                 if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
@@ -55,12 +55,6 @@ def file_flags(file: str, every_arch: bool = True) -> list[str]:
 def test_only_the_arch_specific_kernel_files_branch_on_the_arch():
     for file in sorted({f for f, _ in specializations()} - set(FILE_ARCH)):
         assert "__CUDA_ARCH__" not in source(file), file
-
-
-def instantiating_source(file: str, names: list[str]) -> str:
-    """The kernel file with the named instantiations forced (by taking their addresses)."""
-    return source(file) + "\n" + "\n".join(f"auto* instance_{i} = &{name};"
-                                          for i, name in enumerate(names)) + "\n"
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed here")

@@ -30,7 +30,7 @@ import sys
 import sysconfig
 import tempfile
 
-from im2win.cuda.plan import FILE_ARCH, source
+from im2win.cuda.plan import FILE_ARCH, instantiating_source
 
 INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
 
@@ -50,18 +50,18 @@ def tool(name: str) -> str:
     raise SystemExit(f"no {name}: put it on PATH, or pip install nvidia-cuda-{name}")
 
 
-def compile_one(spec: str, work: pathlib.Path, nvcc: str, cuobjdump: str, index: int):
+def compile_one(spec: str, work: pathlib.Path, nvcc: str, cuobjdump: str, env: dict,
+                index: int):
     """(registers, spill line, {opcode: count}, listing) of the kernel FILE:EXPR names."""
     file, expr = spec.split(":", 1)
     arch = FILE_ARCH.get(file, "sm_90")
     path = work / f"k{index}.cu"
-    path.write_text(source(file) + f"\nauto* instance = &{expr};\n")
+    path.write_text(instantiating_source(file, [expr]))
     done = subprocess.run([nvcc, "-std=c++17", "-cubin", f"-gencode=arch=compute_{arch[3:]},"
                            f"code={arch}", "-Xptxas", "-v", "-o", str(path.with_suffix(".cubin")),
                            str(path)], capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{spec}: nvcc failed\n{done.stderr[-3000:]}")
-    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(tool("nvdisasm")))
     listing = subprocess.run([cuobjdump, "-sass", str(path.with_suffix(".cubin"))],
                              capture_output=True, text=True, check=True, env=env).stdout
     # The instantiated kernel's function: its base name, and not the file's other kernels.
@@ -87,10 +87,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     cuobjdump = tool("cuobjdump")
+    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(tool("nvdisasm")))   # cuobjdump runs it
     with tempfile.TemporaryDirectory() as tmp, \
             concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         results = list(pool.map(lambda a: compile_one(a[1], pathlib.Path(tmp), nvcc, cuobjdump,
-                                                      a[0]), enumerate(args.specs)))
+                                                      env, a[0]), enumerate(args.specs)))
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
         for i, (*_, body) in enumerate(results):

@@ -3562,3 +3562,10 @@ def source(file: str) -> str:
     parts = (["common.cuh"] + (["gemm.cuh"] if family in GEMM_FILES else []) +
              (["hopper.cuh"] if family in HOPPER_FILES else []) + [f"{file}.cu"])
     return "\n".join((KERNEL_DIR / part).read_text() for part in parts)
+
+
+def instantiating_source(file: str, names: list[str]) -> str:
+    """source(file) with the named instantiations forced (by taking their addresses), for nvcc
+    to compile without a launch (CI's compile test, tools/sass.py)."""
+    return source(file) + "\n" + "\n".join(f"auto* instance_{i} = &{name};"
+                                          for i, name in enumerate(names)) + "\n"
